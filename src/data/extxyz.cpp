@@ -1,0 +1,500 @@
+#include "data/extxyz.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "error.h"
+
+namespace mlip::data {
+
+namespace {
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string s = "[";
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+  return s + "]";
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split_ws(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  std::string t;
+  while (in >> t) out.push_back(t);
+  return out;
+}
+
+/// Parses a whole token as a double; false when it is not a number.
+bool parse_double(const std::string& tok, double& v) {
+  if (tok.empty()) return false;
+  std::string t = tok;
+  // Fortran-style exponents (1.0D-3).
+  for (char& c : t) {
+    if (c == 'd' || c == 'D') c = 'e';
+  }
+  const char* begin = t.c_str();
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtod(begin, &end);
+  return end != begin && *end == '\0';
+}
+
+/// One key=value pair of the comment line. `quoted` tells whether the value was in quotes.
+struct KeyValue {
+  std::string value;
+  bool quoted = false;
+};
+
+/// Splits an extxyz comment line into key=value pairs as ASE's key_val_str_to_dict does:
+/// values may be "double quoted" (with \" escapes), {braced} or bare; a bare key means True.
+std::map<std::string, KeyValue> parse_comment(const std::string& line, const std::string& where) {
+  std::map<std::string, KeyValue> kv;
+  size_t i = 0;
+  const size_t n = line.size();
+  auto skip_ws = [&]() {
+    while (i < n && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+  };
+  while (true) {
+    skip_ws();
+    if (i >= n) break;
+    size_t start = i;
+    while (i < n && line[i] != '=' && !std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+    std::string key = line.substr(start, i - start);
+    skip_ws();
+    KeyValue value;
+    if (i < n && line[i] == '=') {
+      ++i;
+      skip_ws();
+      if (i < n && line[i] == '"') {
+        ++i;
+        std::string v;
+        bool closed = false;
+        while (i < n) {
+          if (line[i] == '\\' && i + 1 < n) {
+            v.push_back(line[i + 1]);
+            i += 2;
+            continue;
+          }
+          if (line[i] == '"') {
+            closed = true;
+            ++i;
+            break;
+          }
+          v.push_back(line[i++]);
+        }
+        if (!closed) {
+          throw Error(where + ": key '" + key + "': unterminated quoted value (missing '\"')");
+        }
+        value.value = v;
+        value.quoted = true;
+      } else if (i < n && line[i] == '{') {
+        size_t close = line.find('}', i);
+        if (close == std::string::npos) {
+          throw Error(where + ": key '" + key + "': unterminated {} value (missing '}')");
+        }
+        value.value = line.substr(i + 1, close - i - 1);
+        value.quoted = true;
+        i = close + 1;
+      } else {
+        size_t vs = i;
+        while (i < n && !std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+        value.value = line.substr(vs, i - vs);
+      }
+    } else {
+      value.value = "T";
+    }
+    if (key.empty()) {
+      throw Error(where + ": expected key=value pairs in the comment line, got a value without "
+                          "a key near '" + line.substr(start, 20) + "'");
+    }
+    kv[key] = value;
+  }
+  return kv;
+}
+
+std::vector<double> parse_numbers(const std::string& text, const std::string& key,
+                                  const std::string& where, size_t expected_a, size_t expected_b) {
+  std::string t = text;
+  for (char& c : t) {
+    if (c == ',' || c == '[' || c == ']' || c == '(' || c == ')') c = ' ';
+  }
+  std::vector<double> out;
+  for (const std::string& tok : split_ws(t)) {
+    double v;
+    if (!parse_double(tok, v)) {
+      throw Error(where + ": key '" + key + "': expected numbers, got '" + text + "'");
+    }
+    out.push_back(v);
+  }
+  if (out.size() != expected_a && out.size() != expected_b) {
+    std::string exp = std::to_string(expected_a);
+    if (expected_b != expected_a) exp += " or " + std::to_string(expected_b);
+    throw Error(where + ": key '" + key + "': expected " + exp + " numbers, got " +
+                std::to_string(out.size()) + " ('" + text + "')");
+  }
+  return out;
+}
+
+bool parse_bool(const std::string& tok, bool& v) {
+  static const std::set<std::string> yes = {"T", "t", "True", "true", "TRUE", "1"};
+  static const std::set<std::string> no = {"F", "f", "False", "false", "FALSE", "0"};
+  if (yes.count(tok)) {
+    v = true;
+    return true;
+  }
+  if (no.count(tok)) {
+    v = false;
+    return true;
+  }
+  return false;
+}
+
+struct Column {
+  std::string name;
+  char type = 'R';
+  int count = 1;
+  int offset = 0;  ///< first token index in an atom line
+};
+
+/// One frame as read, before grouping.
+struct Frame {
+  int64_t line = 0;  ///< 1-based line number of the count line
+  std::vector<std::string> elements;
+  std::vector<double> pos, force;
+  bool has_cell = false;
+  std::array<double, 9> cell{};
+  std::array<bool, 3> pbc{{false, false, false}};
+  double energy = 0;
+  bool has_virial = false;
+  std::array<double, 9> virial{};
+};
+
+std::string pbc_string(const std::array<bool, 3>& pbc) {
+  std::string s;
+  for (bool b : pbc) s += b ? 'T' : 'F';
+  return s;
+}
+
+double det3(const std::array<double, 9>& m) {
+  return m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6]) +
+         m[2] * (m[3] * m[7] - m[4] * m[6]);
+}
+
+Frame read_frame(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms,
+                 int64_t count_line) {
+  Frame fr;
+  fr.line = count_line;
+  std::string comment;
+  if (!std::getline(in, comment)) {
+    throw Error(path + ":" + std::to_string(count_line) +
+                ": frame declares " + std::to_string(natoms) +
+                " atoms but the file ends before its comment line");
+  }
+  ++line_no;
+  const std::string where = path + ":" + std::to_string(line_no);
+  std::map<std::string, KeyValue> kv = parse_comment(comment, where);
+
+  // Properties: name:type:count triplets.
+  std::string props = "species:S:1:pos:R:3";
+  if (kv.count("Properties")) props = kv["Properties"].value;
+  std::vector<std::string> parts;
+  {
+    std::string cur;
+    for (char c : props) {
+      if (c == ':') {
+        parts.push_back(cur);
+        cur.clear();
+      } else {
+        cur.push_back(c);
+      }
+    }
+    parts.push_back(cur);
+  }
+  if (parts.size() % 3 != 0) {
+    throw Error(where + ": key 'Properties': expected name:type:count triplets, got '" + props +
+                "'");
+  }
+  std::vector<Column> columns;
+  int ncols = 0;
+  for (size_t k = 0; k < parts.size(); k += 3) {
+    Column c;
+    c.name = parts[k];
+    const std::string& type = parts[k + 1];
+    if (type.size() != 1 || std::string("RISL").find(type[0]) == std::string::npos) {
+      throw Error(where + ": key 'Properties': column '" + c.name + "' has type '" + type +
+                  "', expected one of R, I, S, L");
+    }
+    c.type = type[0];
+    const std::string& cnt = parts[k + 2];
+    if (cnt.empty() || cnt.size() > 6 || cnt.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(cnt) < 1) {
+      throw Error(where + ": key 'Properties': column '" + c.name + "' has count '" + cnt +
+                  "', expected a positive integer");
+    }
+    c.count = std::stoi(cnt);
+    c.offset = ncols;
+    ncols += c.count;
+    columns.push_back(c);
+  }
+  auto find_col = [&](std::initializer_list<const char*> names) -> const Column* {
+    for (const char* name : names) {
+      for (const Column& c : columns) {
+        if (c.name == name) return &c;
+      }
+    }
+    return nullptr;
+  };
+  const Column* species = find_col({"species"});
+  const Column* pos = find_col({"pos", "positions"});
+  const Column* force = find_col({"forces", "force"});
+  if (!species || species->type != 'S' || species->count != 1) {
+    throw Error(where + ": key 'Properties': expected a species:S:1 column, got '" + props + "'");
+  }
+  if (!pos || pos->type != 'R' || pos->count != 3) {
+    throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + props + "'");
+  }
+  if (!force) {
+    throw Error(where + ": no forces: key 'Properties' has no forces:R:3 (or force:R:3) column "
+                        "(got '" + props + "'); forces are required for training data");
+  }
+  if (force->type != 'R' || force->count != 3) {
+    throw Error(where + ": key 'Properties': expected column '" + force->name +
+                "' of type R and count 3, got '" + props + "'");
+  }
+
+  // Energy.
+  const char* energy_key = kv.count("energy") ? "energy" : kv.count("free_energy") ? "free_energy"
+                                                                                   : nullptr;
+  if (!energy_key) {
+    throw Error(where + ": no energy: expected key 'energy' (or 'free_energy') in the comment "
+                        "line; energy is required for training data");
+  }
+  {
+    const std::string& ev = kv[energy_key].value;
+    if (!parse_double(trim(ev), fr.energy)) {
+      throw Error(where + ": key '" + energy_key + "': expected a number, got '" + ev + "'");
+    }
+  }
+
+  // Cell and periodicity.
+  if (kv.count("Lattice")) {
+    std::vector<double> c = parse_numbers(kv["Lattice"].value, "Lattice", where, 9, 9);
+    std::copy(c.begin(), c.end(), fr.cell.begin());
+    fr.has_cell = true;
+  }
+  if (kv.count("pbc")) {
+    const std::string& pv = kv["pbc"].value;
+    std::vector<std::string> toks = split_ws(pv);
+    bool ok = toks.size() == 3;
+    for (size_t d = 0; ok && d < 3; ++d) {
+      bool b = false;
+      ok = parse_bool(toks[d], b);
+      fr.pbc[d] = b;
+    }
+    if (!ok) {
+      throw Error(where + ": key 'pbc': expected three of T/F (e.g. pbc=\"T T T\"), got '" + pv +
+                  "'");
+    }
+  } else {
+    fr.pbc = {fr.has_cell, fr.has_cell, fr.has_cell};
+  }
+  const bool periodic = fr.pbc[0] || fr.pbc[1] || fr.pbc[2];
+  if (periodic && !fr.has_cell) {
+    throw Error(where + ": key 'pbc' is \"" + kv["pbc"].value +
+                "\" (periodic) but there is no Lattice key; a periodic frame needs "
+                "Lattice=\"ax ay az bx by bz cx cy cz\"");
+  }
+  if (!periodic) fr.has_cell = false;  // a cell without periodicity plays no role
+
+  // Virial: given directly, or from the stress (virial = -stress * volume).
+  if (kv.count("virial")) {
+    std::vector<double> v = parse_numbers(kv["virial"].value, "virial", where, 9, 9);
+    std::copy(v.begin(), v.end(), fr.virial.begin());
+    fr.has_virial = true;
+  } else if (kv.count("stress")) {
+    std::vector<double> s = parse_numbers(kv["stress"].value, "stress", where, 9, 6);
+    if (s.size() == 6) {  // Voigt order xx yy zz yz xz xy
+      s = {s[0], s[5], s[4], s[5], s[1], s[3], s[4], s[3], s[2]};
+    }
+    if (!kv.count("Lattice")) {
+      throw Error(where + ": key 'stress' given but no Lattice: the virial (-stress * volume) "
+                          "needs the cell volume");
+    }
+    std::array<double, 9> cell{};
+    std::vector<double> c = parse_numbers(kv["Lattice"].value, "Lattice", where, 9, 9);
+    std::copy(c.begin(), c.end(), cell.begin());
+    const double volume = std::abs(det3(cell));
+    for (int k = 0; k < 9; ++k) fr.virial[k] = -s[k] * volume;
+    fr.has_virial = true;
+  }
+
+  // Atom lines.
+  // Grown line by line: the count line may be wrong (or absurd) and must not size allocations.
+  const int64_t guess = std::min<int64_t>(natoms, 1 << 16);
+  fr.elements.reserve(guess);
+  fr.pos.reserve(3 * guess);
+  fr.force.reserve(3 * guess);
+  for (int64_t a = 0; a < natoms; ++a) {
+    std::string line;
+    if (!std::getline(in, line)) {
+      throw Error(path + ":" + std::to_string(count_line) + ": atom count line says " +
+                  std::to_string(natoms) + " atoms but the file ends after " + std::to_string(a) +
+                  " atom lines");
+    }
+    ++line_no;
+    const std::string aw = path + ":" + std::to_string(line_no);
+    std::vector<std::string> toks = split_ws(line);
+    if (static_cast<int>(toks.size()) != ncols) {
+      throw Error(aw + ": atom " + std::to_string(a) + ": expected " + std::to_string(ncols) +
+                  " columns (Properties=" + props + "), got " + std::to_string(toks.size()) +
+                  " ('" + trim(line) + "'); does the atom count line (" +
+                  std::to_string(natoms) + " at line " + std::to_string(count_line) +
+                  ") match the frame?");
+    }
+    fr.elements.push_back(toks[species->offset]);
+    fr.pos.resize(3 * (a + 1));
+    fr.force.resize(3 * (a + 1));
+    auto read3 = [&](const Column* c, double* out) {
+      for (int d = 0; d < 3; ++d) {
+        const std::string& tok = toks[c->offset + d];
+        if (!parse_double(tok, out[d])) {
+          throw Error(aw + ": atom " + std::to_string(a) + ": column '" + c->name +
+                      "': expected a number, got '" + tok + "'");
+        }
+      }
+    };
+    read3(pos, &fr.pos[3 * a]);
+    read3(force, &fr.force[3 * a]);
+  }
+  return fr;
+}
+
+}  // namespace
+
+std::vector<System> read_extxyz(const std::string& path, const std::vector<std::string>& type_map) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
+
+  std::vector<Frame> frames;
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::string t = trim(line);
+    if (t.empty()) {
+      // Only blank lines may follow the last frame.
+      std::string rest;
+      int64_t blank_line = line_no;
+      while (std::getline(in, rest)) {
+        ++line_no;
+        if (!trim(rest).empty()) {
+          throw Error(path + ":" + std::to_string(blank_line) +
+                      ": expected the atom count of a frame, got an empty line (a frame's atom "
+                      "count line may not match its atom lines)");
+        }
+      }
+      break;
+    }
+    bool ok = t.size() <= 12 && t.find_first_not_of("0123456789") == std::string::npos;
+    if (!ok) {
+      throw Error(path + ":" + std::to_string(line_no) +
+                  ": expected the atom count of a frame (an integer), got '" + t +
+                  "'" + (frames.empty() ? "" : " (the previous frame's atom count may be wrong)"));
+    }
+    const int64_t natoms = std::stoll(t);
+    if (natoms == 0) {
+      throw Error(path + ":" + std::to_string(line_no) + ": frame with 0 atoms");
+    }
+    frames.push_back(read_frame(in, path, line_no, natoms, line_no));
+  }
+  if (frames.empty()) throw Error(path + ": no frames (empty extended XYZ file)");
+
+  // Type names.
+  std::vector<std::string> names = type_map;
+  if (names.empty()) {
+    std::set<std::string> found;
+    for (const Frame& f : frames) found.insert(f.elements.begin(), f.elements.end());
+    names.assign(found.begin(), found.end());
+  }
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < names.size(); ++i) index.emplace(names[i], static_cast<int>(i));
+
+  // Group frames by (composition, pbc), in order of first appearance.
+  std::vector<System> systems;
+  std::map<std::pair<std::vector<int64_t>, std::string>, size_t> group;
+  std::vector<int64_t> first_line;  // per system: line of its first frame
+  for (const Frame& f : frames) {
+    const int64_t natoms = static_cast<int64_t>(f.elements.size());
+    std::vector<int> types(natoms);
+    std::vector<int64_t> counts(names.size(), 0);
+    for (int64_t a = 0; a < natoms; ++a) {
+      auto it = index.find(f.elements[a]);
+      if (it == index.end()) {
+        throw Error(path + ":" + std::to_string(f.line) + ": atom " + std::to_string(a) +
+                    ": element '" + f.elements[a] + "' is not in the type_map " +
+                    join_names(names));
+      }
+      types[a] = it->second;
+      ++counts[it->second];
+    }
+    std::vector<int64_t> order(natoms);
+    for (int64_t a = 0; a < natoms; ++a) order[a] = a;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return types[x] < types[y]; });
+
+    auto key = std::make_pair(counts, pbc_string(f.pbc));
+    auto g = group.find(key);
+    if (g == group.end()) {
+      System s;
+      std::string comp;
+      for (size_t t = 0; t < names.size(); ++t) {
+        if (counts[t]) comp += names[t] + std::to_string(counts[t]);
+      }
+      s.name = path + "[" + comp + (key.second == "TTT" ? "" : ",pbc=" + key.second) + "]";
+      s.type_map = names;
+      s.pbc = f.pbc;
+      for (int64_t a = 0; a < natoms; ++a) s.types.push_back(types[order[a]]);
+      g = group.emplace(key, systems.size()).first;
+      systems.push_back(std::move(s));
+      first_line.push_back(f.line);
+    }
+    System& s = systems[g->second];
+    const bool first_frame = s.nframes == 0;
+    if (!first_frame && f.has_virial != !s.virial.empty()) {
+      throw Error(path + ":" + std::to_string(f.line) + ": frame " +
+                  (f.has_virial ? "has" : "has no") + " virial/stress but the first frame of "
+                  "its system (line " + std::to_string(first_line[g->second]) + ") " +
+                  (f.has_virial ? "has none" : "has one") +
+                  "; label every frame of a composition or none");
+    }
+    for (int64_t a = 0; a < natoms; ++a) {
+      const int64_t src = order[a];
+      for (int d = 0; d < 3; ++d) {
+        s.coord.push_back(f.pos[3 * src + d]);
+        s.force.push_back(f.force[3 * src + d]);
+      }
+    }
+    if (f.has_cell) s.box.insert(s.box.end(), f.cell.begin(), f.cell.end());
+    s.energy.push_back(f.energy);
+    if (f.has_virial) s.virial.insert(s.virial.end(), f.virial.begin(), f.virial.end());
+    ++s.nframes;
+  }
+  return systems;
+}
+
+}  // namespace mlip::data

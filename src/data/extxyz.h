@@ -1,0 +1,21 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data/system.h"
+
+namespace mlip::data {
+
+/// Reads an extended XYZ file as ASE writes it: per frame a count line, a comment line with
+/// key=value pairs (Lattice="ax ay az bx by bz cx cy cz", Properties=species:S:1:pos:R:3:forces:R:3
+/// (or force), energy=..., pbc="T T F", optional virial="9 numbers" or stress), then one line per
+/// atom. Frames are grouped into systems by composition and periodicity; within a frame atoms are
+/// stably sorted by type so that every frame of a system has the same type order.
+///
+/// Energy and forces are required (the file is training data). type_map as in
+/// read_deepmd_system; when empty the sorted element names found in the file are used.
+/// Throws mlip::Error naming the file, the line and what was wrong.
+std::vector<System> read_extxyz(const std::string& path, const std::vector<std::string>& type_map);
+
+}  // namespace mlip::data

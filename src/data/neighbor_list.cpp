@@ -1,0 +1,562 @@
+#include "data/neighbor_list.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "data/kokkos_runtime.h"
+#include "error.h"
+
+namespace mlip::data {
+namespace {
+
+using Mat3 = std::array<std::array<double, 3>, 3>;
+
+double det3(const Mat3& m) {
+  return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+         m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+         m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+}
+
+std::array<double, 3> cross(const std::array<double, 3>& a, const std::array<double, 3>& b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
+
+double norm(const std::array<double, 3>& a) { return std::sqrt(a[0] * a[0] + a[1] * a[1] + a[2] * a[2]); }
+
+Mat3 inverse3(const Mat3& m) {
+  double d = det3(m);
+  Mat3 r;
+  r[0][0] = (m[1][1] * m[2][2] - m[1][2] * m[2][1]) / d;
+  r[0][1] = (m[0][2] * m[2][1] - m[0][1] * m[2][2]) / d;
+  r[0][2] = (m[0][1] * m[1][2] - m[0][2] * m[1][1]) / d;
+  r[1][0] = (m[1][2] * m[2][0] - m[1][0] * m[2][2]) / d;
+  r[1][1] = (m[0][0] * m[2][2] - m[0][2] * m[2][0]) / d;
+  r[1][2] = (m[0][2] * m[1][0] - m[0][0] * m[1][2]) / d;
+  r[2][0] = (m[1][0] * m[2][1] - m[1][1] * m[2][0]) / d;
+  r[2][1] = (m[0][1] * m[2][0] - m[0][0] * m[2][1]) / d;
+  r[2][2] = (m[0][0] * m[1][1] - m[0][1] * m[1][0]) / d;
+  return r;
+}
+
+/// The frame the cell list works in: rows are the three directions. For periodic directions it
+/// is the given cell vector; a non-periodic direction keeps its cell vector when the cell is
+/// regular, else gets a unit vector orthogonal to the periodic ones.
+Mat3 working_frame(const double* cell, std::array<bool, 3> pbc) {
+  Mat3 h{};
+  bool any_pbc = pbc[0] || pbc[1] || pbc[2];
+  if (!cell) {
+    if (any_pbc) throw Error("neighbour list: a periodic direction needs a cell, got none");
+    for (int d = 0; d < 3; ++d) h[d][d] = 1.0;
+    return h;
+  }
+  double scale = 0.0;
+  for (int d = 0; d < 3; ++d) {
+    for (int k = 0; k < 3; ++k) {
+      h[d][k] = cell[3 * d + k];
+      if (!std::isfinite(h[d][k])) throw Error("neighbour list: cell has a non-finite entry");
+    }
+    scale = std::max(scale, norm(h[d]));
+  }
+  double vol = std::abs(det3(h));
+  if (scale > 0 && vol > 1e-10 * scale * scale * scale) return h;
+  if (!any_pbc) {
+    Mat3 id{};
+    for (int d = 0; d < 3; ++d) id[d][d] = 1.0;
+    return id;
+  }
+  // Singular cell: rebuild the non-periodic rows by Gram-Schmidt against the periodic ones.
+  std::vector<std::array<double, 3>> basis;
+  for (int d = 0; d < 3; ++d) {
+    if (!pbc[d]) continue;
+    std::array<double, 3> v = h[d];
+    for (auto& b : basis) {
+      double p = v[0] * b[0] + v[1] * b[1] + v[2] * b[2];
+      for (int k = 0; k < 3; ++k) v[k] -= p * b[k];
+    }
+    double n = norm(v);
+    if (!(n > 1e-10 * std::max(scale, 1e-300))) {
+      std::ostringstream msg;
+      msg << "neighbour list: singular cell (periodic cell vector " << d
+          << " is zero or parallel to another one)";
+      throw Error(msg.str());
+    }
+    for (int k = 0; k < 3; ++k) v[k] /= n;
+    basis.push_back(v);
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (pbc[d]) continue;
+    // Pick the unit axis least aligned with the basis found so far.
+    std::array<double, 3> best{};
+    double best_n = -1.0;
+    for (int a = 0; a < 3; ++a) {
+      std::array<double, 3> v{};
+      v[a] = 1.0;
+      for (auto& b : basis) {
+        double p = v[0] * b[0] + v[1] * b[1] + v[2] * b[2];
+        for (int k = 0; k < 3; ++k) v[k] -= p * b[k];
+      }
+      double n = norm(v);
+      if (n > best_n) {
+        best_n = n;
+        best = v;
+      }
+    }
+    for (int k = 0; k < 3; ++k) best[k] /= best_n;
+    basis.push_back(best);
+    h[d] = best;
+  }
+  return h;
+}
+
+/// Minimum of |u H| over the box lo <= u <= hi (u a row vector of fractional coordinates):
+/// the exact smallest distance between two bins of the cell list. Enumerates the 27 active
+/// sets of the box-constrained quadratic; each feasible stationary point is a candidate.
+double min_box_distance(const Mat3& h, const std::array<double, 3>& lo, const std::array<double, 3>& hi) {
+  double g[3][3];
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) g[a][b] = h[a][0] * h[b][0] + h[a][1] * h[b][1] + h[a][2] * h[b][2];
+  double best = std::numeric_limits<double>::infinity();
+  for (int pattern = 0; pattern < 27; ++pattern) {
+    int state[3] = {pattern % 3, (pattern / 3) % 3, pattern / 9};  // 0 free, 1 at lo, 2 at hi
+    double u[3] = {0.0, 0.0, 0.0};
+    int free_idx[3], nf = 0;
+    for (int a = 0; a < 3; ++a) {
+      if (state[a] == 0) free_idx[nf++] = a;
+      else u[a] = state[a] == 1 ? lo[a] : hi[a];
+    }
+    // Solve G_ff u_f = -G_fc u_c.
+    double a_m[3][3], rhs[3];
+    for (int r = 0; r < nf; ++r) {
+      rhs[r] = 0.0;
+      for (int c = 0; c < 3; ++c)
+        if (state[c] != 0) rhs[r] -= g[free_idx[r]][c] * u[c];
+      for (int c = 0; c < nf; ++c) a_m[r][c] = g[free_idx[r]][free_idx[c]];
+    }
+    bool ok = true;
+    // Gaussian elimination with partial pivoting on the nf x nf system.
+    for (int c = 0; c < nf && ok; ++c) {
+      int piv = c;
+      for (int r = c + 1; r < nf; ++r)
+        if (std::abs(a_m[r][c]) > std::abs(a_m[piv][c])) piv = r;
+      if (std::abs(a_m[piv][c]) < 1e-300) {
+        ok = false;
+        break;
+      }
+      std::swap(a_m[piv], a_m[c]);
+      std::swap(rhs[piv], rhs[c]);
+      for (int r = c + 1; r < nf; ++r) {
+        double f = a_m[r][c] / a_m[c][c];
+        for (int k = c; k < nf; ++k) a_m[r][k] -= f * a_m[c][k];
+        rhs[r] -= f * rhs[c];
+      }
+    }
+    if (!ok) continue;
+    for (int r = nf - 1; r >= 0; --r) {
+      double s = rhs[r];
+      for (int k = r + 1; k < nf; ++k) s -= a_m[r][k] * u[free_idx[k]];
+      u[free_idx[r]] = s / a_m[r][r];
+    }
+    for (int r = 0; r < nf; ++r) {
+      int a = free_idx[r];
+      if (u[a] < lo[a] - 1e-12 || u[a] > hi[a] + 1e-12) ok = false;
+    }
+    if (!ok) continue;
+    double v[3] = {0, 0, 0};
+    for (int a = 0; a < 3; ++a)
+      for (int k = 0; k < 3; ++k) v[k] += u[a] * h[a][k];
+    best = std::min(best, std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]));
+  }
+  return best;
+}
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+/// A 3x3 matrix that kernels capture by value.
+struct Matrix {
+  double m[3][3];
+};
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = TeamPolicy::member_type;
+using Scratch = ExecSpace::scratch_memory_space;
+using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+
+/// The neighbour bins of one bin, with their image offsets: built once per bin in team scratch
+/// memory and reused by every atom of the bin.
+template <typename Real>
+struct BinTable {
+  Kokkos::View<int64_t* [2], Kokkos::LayoutRight, Scratch, Unmanaged> range;  // atoms [start, end) of the bin
+  Kokkos::View<int32_t* [4], Kokkos::LayoutRight, Scratch, Unmanaged> image;  // shift s, and 1 when s == 0
+  Kokkos::View<Real* [3], Kokkos::LayoutRight, Scratch, Unmanaged> offset;    // s * H
+  int64_t size = 0;
+
+  static size_t scratch_bytes(int64_t n) {
+    return decltype(range)::shmem_size(n) + decltype(image)::shmem_size(n) + decltype(offset)::shmem_size(n);
+  }
+};
+
+/// The cell-list search, shared by the counting and the filling pass so that both take exactly
+/// the same decisions.
+template <typename Real>
+struct PairSearch {
+  Kokkos::View<const Real* [3]> spos;      // wrapped positions, sorted by bin
+  Kokkos::View<const int64_t*> bin_start;  // [nbins + 1]
+  Kokkos::View<const int32_t* [3]> stencil;
+  Real h[3][3];
+  int32_t n[3];
+  bool periodic[3];
+  Real rc2;
+
+  /// Fills the table of the team's bin (league rank) and synchronises the team.
+  KOKKOS_INLINE_FUNCTION BinTable<Real> table(const Member& team) const {
+    const int64_t ns = stencil.extent(0);
+    BinTable<Real> t;
+    t.range = decltype(t.range)(team.team_scratch(0), ns);
+    t.image = decltype(t.image)(team.team_scratch(0), ns);
+    t.offset = decltype(t.offset)(team.team_scratch(0), ns);
+    const int32_t b = team.league_rank();
+    const int32_t b0 = b / (n[1] * n[2]), b1 = (b / n[2]) % n[1], b2 = b % n[2];
+    int64_t size = 0;
+    Kokkos::single(
+        Kokkos::PerTeam(team),
+        [&](int64_t& count) {
+          count = 0;
+          for (int64_t e = 0; e < ns; ++e) {
+            int32_t nb[3] = {b0 + stencil(e, 0), b1 + stencil(e, 1), b2 + stencil(e, 2)};
+            int32_t s[3] = {0, 0, 0};
+            bool inside = true;
+            for (int d = 0; d < 3; ++d) {
+              if (periodic[d]) {
+                while (nb[d] < 0) nb[d] += n[d], --s[d];
+                while (nb[d] >= n[d]) nb[d] -= n[d], ++s[d];
+              } else if (nb[d] < 0 || nb[d] >= n[d]) {
+                inside = false;
+              }
+            }
+            if (!inside) continue;
+            const int32_t nbin = (nb[0] * n[1] + nb[1]) * n[2] + nb[2];
+            if (bin_start(nbin) == bin_start(nbin + 1)) continue;  // empty bin
+            t.range(count, 0) = bin_start(nbin);
+            t.range(count, 1) = bin_start(nbin + 1);
+            for (int d = 0; d < 3; ++d) {
+              t.image(count, d) = s[d];
+              t.offset(count, d) = s[0] * h[0][d] + s[1] * h[1][d] + s[2] * h[2][d];
+            }
+            t.image(count, 3) = (s[0] == 0 && s[1] == 0 && s[2] == 0) ? 1 : 0;
+            ++count;
+          }
+        },
+        size);
+    t.size = size;
+    team.team_barrier();
+    return t;
+  }
+
+  /// Number of neighbours of sorted atom k (branch-free; the atom itself, always met once at
+  /// zero shift with r2 = 0 exactly, is subtracted).
+  KOKKOS_INLINE_FUNCTION int64_t count(const BinTable<Real>& t, int64_t k) const {
+    const Real px = spos(k, 0), py = spos(k, 1), pz = spos(k, 2);
+    int64_t c = 0;
+    for (int64_t e = 0; e < t.size; ++e) {
+      const Real ox = t.offset(e, 0) - px, oy = t.offset(e, 1) - py, oz = t.offset(e, 2) - pz;
+      const int64_t m_end = t.range(e, 1);
+      for (int64_t m = t.range(e, 0); m < m_end; ++m) {
+        const Real dx = spos(m, 0) + ox, dy = spos(m, 1) + oy, dz = spos(m, 2) + oz;
+        c += (dx * dx + dy * dy + dz * dz < rc2) ? 1 : 0;
+      }
+    }
+    return c - 1;
+  }
+
+  /// Calls f(m, s, dx, dy, dz, r2) for every neighbour (sorted index m, image shift s) of
+  /// sorted atom k, which lies in the table's bin.
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_each(const BinTable<Real>& t, int64_t k, F&& f) const {
+    const Real px = spos(k, 0), py = spos(k, 1), pz = spos(k, 2);
+    for (int64_t e = 0; e < t.size; ++e) {
+      const Real ox = t.offset(e, 0) - px, oy = t.offset(e, 1) - py, oz = t.offset(e, 2) - pz;
+      const bool zero_shift = t.image(e, 3) != 0;
+      const int64_t m_end = t.range(e, 1);
+      for (int64_t m = t.range(e, 0); m < m_end; ++m) {
+        const Real dx = spos(m, 0) + ox, dy = spos(m, 1) + oy, dz = spos(m, 2) + oz;
+        const Real r2 = dx * dx + dy * dy + dz * dz;
+        if (r2 < rc2 && !(zero_shift && m == k)) f(m, &t.image(e, 0), dx, dy, dz, r2);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <typename Real>
+NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, const double* cell,
+                                       std::array<bool, 3> pbc, double cutoff,
+                                       const NeighborListOptions& options) {
+  ensure_kokkos_initialized();
+  if (!(cutoff > 0.0) || !std::isfinite(cutoff)) {
+    std::ostringstream msg;
+    msg << "neighbour list: expected a positive cutoff, got " << cutoff;
+    throw Error(msg.str());
+  }
+  if (natoms < 0 || natoms > std::numeric_limits<int32_t>::max())
+    throw Error("neighbour list: number of atoms out of range");
+  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
+  const auto no_init = Kokkos::WithoutInitializing;
+
+  NeighborList<Real> out;
+  out.natoms = natoms;
+  out.cutoff = cutoff;
+
+  const Mat3 h = working_frame(cell, pbc);
+  const Mat3 hinv = inverse3(h);
+  const double vol = std::abs(det3(h));
+  double height[3];
+  for (int d = 0; d < 3; ++d) height[d] = vol / norm(cross(h[(d + 1) % 3], h[(d + 2) % 3]));
+
+  // The input, seen as a View (no copy on a host back-end).
+  Kokkos::View<const Real* [3], Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged> pos_host(positions, natoms);
+  auto pos = Kokkos::create_mirror_view_and_copy(typename ExecSpace::memory_space(), pos_host);
+  Matrix hinv_k, h_k;
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) hinv_k.m[a][b] = hinv[a][b], h_k.m[a][b] = h[a][b];
+  const bool per[3] = {pbc[0], pbc[1], pbc[2]};
+  const bool per0 = pbc[0], per1 = pbc[1], per2 = pbc[2];
+
+  // Fractional coordinates; periodic directions wrapped into [0, 1), with the integer wrap.
+  Kokkos::View<double* [3]> frac(Kokkos::view_alloc(no_init, "frac"), natoms);
+  Kokkos::View<int32_t* [3]> wrap(Kokkos::view_alloc(no_init, "wrap"), natoms);
+  int64_t first_bad = natoms;
+  Kokkos::parallel_reduce(
+      "mlip::nl::fractional", Policy(0, natoms),
+      KOKKOS_LAMBDA(int64_t i, int64_t & bad) {
+        const double p[3] = {double(pos(i, 0)), double(pos(i, 1)), double(pos(i, 2))};
+        const bool periodic[3] = {per0, per1, per2};
+        bool ok = true;
+        for (int d = 0; d < 3; ++d) {
+          double s = p[0] * hinv_k.m[0][d] + p[1] * hinv_k.m[1][d] + p[2] * hinv_k.m[2][d];
+          int32_t w = 0;
+          if (!(s > -1e300 && s < 1e300)) {  // NaN or Inf
+            ok = false;
+            s = 0;
+          } else if (periodic[d]) {
+            const double k = Kokkos::Experimental::floor(s);
+            if (k > 10000.0 || k < -10000.0) ok = false;
+            else {
+              s -= k;
+              if (s >= 1.0) s = 0.0;  // s just below 0 rounds up to 1
+              w = -int32_t(k);
+            }
+          }
+          frac(i, d) = s;
+          wrap(i, d) = w;
+        }
+        if (!ok && i < bad) bad = i;
+      },
+      Kokkos::Min<int64_t>(first_bad));
+  if (first_bad < natoms) {
+    std::ostringstream msg;
+    msg << "neighbour list: atom " << first_bad << " (" << positions[3 * first_bad] << ", "
+        << positions[3 * first_bad + 1] << ", " << positions[3 * first_bad + 2]
+        << ") is not finite or lies more than 10000 cell lengths away from the cell";
+    throw Error(msg.str());
+  }
+  double smin[3] = {0, 0, 0}, smax[3] = {1, 1, 1};
+  for (int d = 0; d < 3; ++d) {
+    if (per[d] || natoms == 0) continue;
+    Kokkos::MinMaxScalar<double> mm;
+    Kokkos::parallel_reduce(
+        "mlip::nl::extent", Policy(0, natoms),
+        KOKKOS_LAMBDA(int64_t i, Kokkos::MinMaxScalar<double> & v) {
+          const double s = frac(i, d);
+          if (s < v.min_val) v.min_val = s;
+          if (s > v.max_val) v.max_val = s;
+        },
+        Kokkos::MinMax<double>(mm));
+    smin[d] = mm.min_val;
+    smax[d] = mm.max_val;
+  }
+
+  // Bins: at least bin_fraction * cutoff thick and, at low density, large enough to hold about
+  // min_atoms_per_bin atoms (the per-bin table then costs less than the pairs it serves).
+  double density_volume = 1.0;
+  for (int d = 0; d < 3; ++d) density_volume *= std::max((smax[d] - smin[d]) * height[d], 1e-300);
+  double bin_size = std::max(options.bin_fraction, 0.05) * cutoff;
+  if (natoms > 0 && density_volume > 1e-200)
+    bin_size = std::max(bin_size, std::cbrt(options.min_atoms_per_bin * density_volume / double(natoms)));
+  int32_t n[3];
+  double fwidth[3], origin[3];
+  for (;;) {
+    double total = 1.0;
+    for (int d = 0; d < 3; ++d) {
+      double span = smax[d] - smin[d];
+      double thickness = span * height[d];
+      n[d] = int32_t(std::max(1.0, std::min(1e6, std::floor(thickness / bin_size))));
+      if (!pbc[d] && span <= 0) n[d] = 1;
+      fwidth[d] = span > 0 ? span / n[d] : 1.0;
+      origin[d] = smin[d];
+      total *= n[d];
+    }
+    if (total <= 4.0 * double(natoms) + 64.0) break;
+    bin_size *= 1.25;  // sparse system: fewer, larger bins
+  }
+  const int32_t nbins = n[0] * n[1] * n[2];
+
+  // Stencil: every bin offset whose two bins can hold atoms closer than the cutoff.
+  int32_t reach[3];
+  for (int d = 0; d < 3; ++d) {
+    double thick = fwidth[d] * height[d];
+    double r = std::ceil(cutoff / thick);
+    if (!pbc[d]) r = std::min<double>(r, n[d] - 1);
+    if (r > 10000) {
+      std::ostringstream msg;
+      msg << "neighbour list: cell direction " << d << " is " << height[d]
+          << " Å thick, too thin for cutoff " << cutoff << " Å (over 10000 images)";
+      throw Error(msg.str());
+    }
+    reach[d] = int32_t(r);
+  }
+  std::vector<int32_t> stencil_host;
+  for (int32_t a = -reach[0]; a <= reach[0]; ++a)
+    for (int32_t b = -reach[1]; b <= reach[1]; ++b)
+      for (int32_t c = -reach[2]; c <= reach[2]; ++c) {
+        const int32_t o[3] = {a, b, c};
+        std::array<double, 3> lo, hi;
+        for (int d = 0; d < 3; ++d) {
+          lo[d] = (o[d] - 1) * fwidth[d];
+          hi[d] = (o[d] + 1) * fwidth[d];
+        }
+        if (min_box_distance(h, lo, hi) > cutoff * (1.0 + 1e-9)) continue;
+        stencil_host.insert(stencil_host.end(), {a, b, c});
+      }
+  const int64_t nstencil = int64_t(stencil_host.size() / 3);
+
+  // Bin the atoms (counting sort) and lay out wrapped positions in bin order.
+  Kokkos::View<int32_t*> bin_of(Kokkos::view_alloc(no_init, "bin_of"), natoms);
+  const double o0 = origin[0], o1 = origin[1], o2 = origin[2];
+  const double w0 = fwidth[0], w1 = fwidth[1], w2 = fwidth[2];
+  const int32_t n0 = n[0], n1 = n[1], n2 = n[2];
+  Kokkos::parallel_for("mlip::nl::bin_of", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
+    auto index = [](double s, double origin, double width, int32_t count) {
+      const int32_t v = int32_t(Kokkos::Experimental::floor((s - origin) / width));
+      return v < 0 ? 0 : (v >= count ? count - 1 : v);
+    };
+    bin_of(i) = (index(frac(i, 0), o0, w0, n0) * n1 + index(frac(i, 1), o1, w1, n1)) * n2 +
+                index(frac(i, 2), o2, w2, n2);
+  });
+
+  Kokkos::View<int64_t*> bin_start("bin_start", nbins + 1);
+  Kokkos::parallel_for("mlip::nl::bin_count", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
+    Kokkos::atomic_increment(&bin_start(bin_of(i) + 1));
+  });
+  Kokkos::parallel_scan("mlip::nl::bin_scan", Policy(0, nbins + 1),
+                        KOKKOS_LAMBDA(int64_t b, int64_t & acc, bool final) {
+                          acc += bin_start(b);
+                          if (final) bin_start(b) = acc;
+                        });
+  Kokkos::View<int64_t*> fill_pos("fill_pos", nbins);
+  Kokkos::View<int32_t*> sidx(Kokkos::view_alloc(no_init, "sidx"), natoms);
+  // Placement within a bin follows atom order on Serial; on parallel back-ends the order within
+  // a bin may vary from run to run (the set of pairs does not).
+  Kokkos::parallel_for("mlip::nl::bin_fill", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
+    const int32_t b = bin_of(i);
+    const int64_t slot = bin_start(b) + Kokkos::atomic_fetch_add(&fill_pos(b), int64_t(1));
+    sidx(slot) = int32_t(i);
+  });
+
+  // Wrapped positions r + wrap * H (computed in double, stored in Real) in bin order.
+  Kokkos::View<Real* [3]> spos(Kokkos::view_alloc(no_init, "spos"), natoms);
+  Kokkos::View<int32_t* [3]> swrap(Kokkos::view_alloc(no_init, "swrap"), natoms);
+  Kokkos::parallel_for("mlip::nl::sorted_positions", Policy(0, natoms), KOKKOS_LAMBDA(int64_t k) {
+    const int32_t i = sidx(k);
+    for (int c = 0; c < 3; ++c) {
+      double v = double(pos(i, c));
+      for (int d = 0; d < 3; ++d) v += wrap(i, d) * h_k.m[d][c];
+      spos(k, c) = Real(v);
+      swrap(k, c) = wrap(i, c);
+    }
+  });
+  Kokkos::View<int32_t* [3]> stencil(Kokkos::view_alloc(no_init, "stencil"), nstencil);
+  {
+    auto st_h = Kokkos::create_mirror_view(stencil);
+    for (int64_t e = 0; e < nstencil; ++e)
+      for (int d = 0; d < 3; ++d) st_h(e, d) = stencil_host[3 * e + d];
+    Kokkos::deep_copy(stencil, st_h);
+  }
+
+  PairSearch<Real> search;
+  search.spos = spos;
+  search.bin_start = bin_start;
+  search.stencil = stencil;
+  for (int a = 0; a < 3; ++a) {
+    for (int b = 0; b < 3; ++b) search.h[a][b] = Real(h[a][b]);
+    search.n[a] = n[a];
+    search.periodic[a] = pbc[a];
+  }
+  search.rc2 = Real(cutoff) * Real(cutoff);
+  // One team per bin; its atoms share the bin's table of neighbour bins.
+  const auto teams = TeamPolicy(nbins, Kokkos::AUTO)
+                         .set_scratch_size(0, Kokkos::PerTeam(BinTable<Real>::scratch_bytes(nstencil)));
+
+  // Pass 1: count the neighbours of each atom.
+  Kokkos::View<int64_t*> offsets(Kokkos::view_alloc(no_init, "offsets"), natoms + 1);
+  Kokkos::parallel_for("mlip::nl::count", teams, KOKKOS_LAMBDA(const Member& team) {
+    const int64_t k0 = bin_start(team.league_rank()), k1 = bin_start(team.league_rank() + 1);
+    if (k0 == k1) return;
+    const BinTable<Real> table = search.table(team);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k0, k1), [&](int64_t k) {
+      offsets(sidx(k)) = search.count(table, k);
+    });
+  });
+  int64_t npairs = 0;
+  Kokkos::parallel_scan("mlip::nl::offsets", Policy(0, natoms),
+                        KOKKOS_LAMBDA(int64_t i, int64_t & acc, bool final) {
+                          const int64_t c = offsets(i);
+                          if (final) offsets(i) = acc;
+                          acc += c;
+                        },
+                        npairs);
+  Kokkos::deep_copy(Kokkos::subview(offsets, natoms), npairs);
+
+  // Pass 2: fill.
+  out.offsets = offsets;
+  out.neighbor = Kokkos::View<int32_t*>(Kokkos::view_alloc(no_init, "neighbor"), npairs);
+  out.shift = Kokkos::View<int16_t* [3]>(Kokkos::view_alloc(no_init, "shift"), npairs);
+  out.vector = Kokkos::View<Real* [3]>(Kokkos::view_alloc(no_init, "vector"), npairs);
+  out.distance = Kokkos::View<Real*>(Kokkos::view_alloc(no_init, "distance"), npairs);
+  auto neighbor = out.neighbor;
+  auto shift = out.shift;
+  auto vec = out.vector;
+  auto dist = out.distance;
+  Kokkos::parallel_for("mlip::nl::fill", teams, KOKKOS_LAMBDA(const Member& team) {
+    const int64_t k0 = bin_start(team.league_rank()), k1 = bin_start(team.league_rank() + 1);
+    if (k0 == k1) return;
+    const BinTable<Real> table = search.table(team);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k0, k1), [&](int64_t k) {
+      int64_t p = offsets(sidx(k));
+      const int32_t wk0 = swrap(k, 0), wk1 = swrap(k, 1), wk2 = swrap(k, 2);
+      search.for_each(table, k, [&](int64_t m, const int32_t* s, Real dx, Real dy, Real dz, Real r2) {
+        neighbor(p) = sidx(m);
+        shift(p, 0) = int16_t(s[0] + swrap(m, 0) - wk0);
+        shift(p, 1) = int16_t(s[1] + swrap(m, 1) - wk1);
+        shift(p, 2) = int16_t(s[2] + swrap(m, 2) - wk2);
+        vec(p, 0) = dx;
+        vec(p, 1) = dy;
+        vec(p, 2) = dz;
+        dist(p) = Kokkos::Experimental::sqrt(r2);
+        ++p;
+      });
+    });
+  });
+  Kokkos::fence();
+  return out;
+}
+
+template NeighborList<float> build_neighbor_list<float>(const float*, int64_t, const double*,
+                                                        std::array<bool, 3>, double,
+                                                        const NeighborListOptions&);
+template NeighborList<double> build_neighbor_list<double>(const double*, int64_t, const double*,
+                                                          std::array<bool, 3>, double,
+                                                          const NeighborListOptions&);
+
+}  // namespace mlip::data

@@ -1,0 +1,57 @@
+#include "data/neighbor_stat.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include "data/neighbor_list.h"
+#include "error.h"
+
+namespace mlip::data {
+
+NeighborStat neighbor_stat(const std::vector<System>& systems, int ntypes, double rcut) {
+  NeighborStat stat;
+  stat.min_distance = std::numeric_limits<double>::infinity();
+  stat.max_neighbors.assign(size_t(std::max(ntypes, 0)), 0);
+  std::vector<int64_t> count(size_t(std::max(ntypes, 0)));
+  for (const System& sys : systems) {
+    const int64_t n = sys.natoms();
+    for (int t : sys.types)
+      if (t < 0 || t >= ntypes) {
+        std::ostringstream msg;
+        msg << sys.name << ": atom type " << t << " outside the type map of " << ntypes << " types";
+        throw Error(msg.str());
+      }
+    for (int64_t f = 0; f < sys.nframes; ++f) {
+      auto nl = build_neighbor_list<double>(sys.frame_coord(f), n, sys.frame_box(f), sys.pbc, rcut);
+      auto offsets = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.offsets);
+      auto neighbor = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
+      auto dist = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.distance);
+      for (int64_t i = 0; i < n; ++i) {
+        std::fill(count.begin(), count.end(), 0);
+        for (int64_t p = offsets(i); p < offsets(i + 1); ++p) {
+          const int32_t j = neighbor(p);
+          ++count[size_t(sys.types[size_t(j)])];
+          if (dist(p) < stat.min_distance) {
+            stat.min_distance = dist(p);
+            std::ostringstream where;
+            where << sys.name << " frame " << f << " atoms " << i << "-" << j;
+            stat.min_where = where.str();
+          }
+        }
+        for (int t = 0; t < ntypes; ++t)
+          stat.max_neighbors[size_t(t)] = std::max(stat.max_neighbors[size_t(t)], count[size_t(t)]);
+      }
+      if (stat.min_distance < kOverlapDistance) {
+        std::ostringstream msg;
+        msg << "overlapping atoms: " << stat.min_where << " are " << stat.min_distance
+            << " Å apart (expected at least " << kOverlapDistance << " Å)";
+        throw Error(msg.str());
+      }
+      ++stat.frames;
+    }
+  }
+  return stat;
+}
+
+}  // namespace mlip::data

@@ -1,0 +1,61 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_util.h"
+
+namespace {
+
+using mlip::test::run_command;
+const std::string kMlip = MLIP_EXE;
+
+TEST(Cli, HelpAndVersion) {
+  auto h = run_command(kMlip + " --help");
+  EXPECT_EQ(h.exit_code, 0);
+  EXPECT_NE(h.out.find("usage: mlip"), std::string::npos);
+  EXPECT_NE(h.out.find("neighbor-stat"), std::string::npos);
+  auto v = run_command(kMlip + " --version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.out.rfind("mlip ", 0), 0u) << v.out;
+  auto c = run_command(kMlip + " neighbor-stat --help");
+  EXPECT_EQ(c.exit_code, 0);
+  EXPECT_NE(c.out.find("usage: mlip neighbor-stat"), std::string::npos);
+}
+
+TEST(Cli, UnknownCommandOrFlagPrintsUsageAndExits2) {
+  for (const char* args : {"", " frobnicate", " --frobnicate", " neighbor-stat --frobnicate -s x",
+                           " neighbor-stat -r 6", " neighbor-stat -s x -r -1", " neighbor-stat -s x -r abc",
+                           " neighbor-stat -s"}) {
+    SCOPED_TRACE(args);
+    auto r = run_command(kMlip + args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("usage: mlip"), std::string::npos) << r.err;
+  }
+}
+
+TEST(Cli, NeighborStatOnAnExtxyzFile) {
+  mlip::test::TempDir dir;
+  // Two water molecules, non-periodic.
+  mlip::test::write_text(dir / "w.xyz",
+                         "6\n"
+                         "Properties=species:S:1:pos:R:3:forces:R:3 energy=-10.0 pbc=\"F F F\"\n"
+                         "O 0.0 0.0 0.0 0 0 0\n"
+                         "H 0.9572 0.0 0.0 0 0 0\n"
+                         "H -0.24 0.9266 0.0 0 0 0\n"
+                         "O 3.0 0.0 0.0 0 0 0\n"
+                         "H 3.9572 0.0 0.0 0 0 0\n"
+                         "H 2.76 0.9266 0.0 0 0 0\n");
+  auto r = run_command(kMlip + " neighbor-stat -s " + dir.path() + "/w.xyz -r 2.5 -t O H");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The closest pair is the second O-H of the first molecule: |(-0.24, 0.9266, 0)| = 0.957177 Å.
+  EXPECT_NE(r.out.find("min_nbor_dist: 0.957177"), std::string::npos) << r.out;
+  // Within 2.5 Å: the H at 0.9572 sees both O (0.957 and 2.043 Å); the O at 3.0 sees its two
+  // H and the H at 0.9572 (2.043 Å).
+  EXPECT_NE(r.out.find("max_nbor_size: [2, 3]"), std::string::npos) << r.out;
+  auto missing = run_command(kMlip + " neighbor-stat -s " + dir.path() + "/nothing_here -r 6");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("mlip: error: "), std::string::npos);
+  EXPECT_NE(missing.err.find("nothing_here"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,300 @@
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/extxyz.h"
+#include "data/load.h"
+#include "error.h"
+#include "test_util.h"
+
+using mlip::data::load_systems;
+using mlip::data::read_extxyz;
+using mlip::data::System;
+using mlip::test::TempDir;
+using mlip::test::write_text;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mlip::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+const char* kLattice = "Lattice=\"10.0 0.0 0.0 0.0 11.0 0.0 0.0 0.0 12.0\" ";
+const char* kProps = "Properties=species:S:1:pos:R:3:forces:R:3 ";
+
+/// A water molecule frame written as ASE does, atoms in the order O H H (or as given).
+std::string water_frame(double shift, const std::string& extra = "pbc=\"T T T\"",
+                        const std::string& order = "OHH") {
+  std::string s = "3\n" + std::string(kLattice) + kProps + "energy=" +
+                  std::to_string(-14.0 - shift) + " " + extra + "\n";
+  int h = 0;
+  for (char c : order) {
+    double x = c == 'O' ? 0.0 : (h++ == 0 ? 0.76 : -0.76);
+    double fx = c == 'O' ? 0.1 : (h == 1 ? 0.2 : 0.3);
+    s += std::string(1, c) + "  " + std::to_string(x + shift) + "  0.5  " +
+         std::to_string(c == 'O' ? 0.12 : -0.47) + "  " + std::to_string(fx) + "  -0.1  0.05\n";
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(Extxyz, ReadsAnAseStyleFile) {
+  TempDir tmp;
+  const std::string path = tmp / "water.xyz";
+  write_text(path, water_frame(0) + water_frame(1));
+  std::vector<System> systems = read_extxyz(path, {"O", "H"});
+  ASSERT_EQ(systems.size(), 1u);
+  const System& s = systems[0];
+  EXPECT_EQ(s.name, path + "[O1H2]");
+  EXPECT_EQ(s.nframes, 2);
+  EXPECT_EQ(s.types, (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(s.type_map, (std::vector<std::string>{"O", "H"}));
+  EXPECT_EQ(s.pbc, (std::array<bool, 3>{true, true, true}));
+  ASSERT_EQ(s.box.size(), 18u);
+  EXPECT_EQ(s.box[0], 10.0);
+  EXPECT_EQ(s.box[4], 11.0);
+  EXPECT_EQ(s.box[8], 12.0);
+  EXPECT_EQ(s.energy, (std::vector<double>{-14.0, -15.0}));
+  ASSERT_EQ(s.coord.size(), 18u);
+  EXPECT_DOUBLE_EQ(s.coord[3], 0.76);        // frame 0, atom 1, x
+  EXPECT_DOUBLE_EQ(s.coord[9 + 3], 1.76);    // frame 1, atom 1, x
+  EXPECT_DOUBLE_EQ(s.coord[9 + 8], -0.47);   // frame 1, atom 2, z
+  EXPECT_DOUBLE_EQ(s.force[0], 0.1);
+  EXPECT_DOUBLE_EQ(s.force[6], 0.3);
+  EXPECT_TRUE(s.virial.empty());
+}
+
+TEST(Extxyz, SortsAtomsByTypeWithForcesFollowing) {
+  TempDir tmp;
+  const std::string path = tmp / "w.extxyz";
+  // Second frame lists H O H: atoms must be reordered to O H H like the first frame.
+  write_text(path, water_frame(0) + water_frame(0, "pbc=\"T T T\"", "HOH"));
+  std::vector<System> systems = read_extxyz(path, {"O", "H"});
+  ASSERT_EQ(systems.size(), 1u);
+  const System& s = systems[0];
+  EXPECT_EQ(s.types, (std::vector<int>{0, 1, 1}));
+  // Frame 1 as written: H(x=0.76, f=0.2), O(x=0, f=0.1), H(x=-0.76, f=0.3).
+  EXPECT_DOUBLE_EQ(s.coord[9 + 0], 0.0);
+  EXPECT_DOUBLE_EQ(s.coord[9 + 3], 0.76);
+  EXPECT_DOUBLE_EQ(s.coord[9 + 6], -0.76);
+  EXPECT_DOUBLE_EQ(s.force[9 + 0], 0.1);
+  EXPECT_DOUBLE_EQ(s.force[9 + 3], 0.2);
+  EXPECT_DOUBLE_EQ(s.force[9 + 6], 0.3);
+  EXPECT_DOUBLE_EQ(s.coord[9 + 2], 0.12);  // O keeps its own z
+
+  // With type_map [H, O], the H atoms come first (stable: in file order).
+  std::vector<System> swapped = read_extxyz(path, {"H", "O"});
+  ASSERT_EQ(swapped.size(), 1u);
+  EXPECT_EQ(swapped[0].types, (std::vector<int>{0, 0, 1}));
+  EXPECT_DOUBLE_EQ(swapped[0].coord[9 + 0], 0.76);
+  EXPECT_DOUBLE_EQ(swapped[0].coord[9 + 3], -0.76);
+  EXPECT_DOUBLE_EQ(swapped[0].force[9 + 6], 0.1);
+}
+
+TEST(Extxyz, GroupsFramesByCompositionAndPeriodicity) {
+  TempDir tmp;
+  const std::string path = tmp / "mixed.xyz";
+  const std::string methane =
+      "5\n" + std::string(kLattice) + kProps + "energy=-24.0 pbc=\"T T T\"\n"
+      "C 0 0 0 0 0 0\nH 0.6 0.6 0.6 0.1 0.1 0.1\nH -0.6 -0.6 0.6 0 0 0\n"
+      "H -0.6 0.6 -0.6 0 0 0\nH 0.6 -0.6 -0.6 0 0 0\n";
+  // A non-periodic water molecule (no Lattice) and a slab (T T F).
+  const std::string cluster =
+      "3\n" + std::string(kProps) + "energy=-13.0 pbc=\"F F F\"\n"
+      "O 0 0 0 0 0 0\nH 1 0 0 0 0 0\nH 0 1 0 0 0 0\n";
+  const std::string slab = water_frame(0.5, "pbc=\"T T F\"");
+  write_text(path, water_frame(0) + methane + cluster + water_frame(2) + slab + cluster);
+
+  std::vector<System> systems = read_extxyz(path, {});
+  ASSERT_EQ(systems.size(), 4u);
+  // type_map from the file: sorted element names.
+  EXPECT_EQ(systems[0].type_map, (std::vector<std::string>{"C", "H", "O"}));
+  EXPECT_EQ(systems[0].name, path + "[H2O1]");
+  EXPECT_EQ(systems[0].nframes, 2);
+  EXPECT_EQ(systems[0].types, (std::vector<int>{1, 1, 2}));
+  EXPECT_EQ(systems[0].energy, (std::vector<double>{-14.0, -16.0}));
+
+  EXPECT_EQ(systems[1].name, path + "[C1H4]");
+  EXPECT_EQ(systems[1].natoms(), 5);
+  EXPECT_EQ(systems[1].nframes, 1);
+  EXPECT_EQ(systems[1].types, (std::vector<int>{0, 1, 1, 1, 1}));
+
+  const System& c = systems[2];
+  EXPECT_EQ(c.name, path + "[H2O1,pbc=FFF]");
+  EXPECT_EQ(c.nframes, 2);
+  EXPECT_EQ(c.pbc, (std::array<bool, 3>{false, false, false}));
+  EXPECT_FALSE(c.has_box());
+
+  const System& slab_sys = systems[3];
+  EXPECT_EQ(slab_sys.pbc, (std::array<bool, 3>{true, true, false}));
+  EXPECT_EQ(slab_sys.nframes, 1);
+  ASSERT_EQ(slab_sys.box.size(), 9u);
+  EXPECT_EQ(slab_sys.box[8], 12.0);
+  for (const System& s : systems) EXPECT_NO_THROW(mlip::data::validate_system(s)) << s.name;
+}
+
+TEST(Extxyz, PbcDefaultsFollowAse) {
+  TempDir tmp;
+  const std::string path = tmp / "d.xyz";
+  // No pbc key: periodic when Lattice is present, not otherwise.
+  write_text(path, "1\n" + std::string(kLattice) + kProps + "energy=-1\nH 0 0 0 0 0 0\n"
+                   "1\n" + kProps + "energy=-2\nH 0 0 0 0 0 0\n");
+  std::vector<System> systems = read_extxyz(path, {"H"});
+  ASSERT_EQ(systems.size(), 2u);
+  EXPECT_EQ(systems[0].pbc, (std::array<bool, 3>{true, true, true}));
+  EXPECT_TRUE(systems[0].has_box());
+  EXPECT_EQ(systems[1].pbc, (std::array<bool, 3>{false, false, false}));
+  EXPECT_FALSE(systems[1].has_box());
+}
+
+TEST(Extxyz, SkipsExtraColumnsAndAcceptsForceName) {
+  TempDir tmp;
+  const std::string path = tmp / "extra.xyz";
+  write_text(path,
+             "2\nLattice=\"5 0 0 0 5 0 0 0 5\" "
+             "Properties=species:S:1:pos:R:3:Z:I:1:masses:R:1:momenta:R:3:force:R:3:tags:I:1 "
+             "energy=-3.5 free_energy=-3.6 pbc=\"T T T\"\n"
+             "H 1 2 3 1 1.008 9 9 9 0.1 0.2 0.3 0\n"
+             "O 4 5 6 8 15.999 9 9 9 0.4 0.5 0.6 1\n");
+  std::vector<System> systems = read_extxyz(path, {"O", "H"});
+  ASSERT_EQ(systems.size(), 1u);
+  const System& s = systems[0];
+  EXPECT_EQ(s.types, (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.coord, (std::vector<double>{4, 5, 6, 1, 2, 3}));
+  EXPECT_EQ(s.force, (std::vector<double>{0.4, 0.5, 0.6, 0.1, 0.2, 0.3}));
+  EXPECT_EQ(s.energy, (std::vector<double>{-3.5}));  // energy wins over free_energy
+}
+
+TEST(Extxyz, FreeEnergyIsUsedWithoutEnergy) {
+  TempDir tmp;
+  const std::string path = tmp / "fe.xyz";
+  write_text(path, "1\n" + std::string(kProps) + "free_energy=-7.25\nH 0 0 0 0 0 0\n");
+  EXPECT_EQ(read_extxyz(path, {"H"})[0].energy, (std::vector<double>{-7.25}));
+}
+
+TEST(Extxyz, VirialFromStressOrVirialKey) {
+  TempDir tmp;
+  const std::string path = tmp / "v.xyz";
+  // Cell volume 10 * 11 * 12 = 1320.
+  write_text(path, water_frame(0, "stress=\"0.001 0.0 0.0 0.0 0.002 0.0 0.0 0.0 0.003\" "
+                                  "pbc=\"T T T\"") +
+                       water_frame(0, "virial=\"1 2 3 4 5 6 7 8 9\" pbc=\"T T T\""));
+  std::vector<System> systems = read_extxyz(path, {"O", "H"});
+  ASSERT_EQ(systems.size(), 1u);
+  const std::vector<double>& v = systems[0].virial;
+  ASSERT_EQ(v.size(), 18u);
+  EXPECT_DOUBLE_EQ(v[0], -1.32);
+  EXPECT_DOUBLE_EQ(v[4], -2.64);
+  EXPECT_DOUBLE_EQ(v[8], -3.96);
+  EXPECT_DOUBLE_EQ(v[1], 0.0);
+  EXPECT_EQ(std::vector<double>(v.begin() + 9, v.end()),
+            (std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+
+  // Virial on some frames of a composition but not others is an error.
+  write_text(path, water_frame(0, "virial=\"1 2 3 4 5 6 7 8 9\" pbc=\"T T T\"") + water_frame(1));
+  std::string msg = error_of([&] { read_extxyz(path, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, path + ":6: frame has no virial/stress")) << msg;
+}
+
+TEST(Extxyz, WindowsLineEndingsAndTrailingBlankLines) {
+  TempDir tmp;
+  const std::string path = tmp / "crlf.xyz";
+  write_text(path, "1\r\n" + std::string(kProps) + "energy=-1.5 pbc=\"F F F\"\r\n"
+                   "H 0.5 0 0 0 0 1\r\n\r\n\n");
+  std::vector<System> systems = read_extxyz(path, {"H"});
+  ASSERT_EQ(systems.size(), 1u);
+  EXPECT_EQ(systems[0].energy, (std::vector<double>{-1.5}));
+  EXPECT_EQ(systems[0].force, (std::vector<double>{0, 0, 1}));
+}
+
+TEST(Extxyz, LoadSystemsFillsSortedTypeMap) {
+  TempDir tmp;
+  write_text(tmp / "w.xyz", water_frame(0) + water_frame(0, "pbc=\"T T T\"", "HOH"));
+  std::vector<std::string> type_map;
+  std::vector<System> systems = load_systems({"w.xyz"}, type_map, tmp.path());
+  EXPECT_EQ(type_map, (std::vector<std::string>{"H", "O"}));
+  ASSERT_EQ(systems.size(), 1u);
+  EXPECT_EQ(systems[0].types, (std::vector<int>{0, 0, 1}));
+  EXPECT_EQ(systems[0].nframes, 2);
+
+  // A DeePMD-style type_map given up front is honoured.
+  std::vector<std::string> oh = {"O", "H"};
+  systems = load_systems({tmp / "w.xyz"}, oh);
+  EXPECT_EQ(systems[0].types, (std::vector<int>{0, 1, 1}));
+}
+
+TEST(Extxyz, Errors) {
+  TempDir tmp;
+  const std::string path = tmp / "bad.xyz";
+  auto expect_error = [&](const std::string& text, const std::vector<std::string>& phrases) {
+    write_text(path, text);
+    std::string msg = error_of([&] { read_extxyz(path, {"O", "H"}); });
+    for (const std::string& p : phrases) {
+      EXPECT_TRUE(contains(msg, p)) << msg << "\n  missing: " << p;
+    }
+  };
+  // Missing forces column.
+  expect_error("1\nLattice=\"5 0 0 0 5 0 0 0 5\" Properties=species:S:1:pos:R:3 energy=-1 "
+               "pbc=\"T T T\"\nH 0 0 0\n",
+               {path + ":2", "no forces", "forces:R:3"});
+  // Missing energy.
+  expect_error("1\n" + std::string(kProps) + "pbc=\"F F F\"\nH 0 0 0 0 0 0\n",
+               {path + ":2", "no energy", "'energy'"});
+  // Non-numeric coordinate.
+  expect_error(water_frame(0) + "3\n" + kLattice + kProps + "energy=-1 pbc=\"T T T\"\n"
+                   "O 0 0 0 0 0 0\nH 0 abc 0 0 0 0\nH 0 0 0 0 0 0\n",
+               {path + ":9", "atom 1", "column 'pos'", "expected a number, got 'abc'"});
+  // Non-numeric force.
+  expect_error("1\n" + std::string(kProps) + "energy=-1\nH 0 0 0 0 x 0\n",
+               {path + ":3", "column 'forces'", "got 'x'"});
+  // Periodic without Lattice.
+  expect_error("1\n" + std::string(kProps) + "energy=-1 pbc=\"T T F\"\nH 0 0 0 0 0 0\n",
+               {path + ":2", "pbc", "T T F", "no Lattice"});
+  // Atom count line larger than the atoms that follow (last frame).
+  expect_error("4\n" + std::string(kProps) + "energy=-1\nH 0 0 0 0 0 0\nO 1 1 1 0 0 0\n",
+               {path + ":1", "atom count line says 4 atoms", "ends after 2 atom lines"});
+  // Atom count line smaller than the atoms that follow.
+  expect_error("1\n" + std::string(kProps) + "energy=-1\nH 0 0 0 0 0 0\nO 1 1 1 0 0 0\n",
+               {path + ":4", "expected the atom count of a frame", "got 'O 1 1 1 0 0 0'"});
+  // Atom count too small, followed by another frame: the next count line is an atom line.
+  expect_error("2\n" + std::string(kProps) + "energy=-1\nH 0 0 0 0 0 0\n" +
+                   "1\n" + kProps + "energy=-1\nH 0 0 0 0 0 0\n",
+               {path + ":4", "expected 7 columns", "got 1"});
+  // Wrong number of columns.
+  expect_error("1\n" + std::string(kProps) + "energy=-1\nH 0 0 0 0 0\n",
+               {path + ":3", "expected 7 columns", "got 6"});
+  // Count line not a number.
+  expect_error("three\n" + std::string(kProps) + "energy=-1\n",
+               {path + ":1", "expected the atom count", "got 'three'"});
+  // Element not in the type_map.
+  expect_error("1\n" + std::string(kProps) + "energy=-1\nC 0 0 0 0 0 0\n",
+               {path + ":1", "element 'C' is not in the type_map [O, H]"});
+  // Bad Lattice.
+  expect_error("1\nLattice=\"5 0 0 0 5 0\" " + std::string(kProps) + "energy=-1\nH 0 0 0 0 0 0\n",
+               {path + ":2", "key 'Lattice': expected 9 numbers, got 6"});
+  // Bad energy and pbc values.
+  expect_error("1\n" + std::string(kProps) + "energy=abc\nH 0 0 0 0 0 0\n",
+               {path + ":2", "key 'energy': expected a number, got 'abc'"});
+  expect_error("1\n" + std::string(kProps) + "energy=-1 pbc=\"T T\"\nH 0 0 0 0 0 0\n",
+               {path + ":2", "key 'pbc'", "got 'T T'"});
+  // Unterminated quote.
+  expect_error("1\nLattice=\"5 0 0 0 5 0 0 0 5 " + std::string(kProps) + "\nH 0 0 0 0 0 0\n",
+               {path + ":2", "unterminated"});
+  // Empty file.
+  expect_error("", {path, "no frames"});
+  // Missing file.
+  std::string msg = error_of([&] { read_extxyz(tmp / "none.xyz", {}); });
+  EXPECT_TRUE(contains(msg, tmp / "none.xyz" + ": cannot open")) << msg;
+}

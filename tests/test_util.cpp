@@ -1,0 +1,60 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace mlip::test {
+
+TempDir::TempDir() {
+  std::string templ = (fs::temp_directory_path() / "mlip_test_XXXXXX").string();
+  if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+static std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+CommandResult run_command(const std::string& command) {
+  TempDir tmp;
+  std::string out_file = tmp / "out", err_file = tmp / "err";
+  std::string full = command + " >" + out_file + " 2>" + err_file + " </dev/null";
+  int status = std::system(full.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out_file);
+  r.err = slurp(err_file);
+  return r;
+}
+
+std::string shared_water_dir() {
+  std::string d = std::string(MLIP_SHARED_DATA) + "/water";
+  if (fs::exists(d + "/data_0/type.raw")) return d;
+  return "";
+}
+
+}  // namespace mlip::test

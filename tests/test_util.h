@@ -1,0 +1,39 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mlip::test {
+
+/// A fresh empty directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  /// path() + "/" + name
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+/// Writes text to a file (creating parent folders).
+void write_text(const std::string& path, const std::string& text);
+
+/// Result of running a shell command: exit status and captured stdout and stderr.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+/// Runs `command` through /bin/sh, capturing stdout and stderr separately.
+CommandResult run_command(const std::string& command);
+
+/// Path of the shared DFT water data (../shared/data/water), or "" when absent.
+std::string shared_water_dir();
+
+}  // namespace mlip::test

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Sets up everything mlip needs on a Debian 12 machine and builds it. Idempotent: packages
+# already installed are skipped, an existing build folder is reconfigured and built
+# incrementally.
+#
+# usage: tools/setup.sh [--build-dir DIR] [--build-type Release|Debug|RelWithDebInfo]
+#                       [--no-install] [--jobs N] [--quiet]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="$ROOT/build"
+BUILD_TYPE="Release"
+INSTALL=1
+JOBS="$(nproc 2>/dev/null || echo 2)"
+QUIET=0
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) BUILD_DIR="$2"; shift 2 ;;
+    --build-type) BUILD_TYPE="$2"; shift 2 ;;
+    --no-install) INSTALL=0; shift ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    --quiet) QUIET=1; shift ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "[mlip setup] $*"; }
+
+# Debian packages (DEVELOPERS.md): compilers and build tools, LibTorch with c10d, Kokkos,
+# yaml-cpp, GoogleTest, OpenMPI, the real torchrun (python3-torch), a one-node Slurm, and
+# OpenBLAS (Debian's LibTorch calls the system BLAS; the reference BLAS is ~15x slower).
+PACKAGES=(
+  build-essential cmake ccache pkg-config
+  libtorch-dev libgloo-dev libyaml-cpp-dev
+  libtrilinos-kokkos-dev googletest libgtest-dev
+  libopenmpi-dev openmpi-bin
+  python3 python3-numpy python3-torch
+  slurm-wlm munge
+  libopenblas0-openmp
+)
+
+if [ "$INSTALL" = 1 ]; then
+  missing=()
+  for p in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+      if command -v sudo >/dev/null; then SUDO="sudo"; else
+        echo "setup.sh: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+      fi
+    fi
+    say "installing ${#missing[@]} Debian package(s): ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q >/dev/null
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/mlip-apt.log 2>&1 || {
+      tail -30 /tmp/mlip-apt.log >&2; echo "setup.sh: apt-get install failed (log: /tmp/mlip-apt.log)" >&2; exit 1; }
+  else
+    say "all ${#PACKAGES[@]} Debian packages present"
+  fi
+fi
+
+mkdir -p "$BUILD_DIR"
+say "configuring ($BUILD_TYPE) in $BUILD_DIR"
+cfg_log="$BUILD_DIR/configure.log"
+if ! cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >"$cfg_log" 2>&1; then
+  cat "$cfg_log" >&2; echo "setup.sh: CMake configuration failed" >&2; exit 1
+fi
+[ "$QUIET" = 1 ] || grep -E "^-- (mlip|  )" "$cfg_log" || true
+say "building with $JOBS job(s)"
+start=$(date +%s)
+if [ "$QUIET" = 1 ]; then
+  cmake --build "$BUILD_DIR" -j "$JOBS" >"$BUILD_DIR/build.log" 2>&1 || {
+    tail -50 "$BUILD_DIR/build.log" >&2; echo "setup.sh: build failed (log: $BUILD_DIR/build.log)" >&2; exit 1; }
+else
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+fi
+say "built in $(( $(date +%s) - start )) s: $BUILD_DIR/bin/mlip"
