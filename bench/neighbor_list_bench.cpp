@@ -1,6 +1,7 @@
 // Neighbour-list benchmark: diamond and water-density supercells, 10^3..10^6 atoms, cutoffs 3
 // and 6 Å. Prints atoms, pairs, median build time, pairs/s and the peak memory of the build.
-// Usage: bench_neighbor_list [--max-atoms N] [--float] [--repeats K]
+// Usage: bench_neighbor_list [--max-atoms N] [--float] [--repeats K] [--bins-per-cutoff K]
+//                            [--only diamond|water]
 
 #include <algorithm>
 #include <chrono>
@@ -82,6 +83,8 @@ void reset_peak() {
   f << "5";
 }
 
+mlip::data::NeighborListOptions g_options;
+
 template <typename Real>
 void run(const Structure& s, double cutoff, int repeats) {
   const int64_t n = int64_t(s.pos.size() / 3);
@@ -93,7 +96,7 @@ void run(const Structure& s, double cutoff, int repeats) {
     reset_peak();
     const long base_kb = read_status_kb("VmRSS:");
     auto t0 = std::chrono::steady_clock::now();
-    auto nl = mlip::data::build_neighbor_list<Real>(pos.data(), n, s.cell.data(), {{true, true, true}}, cutoff);
+    auto nl = mlip::data::build_neighbor_list<Real>(pos.data(), n, s.cell.data(), {{true, true, true}}, cutoff, g_options);
     auto t1 = std::chrono::steady_clock::now();
     peak_kb = std::max(peak_kb, read_status_kb("VmHWM:") - base_kb);
     pairs = nl.npairs();
@@ -112,13 +115,16 @@ int main(int argc, char** argv) {
   int64_t max_atoms = 1000000;
   bool use_float = false;
   int repeats_override = 0;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--max-atoms" && i + 1 < argc) max_atoms = std::atoll(argv[++i]);
     else if (a == "--float") use_float = true;
     else if (a == "--repeats" && i + 1 < argc) repeats_override = std::atoi(argv[++i]);
+    else if (a == "--bins-per-cutoff" && i + 1 < argc) g_options.bins_per_cutoff = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: bench_neighbor_list [--max-atoms N] [--float] [--repeats K]\n");
+      std::fprintf(stderr, "usage: bench_neighbor_list [--max-atoms N] [--float] [--repeats K] [--bins-per-cutoff K] [--only diamond|water]\n");
       return 2;
     }
   }
@@ -134,7 +140,7 @@ int main(int argc, char** argv) {
       for (int w = 0; w < 2; ++w) {
         Structure s = w == 0 ? diamond(diamond_n[k]) : water(water_n[k]);
         const int64_t n = int64_t(s.pos.size() / 3);
-        if (n > max_atoms) continue;
+        if (n > max_atoms || (!only.empty() && s.name != only)) continue;
         const int repeats = repeats_override ? repeats_override : (n <= 2000 ? 21 : n <= 120000 ? 7 : 3);
         if (use_float) run<float>(s, rc, repeats);
         else run<double>(s, rc, repeats);

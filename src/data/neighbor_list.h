@@ -31,10 +31,9 @@ struct NeighborList {
 
 /// Tuning knobs of the cell-list build; the defaults suit the benchmarks in bench/.
 struct NeighborListOptions {
-  /// Bin edge as a fraction of the cutoff (bins are slices of the cell, at least this thick).
-  double bin_fraction = 0.5;
-  /// Lower bound on the bin volume, in atoms at the structure's mean density.
-  double min_atoms_per_bin = 4.0;
+  /// Bins per cutoff length (bins are cutoff/k thick, the stencil reaches k bins each way);
+  /// 0 picks k from the density.
+  int bins_per_cutoff = 0;
 };
 
 /// Builds the full list of pairs (i, j, shift) with |r_j - r_i + shift * cell| < cutoff, O(N),
