@@ -196,6 +196,30 @@ TYPED_TEST(NeighborListTest, ManyRandomSkewedCells) {
   }
 }
 
+TYPED_TEST(NeighborListTest, ReusedBuilderEqualsFreshBuilds) {
+  // One builder over structures that grow and shrink: each list equals a fresh build.
+  mlip::data::NeighborListBuilder<TypeParam> builder;
+  auto all = structures();
+  std::vector<Structure> sequence = {all[1], all[4], all[0], all[6], all[1], all[8]};
+  for (const auto& s : sequence) {
+    SCOPED_TRACE(s.name);
+    std::vector<TypeParam> pos(s.pos.begin(), s.pos.end());
+    const double* cell = s.cell.empty() ? nullptr : s.cell.data();
+    auto reused = builder.build(pos.data(), s.natoms(), cell, s.pbc, s.cutoff);
+    auto fresh = build_neighbor_list<TypeParam>(pos.data(), s.natoms(), cell, s.pbc, s.cutoff);
+    ASSERT_EQ(reused.npairs(), fresh.npairs());
+    for (int i = 0; i <= s.natoms(); ++i) ASSERT_EQ(reused.offsets(i), fresh.offsets(i));
+    for (int64_t p = 0; p < fresh.npairs(); ++p) {
+      ASSERT_EQ(reused.neighbor(p), fresh.neighbor(p));
+      ASSERT_EQ(reused.distance(p), fresh.distance(p));
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_EQ(reused.shift(p, k), fresh.shift(p, k));
+        ASSERT_EQ(reused.vector(p, k), fresh.vector(p, k));
+      }
+    }
+  }
+}
+
 TEST(NeighborList, EmptyAndIsolatedAtoms) {
   auto nl = build_neighbor_list<double>(nullptr, 0, nullptr, {{false, false, false}}, 3.0);
   EXPECT_EQ(nl.npairs(), 0);

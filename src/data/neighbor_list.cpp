@@ -322,12 +322,37 @@ struct PairSearch {
   }
 };
 
+/// The first n rows of a reusable buffer, grown (by 1/8 extra, uninitialised) when too small.
+template <class V>
+auto rows(V& buffer, int64_t n, const char* label) {
+  if (int64_t(buffer.extent(0)) < n) {
+    buffer = V();  // release the old buffer before allocating the new one
+    buffer = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), size_t(n + n / 8));
+    advise_huge_pages(buffer);
+  }
+  // The same View type as the buffer (contiguous rows keep the layout; no runtime strides).
+  if constexpr (V::rank == 1) return V(buffer, std::make_pair(int64_t(0), n));
+  else return V(buffer, std::make_pair(int64_t(0), n), Kokkos::ALL);
+}
+
 }  // namespace
+
+template <typename Real>
+NeighborListBuilder<Real>::NeighborListBuilder(const NeighborListOptions& options) : options_(options) {}
 
 template <typename Real>
 NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, const double* cell,
                                        std::array<bool, 3> pbc, double cutoff,
                                        const NeighborListOptions& options) {
+  NeighborListBuilder<Real> builder(options);
+  return builder.build(positions, natoms, cell, pbc, cutoff);
+}
+
+template <typename Real>
+NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64_t natoms,
+                                                    const double* cell, std::array<bool, 3> pbc,
+                                                    double cutoff) {
+  const NeighborListOptions& options = options_;
   ensure_kokkos_initialized();
   if (!(cutoff > 0.0) || !std::isfinite(cutoff)) {
     std::ostringstream msg;
@@ -337,7 +362,6 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
   if (natoms < 0 || natoms > std::numeric_limits<int32_t>::max())
     throw Error("neighbour list: number of atoms out of range");
   using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
-  const auto no_init = Kokkos::WithoutInitializing;
 
   NeighborList<Real> out;
   out.natoms = natoms;
@@ -359,8 +383,8 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
   const bool per0 = pbc[0], per1 = pbc[1], per2 = pbc[2];
 
   // Fractional coordinates; periodic directions wrapped into [0, 1), with the integer wrap.
-  Kokkos::View<double* [3]> frac(Kokkos::view_alloc(no_init, "frac"), natoms);
-  Kokkos::View<int32_t* [3]> wrap(Kokkos::view_alloc(no_init, "wrap"), natoms);
+  auto frac = rows(frac_, natoms, "frac");
+  auto wrap = rows(wrap_, natoms, "wrap");
   int64_t first_bad = natoms;
   Kokkos::parallel_reduce(
       "mlip::nl::fractional", Policy(0, natoms),
@@ -479,7 +503,7 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
   const int64_t nstencil = int64_t(stencil_host.size() / 3);
 
   // Bin the atoms (counting sort) and lay out wrapped positions in bin order.
-  Kokkos::View<int32_t*> bin_of(Kokkos::view_alloc(no_init, "bin_of"), natoms);
+  auto bin_of = rows(bin_of_, natoms, "bin_of");
   const double o0 = origin[0], o1 = origin[1], o2 = origin[2];
   const double w0 = fwidth[0], w1 = fwidth[1], w2 = fwidth[2];
   const int32_t n0 = n[0], n1 = n[1], n2 = n[2];
@@ -492,7 +516,8 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
                 index(frac(i, 2), o2, w2, n2);
   });
 
-  Kokkos::View<int64_t*> bin_start("bin_start", nbins + 1);
+  auto bin_start = rows(bin_start_, nbins + 1, "bin_start");
+  Kokkos::deep_copy(bin_start, int64_t(0));
   Kokkos::parallel_for("mlip::nl::bin_count", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
     Kokkos::atomic_increment(&bin_start(bin_of(i) + 1));
   });
@@ -501,8 +526,9 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
                           acc += bin_start(b);
                           if (final) bin_start(b) = acc;
                         });
-  Kokkos::View<int64_t*> fill_pos("fill_pos", nbins);
-  Kokkos::View<int32_t*> sidx(Kokkos::view_alloc(no_init, "sidx"), natoms);
+  auto fill_pos = rows(fill_pos_, nbins, "fill_pos");
+  Kokkos::deep_copy(fill_pos, int64_t(0));
+  auto sidx = rows(sidx_, natoms, "sidx");
   // Placement within a bin follows atom order on Serial; on parallel back-ends the order within
   // a bin may vary from run to run (the set of pairs does not).
   Kokkos::parallel_for("mlip::nl::bin_fill", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
@@ -512,8 +538,8 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
   });
 
   // Wrapped positions r + wrap * H (computed in double, stored in Real) in bin order.
-  Kokkos::View<Real* [3]> spos(Kokkos::view_alloc(no_init, "spos"), natoms);
-  Kokkos::View<int32_t* [3]> swrap(Kokkos::view_alloc(no_init, "swrap"), natoms);
+  auto spos = rows(spos_, natoms, "spos");
+  auto swrap = rows(swrap_, natoms, "swrap");
   Kokkos::parallel_for("mlip::nl::sorted_positions", Policy(0, natoms), KOKKOS_LAMBDA(int64_t k) {
     const int32_t i = sidx(k);
     for (int c = 0; c < 3; ++c) {
@@ -523,7 +549,7 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
       swrap(k, c) = wrap(i, c);
     }
   });
-  Kokkos::View<int32_t* [3]> stencil(Kokkos::view_alloc(no_init, "stencil"), nstencil);
+  Kokkos::View<int32_t* [3]> stencil(Kokkos::view_alloc(Kokkos::WithoutInitializing, "stencil"), nstencil);
   {
     auto st_h = Kokkos::create_mirror_view(stencil);
     for (int64_t e = 0; e < nstencil; ++e)
@@ -546,7 +572,7 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
                          .set_scratch_size(0, Kokkos::PerTeam(BinTable<Real>::scratch_bytes(nstencil)));
 
   // Pass 1: count the neighbours of each atom.
-  Kokkos::View<int64_t*> offsets(Kokkos::view_alloc(no_init, "offsets"), natoms + 1);
+  auto offsets = rows(offsets_, natoms + 1, "offsets");
   Kokkos::parallel_for("mlip::nl::count", teams, KOKKOS_LAMBDA(const Member& team) {
     const int64_t k0 = bin_start(team.league_rank()), k1 = bin_start(team.league_rank() + 1);
     if (k0 == k1) return;
@@ -567,14 +593,10 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
 
   // Pass 2: fill.
   out.offsets = offsets;
-  out.neighbor = Kokkos::View<int32_t*>(Kokkos::view_alloc(no_init, "neighbor"), npairs);
-  out.shift = Kokkos::View<int16_t* [3]>(Kokkos::view_alloc(no_init, "shift"), npairs);
-  out.vector = Kokkos::View<Real* [3]>(Kokkos::view_alloc(no_init, "vector"), npairs);
-  out.distance = Kokkos::View<Real*>(Kokkos::view_alloc(no_init, "distance"), npairs);
-  advise_huge_pages(out.neighbor);
-  advise_huge_pages(out.shift);
-  advise_huge_pages(out.vector);
-  advise_huge_pages(out.distance);
+  out.neighbor = rows(neighbor_, npairs, "neighbor");
+  out.shift = rows(shift_, npairs, "shift");
+  out.vector = rows(vector_, npairs, "vector");
+  out.distance = rows(distance_, npairs, "distance");
   auto neighbor = out.neighbor;
   auto shift = out.shift;
   auto vec = out.vector;
@@ -622,6 +644,8 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
   return out;
 }
 
+template class NeighborListBuilder<float>;
+template class NeighborListBuilder<double>;
 template NeighborList<float> build_neighbor_list<float>(const float*, int64_t, const double*,
                                                         std::array<bool, 3>, double,
                                                         const NeighborListOptions&);

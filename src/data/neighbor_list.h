@@ -36,6 +36,35 @@ struct NeighborListOptions {
   int bins_per_cutoff = 0;
 };
 
+/// Builds neighbour lists again and again (an MD loop, a trainer) while keeping its buffers:
+/// after the first build, a build of a similar system allocates nothing (buffers grow by 1/8
+/// when needed). The Views of a returned list share the builder's buffers: they stay valid
+/// (reference-counted) but are overwritten by the builder's next build.
+template <typename Real>
+class NeighborListBuilder {
+ public:
+  explicit NeighborListBuilder(const NeighborListOptions& options = {});
+  /// Same contract as build_neighbor_list below.
+  NeighborList<Real> build(const Real* positions, int64_t natoms, const double* cell,
+                           std::array<bool, 3> pbc, double cutoff);
+
+ private:
+  NeighborListOptions options_;
+  Kokkos::View<double* [3]> frac_;
+  Kokkos::View<int32_t* [3]> wrap_;
+  Kokkos::View<int32_t*> bin_of_, sidx_;
+  Kokkos::View<int64_t*> bin_start_, fill_pos_, offsets_;
+  Kokkos::View<Real* [3]> spos_;
+  Kokkos::View<int32_t* [3]> swrap_;
+  Kokkos::View<int32_t*> neighbor_;
+  Kokkos::View<int16_t* [3]> shift_;
+  Kokkos::View<Real* [3]> vector_;
+  Kokkos::View<Real*> distance_;
+};
+
+extern template class NeighborListBuilder<float>;
+extern template class NeighborListBuilder<double>;
+
 /// Builds the full list of pairs (i, j, shift) with |r_j - r_i + shift * cell| < cutoff, O(N),
 /// with a cell list over the (possibly triclinic) cell.
 ///
