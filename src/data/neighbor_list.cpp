@@ -258,6 +258,13 @@ struct PairSearch {
             }
             if (!inside) continue;
             const int32_t nbin = (nb[0] * n[1] + nb[1]) * n[2] + nb[2];
+            // Bins consecutive in memory with the same image extend the previous entry (a
+            // stencil row along the fastest bin axis becomes one longer loop).
+            if (count > 0 && t.range(count - 1, 1) == bin_start(nbin) && t.image(count - 1, 0) == s[0] &&
+                t.image(count - 1, 1) == s[1] && t.image(count - 1, 2) == s[2]) {
+              t.range(count - 1, 1) = bin_start(nbin + 1);
+              continue;
+            }
             if (bin_start(nbin) == bin_start(nbin + 1)) continue;  // empty bin
             t.range(count, 0) = bin_start(nbin);
             t.range(count, 1) = bin_start(nbin + 1);
@@ -549,6 +556,16 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
       swrap(k, c) = wrap(i, c);
     }
   });
+  // The fractional coordinates, wraps and bin ids are no longer needed: release them (40 bytes
+  // per atom) before the output is allocated, to keep the peak memory low. (Fence first: kernels
+  // on an asynchronous back-end may still be reading them.)
+  Kokkos::fence();
+  frac = decltype(frac)();
+  wrap = decltype(wrap)();
+  bin_of = decltype(bin_of)();
+  frac_ = decltype(frac_)();
+  wrap_ = decltype(wrap_)();
+  bin_of_ = decltype(bin_of_)();
   Kokkos::View<int32_t* [3]> stencil(Kokkos::view_alloc(Kokkos::WithoutInitializing, "stencil"), nstencil);
   {
     auto st_h = Kokkos::create_mirror_view(stencil);

@@ -50,9 +50,10 @@ class NeighborListBuilder {
 
  private:
   NeighborListOptions options_;
-  Kokkos::View<double* [3]> frac_;
-  Kokkos::View<int32_t* [3]> wrap_;
-  Kokkos::View<int32_t*> bin_of_, sidx_;
+  Kokkos::View<double* [3]> frac_;      // released during each build (peak memory)
+  Kokkos::View<int32_t* [3]> wrap_;     // released during each build
+  Kokkos::View<int32_t*> bin_of_;       // released during each build
+  Kokkos::View<int32_t*> sidx_;
   Kokkos::View<int64_t*> bin_start_, fill_pos_, offsets_;
   Kokkos::View<Real* [3]> spos_;
   Kokkos::View<int32_t* [3]> swrap_;
