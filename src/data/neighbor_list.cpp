@@ -300,10 +300,12 @@ struct PairSearch {
 
   /// Writes every neighbour of sorted atom k into the buffers (sorted index and shift into
   /// ibuf, d and r2 into rbuf) without branching on the distance: each candidate is stored and
-  /// the cursor advances only for a hit. The buffers need count(k) + 1 rows. Returns count(k).
+  /// the cursor advances only for a hit. The buffers have `last + 1` rows; the cursor never
+  /// passes `last`, so a disagreement with count() cannot write out of bounds. Returns the
+  /// number of hits (count(k) when the passes agree).
   template <class IntBuf, class RealBuf>
   KOKKOS_INLINE_FUNCTION int64_t gather(const BinTable<Real>& t, int64_t k, const IntBuf& ibuf,
-                                        const RealBuf& rbuf) const {
+                                        const RealBuf& rbuf, int64_t last) const {
     const Real px = spos(k, 0), py = spos(k, 1), pz = spos(k, 2);
     int64_t q = 0;
     for (int64_t e = 0; e < t.size; ++e) {
@@ -323,6 +325,7 @@ struct PairSearch {
         rbuf(q, 2) = dz;
         rbuf(q, 3) = r2;
         q += (r2 < rc2) & (m != self);
+        q = q < last ? q : last;
       }
     }
     return q;
@@ -633,6 +636,7 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
       TeamPolicy(nbins, Kokkos::AUTO)
           .set_scratch_size(0, Kokkos::PerTeam(BinTable<Real>::scratch_bytes(nstencil)),
                             Kokkos::PerThread(IntBuf::shmem_size(cap) + RealBuf::shmem_size(cap)));
+  Kokkos::View<int64_t> mismatch("mismatch");
   Kokkos::parallel_for("mlip::nl::fill", fill_teams, KOKKOS_LAMBDA(const Member& team) {
     const int64_t k0 = bin_start(team.league_rank()), k1 = bin_start(team.league_rank() + 1);
     if (k0 == k1) return;
@@ -641,7 +645,12 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
     const RealBuf rbuf(team.thread_scratch(0), cap);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k0, k1), [&](int64_t k) {
       const int64_t p0 = offsets(sidx(k));
-      const int64_t found = search.gather(table, k, ibuf, rbuf);
+      const int64_t expected = offsets(sidx(k) + 1) - p0;
+      int64_t found = search.gather(table, k, ibuf, rbuf, cap - 1);
+      if (found != expected) {
+        Kokkos::atomic_increment(&mismatch());
+        found = found < expected ? found : expected;
+      }
       const int32_t wk0 = swrap(k, 0), wk1 = swrap(k, 1), wk2 = swrap(k, 2);
       for (int64_t q = 0; q < found; ++q) {
         const int32_t m = ibuf(q, 0);
@@ -658,6 +667,14 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
     });
   });
   Kokkos::fence();
+  int64_t mismatches = 0;
+  Kokkos::deep_copy(mismatches, mismatch);
+  if (mismatches != 0) {
+    std::ostringstream msg;
+    msg << "neighbour list: internal error: the counting and filling passes disagree for "
+        << mismatches << " atoms (floating-point contraction differs between them?)";
+    throw Error(msg.str());
+  }
   return out;
 }
 
