@@ -56,18 +56,8 @@ void write_set(const std::string& dir, const std::string& set, int64_t nf, int64
   if (virial) write_npy(s + "/virial.npy", {nf, 9}, seq(nf * 9, 2000 + base));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mlip::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using mlip::test::contains;
+using mlip::test::error_of;
 
 /// A valid one-frame periodic system, for validate_system tests.
 System small_system() {

@@ -17,18 +17,8 @@ using mlip::test::write_text;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mlip::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using mlip::test::contains;
+using mlip::test::error_of;
 
 const char* kLattice = "Lattice=\"10.0 0.0 0.0 0.0 11.0 0.0 0.0 0.0 12.0\" ";
 const char* kProps = "Properties=species:S:1:pos:R:3:forces:R:3 ";

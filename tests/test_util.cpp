@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "error.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,6 +51,19 @@ CommandResult run_command(const std::string& command) {
   r.out = slurp(out_file);
   r.err = slurp(err_file);
   return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mlip::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
 }
 
 std::string shared_water_dir() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,12 @@ struct CommandResult {
 
 /// Runs `command` through /bin/sh, capturing stdout and stderr separately.
 CommandResult run_command(const std::string& command);
+
+/// The message of the mlip::Error that f throws, or "(no error)".
+std::string error_of(const std::function<void()>& f);
+
+/// Whether haystack contains needle.
+bool contains(const std::string& haystack, const std::string& needle);
 
 /// Path of the shared DFT water data (../shared/data/water), or "" when absent.
 std::string shared_water_dir();

@@ -19,14 +19,6 @@ namespace {
 /// Without any type names, ids name types "type_<id>"; larger ids are taken as a mistake.
 constexpr int kMaxUnnamedTypes = 4096;
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
-}
-
 std::string join_names(const std::vector<std::string>& names) {
   std::string s = "[";
   for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];

@@ -21,14 +21,6 @@ bool host_is_little_endian() {
   return first == 1;
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
-}
-
 /// The dict literal of a .npy header,
 /// e.g. {'descr': '<f8', 'fortran_order': False, 'shape': (3,), }
 struct NpyHeader {
@@ -197,6 +189,14 @@ uint64_t read_le(const unsigned char* p, int nbytes) {
 }
 
 }  // namespace
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
 
 int64_t NpyArray::size() const {
   int64_t n = 1;

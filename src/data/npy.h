@@ -16,6 +16,9 @@ struct NpyArray {
   int64_t size() const;
 };
 
+/// "[2, 576]": a shape as messages print it.
+std::string shape_string(const std::vector<int64_t>& shape);
+
 /// Reads a NumPy .npy file (format 1.0, 2.0, 3.0). Accepted dtypes: float32/float64 (f4/f8) and
 /// int32/int64 (i4/i8), little- or big-endian, C or Fortran order. Anything else (wrong magic,
 /// truncated data, other dtypes, object arrays) throws mlip::Error naming the file.
