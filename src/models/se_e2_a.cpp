@@ -1,0 +1,282 @@
+#include "models/se_e2_a.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "error.h"
+
+namespace mlip::models {
+namespace {
+
+/// A dense layer stack: which layers have a skip connection and an idt vector.
+struct Layer {
+  int64_t in, out;
+  enum Skip { kNone, kSame, kDouble } skip;
+  bool idt;
+};
+
+std::vector<Layer> layers_of(const std::vector<int64_t>& widths, bool resnet_dt) {
+  std::vector<Layer> layers;
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    Layer layer{widths[l], widths[l + 1], Layer::kNone, false};
+    if (layer.out == layer.in) layer.skip = Layer::kSame;
+    else if (layer.out == 2 * layer.in) layer.skip = Layer::kDouble;
+    layer.idt = resnet_dt && layer.skip != Layer::kNone;
+    layers.push_back(layer);
+  }
+  return layers;
+}
+
+/// TorchScript of a net `fn` whose parameters are self.<prefix>_w<l>, _b<l>, _idt<l>
+/// (and _wout/_bout for a linear output layer).
+void emit_net(std::ostringstream& o, const std::string& fn, const std::string& prefix,
+              const std::vector<Layer>& layers, bool linear_out) {
+  o << "  def " << fn << "(self, x: Tensor) -> Tensor:\n";
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const Layer& L = layers[l];
+    o << "    y = torch.tanh(torch.matmul(x, self." << prefix << "_w" << l << ") + self." << prefix << "_b" << l << ")\n";
+    if (L.idt) o << "    y = y * self." << prefix << "_idt" << l << "\n";
+    if (L.skip == Layer::kSame) o << "    x = y + x\n";
+    else if (L.skip == Layer::kDouble) o << "    x = y + torch.cat([x, x], -1)\n";
+    else o << "    x = y\n";
+  }
+  if (linear_out) o << "    x = torch.matmul(x, self." << prefix << "_wout) + self." << prefix << "_bout\n";
+  o << "    return x\n\n";
+}
+
+std::string literal(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  std::string t = s.str();
+  if (t.find_first_of(".eE") == std::string::npos) t += ".0";
+  return t;
+}
+
+}  // namespace
+
+int64_t SeAConfig::nslots() const {
+  int64_t n = 0;
+  for (auto s : sel) n += s;
+  return n;
+}
+
+torch::Dtype SeAConfig::dtype() const { return precision == "float32" ? torch::kFloat32 : torch::kFloat64; }
+
+void SeAConfig::validate() const {
+  std::ostringstream msg;
+  const std::string d = "model.descriptor.";
+  if (type_map.empty()) msg << "model.type_map: expected at least one type name, got none";
+  else if (sel.size() != type_map.size())
+    msg << d << "sel: expected " << type_map.size() << " entries (one per type of model.type_map), got " << sel.size();
+  else if (nslots() <= 0) msg << d << "sel: expected at least one slot, got " << nslots();
+  else if (!(rcut > 0)) msg << d << "rcut: expected a positive number, got " << rcut;
+  else if (!(rcut_smth >= 0 && rcut_smth < rcut))
+    msg << d << "rcut_smth: expected a number in [0, rcut = " << rcut << "), got " << rcut_smth;
+  else if (neuron.empty()) msg << d << "neuron: expected at least one layer width, got none";
+  else if (axis_neuron <= 0 || axis_neuron > neuron.back())
+    msg << d << "axis_neuron: expected an integer in [1, neuron[-1] = " << neuron.back() << "], got " << axis_neuron;
+  else if (fitting_neuron.empty()) msg << "model.fitting_net.neuron: expected at least one layer width, got none";
+  else if (precision != "float64" && precision != "float32")
+    msg << d << "precision: expected \"float64\" or \"float32\", got \"" << precision << "\"";
+  for (size_t k = 0; msg.str().empty() && k < sel.size(); ++k)
+    if (sel[k] < 0) msg << d << "sel[" << k << "]: expected a non-negative integer, got " << sel[k];
+  for (size_t k = 0; msg.str().empty() && k < neuron.size(); ++k)
+    if (neuron[k] <= 0) msg << d << "neuron[" << k << "]: expected a positive integer, got " << neuron[k];
+  for (size_t k = 0; msg.str().empty() && k < fitting_neuron.size(); ++k)
+    if (fitting_neuron[k] <= 0)
+      msg << "model.fitting_net.neuron[" << k << "]: expected a positive integer, got " << fitting_neuron[k];
+  if (!msg.str().empty()) throw Error(msg.str());
+}
+
+std::string se_e2_a_source(const SeAConfig& c) {
+  c.validate();
+  const int64_t ntypes = int64_t(c.type_map.size());
+  const int64_t nc = c.nslots(), m = c.neuron.back(), msub = c.axis_neuron;
+  std::vector<int64_t> emb_widths = {1};
+  emb_widths.insert(emb_widths.end(), c.neuron.begin(), c.neuron.end());
+  std::vector<int64_t> fit_widths = {m * msub};
+  fit_widths.insert(fit_widths.end(), c.fitting_neuron.begin(), c.fitting_neuron.end());
+  const auto emb_layers = layers_of(emb_widths, c.resnet_dt);
+  const auto fit_layers = layers_of(fit_widths, c.fitting_resnet_dt);
+
+  std::ostringstream o;
+  // Embedding and fitting nets, unrolled per type.
+  for (int64_t ti = 0; ti < (c.type_one_side ? 1 : ntypes); ++ti)
+    for (int64_t t = 0; t < ntypes; ++t) {
+      const std::string name = c.type_one_side ? "emb_" + std::to_string(t)
+                                               : "emb_" + std::to_string(ti) + "_" + std::to_string(t);
+      emit_net(o, name, name, emb_layers, false);
+    }
+  for (int64_t t = 0; t < ntypes; ++t) emit_net(o, "fit_" + std::to_string(t), "fit_" + std::to_string(t), fit_layers, true);
+
+  // Atomic energies from raw environment rows.
+  o << "  def atomic_energy(self, rij: Tensor, atype: Tensor) -> Tensor:\n"
+       "    nb = rij.size(0)\n"
+       "    n = rij.size(1)\n"
+       "    davg = self.davg.index_select(0, atype).unsqueeze(1)\n"
+       "    dstd = self.dstd.index_select(0, atype).unsqueeze(1)\n"
+       "    rhat = (rij - davg) / dstd\n"
+       "    e = torch.zeros([nb, n], dtype=rij.dtype, device=rij.device)\n";
+  for (int64_t ti = 0; ti < ntypes; ++ti) {
+    o << "    idx = torch.nonzero(atype == " << ti << ").squeeze(1)\n"
+      << "    if idx.numel() > 0:\n"
+      << "      r = rhat.index_select(1, idx)\n"
+      << "      g = torch.cat([";
+    int64_t off = 0;
+    bool first = true;
+    for (int64_t t = 0; t < ntypes; ++t) {
+      const int64_t s = c.sel[size_t(t)];
+      if (s > 0) {
+        const std::string name = c.type_one_side ? "emb_" + std::to_string(t)
+                                                 : "emb_" + std::to_string(ti) + "_" + std::to_string(t);
+        o << (first ? "" : ", ") << "self." << name << "(r[:, :, " << off << ":" << off + s << ", 0:1])";
+        first = false;
+      }
+      off += s;
+    }
+    o << "], 2)\n"
+      << "      tm = torch.matmul(r.transpose(2, 3), g) / " << literal(double(nc)) << "\n"
+      << "      d = torch.matmul(tm.transpose(2, 3), tm[:, :, :, 0:" << msub << "]).reshape(nb, idx.numel(), "
+      << m * msub << ")\n"
+      << "      e = e.index_copy(1, idx, self.fit_" << ti << "(d).squeeze(2) + self.bias[" << ti << "])\n";
+  }
+  o << "    return e\n\n";
+
+  // Training path: precomputed rows and derivatives, forces by the chain rule.
+  o << "  def energy_force_env(self, rij: Tensor, drij: Tensor, vec: Tensor, nlist: Tensor, atype: Tensor,\n"
+       "                       create_graph: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:\n"
+       "    if not rij.requires_grad:\n"
+       "      rij = rij.detach().requires_grad_(True)\n"
+       "    e = self.atomic_energy(rij, atype)\n"
+       "    energy = e.double().sum(1)\n"
+       "    grads = torch.autograd.grad([e.sum()], [rij], create_graph=create_graph, allow_unused=True)\n"
+       "    g = grads[0]\n"
+       "    if g is None:\n"
+       "      g = torch.zeros_like(rij)\n"
+       "    nb = rij.size(0)\n"
+       "    n = rij.size(1)\n"
+       "    gd = torch.matmul(g.unsqueeze(3), drij).squeeze(3)\n"
+       "    j = nlist.clamp(min=0) + torch.arange(nb, device=rij.device).view(nb, 1, 1) * n\n"
+       "    f = gd.sum(2).reshape(nb * n, 3).index_add(0, j.reshape(-1), -gd.reshape(-1, 3)).reshape(nb, n, 3)\n"
+       "    virial = -torch.matmul(vec.reshape(nb, -1, 3).transpose(1, 2), gd.reshape(nb, -1, 3))\n"
+       "    return energy, e, f, virial\n\n";
+
+  // Deploy path: everything from positions and the edge list.
+  const double rc = c.rcut, rs = c.rcut_smth;
+  o << "  def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
+       "    pos = data['pos']\n"
+       "    atype = data['atom_types']\n"
+       "    edge_index = data['edge_index']\n"
+       "    n = pos.size(0)\n"
+       "    shift = data['edge_cell_shift'].to(pos.dtype)\n"
+       "    d_all = pos.index_select(0, edge_index[1]) - pos.index_select(0, edge_index[0]) + "
+       "torch.matmul(shift, data['cell'].to(pos.dtype))\n"
+       "    if not d_all.requires_grad:\n"
+       "      d_all.requires_grad_(True)\n"
+       "    r_all = torch.sqrt((d_all * d_all).sum(1))\n"
+       "    keep = torch.nonzero(r_all < " << literal(rc) << ").squeeze(1)\n"
+       "    i = edge_index[0].index_select(0, keep)\n"
+       "    j = edge_index[1].index_select(0, keep)\n"
+       "    d = d_all.index_select(0, keep)\n"
+       "    r = r_all.index_select(0, keep)\n"
+       "    s = shift.index_select(0, keep)\n"
+       "    tj = atype.index_select(0, j)\n"
+       "    # Slots as the Kokkos environment matrix fills them: per (centre, neighbour type), sorted\n"
+       "    # by (distance, j, shift); stable sorts from the least significant key.\n"
+       "    order = torch.arange(i.numel(), device=pos.device)\n"
+       "    keys = [s[:, 2], s[:, 1], s[:, 0], j, r.detach(), tj, i]\n"
+       "    for key in keys:\n"
+       "      order = order.index_select(0, torch.sort(key.index_select(0, order), stable=True)[1])\n"
+       "    i = i.index_select(0, order)\n"
+       "    tj = tj.index_select(0, order)\n"
+       "    d = d.index_select(0, order)\n"
+       "    r = r.index_select(0, order)\n"
+       "    group = i * " << ntypes << " + tj\n"
+       "    counts = torch.bincount(group, minlength=n * " << ntypes << ")\n"
+       "    starts = torch.cumsum(counts, 0) - counts\n"
+       "    rank = torch.arange(group.numel(), device=pos.device) - starts.index_select(0, group)\n"
+       "    ok = torch.nonzero(rank < self.sel.index_select(0, tj)).squeeze(1)\n"
+       "    i = i.index_select(0, ok)\n"
+       "    tj = tj.index_select(0, ok)\n"
+       "    d = d.index_select(0, ok)\n"
+       "    r = r.index_select(0, ok)\n"
+       "    slot = i * " << nc << " + self.sel_offset.index_select(0, tj) + rank.index_select(0, ok)\n"
+       "    u = (r - " << literal(rs) << ") / " << literal(rc - rs) << "\n"
+       "    v = (" << literal(rc) << " - r) / " << literal(rc - rs) << "\n"
+       "    w = torch.where(r < " << literal(rs) << ", torch.ones_like(r), v * v * v * (10.0 - 15.0 * v + 6.0 * v * v))\n"
+       "    sw = w / r\n"
+       "    rows = torch.cat([sw.unsqueeze(1), (sw / r).unsqueeze(1) * d], 1)\n"
+       "    rij = torch.zeros([n * " << nc << ", 4], dtype=pos.dtype, device=pos.device).index_copy(0, slot, rows)\n"
+       "    e = self.atomic_energy(rij.reshape(1, n, " << nc << ", 4), atype)[0]\n"
+       "    grads = torch.autograd.grad([e.sum()], [d_all], allow_unused=True)\n"
+       "    g = grads[0]\n"
+       "    if g is None:\n"
+       "      g = torch.zeros_like(d_all)\n"
+       "    f = torch.zeros([n, 3], dtype=pos.dtype, device=pos.device)\n"
+       "    f = f.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g)\n"
+       "    virial = -torch.matmul(d_all.detach().transpose(0, 1), g)\n"
+       "    out: Dict[str, Tensor] = {}\n"
+       "    out['atomic_energy'] = e.detach().unsqueeze(1)\n"
+       "    out['total_energy'] = e.detach().double().sum().reshape(1, 1)\n"
+       "    out['forces'] = f.detach()\n"
+       "    out['virial'] = virial.detach().reshape(1, 3, 3)\n"
+       "    return out\n";
+  return o.str();
+}
+
+torch::jit::Module build_se_e2_a(const SeAConfig& c) {
+  c.validate();
+  const auto dtype = c.dtype();
+  const int64_t ntypes = int64_t(c.type_map.size());
+  const int64_t m = c.neuron.back();
+  auto gen = at::detail::createCPUGenerator(c.seed);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  // Drawn in float64 then cast, so float32 and float64 models start from the same numbers.
+  auto normal = [&](std::vector<int64_t> shape, double mean, double stddev) {
+    return (at::randn(shape, gen, f64) * stddev + mean).to(dtype);
+  };
+
+  torch::jit::Module module("mlip_se_e2_a");
+  auto add_net = [&](const std::string& prefix, const std::vector<Layer>& layers, bool linear_out) {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const Layer& L = layers[l];
+      const double std_w = 1.0 / std::sqrt(double(L.in + L.out));
+      module.register_parameter(prefix + "_w" + std::to_string(l), normal({L.in, L.out}, 0.0, std_w).requires_grad_(), false);
+      module.register_parameter(prefix + "_b" + std::to_string(l), normal({L.out}, 0.0, 1.0).requires_grad_(), false);
+      if (L.idt)
+        module.register_parameter(prefix + "_idt" + std::to_string(l), normal({L.out}, 0.1, 0.001).requires_grad_(), false);
+    }
+    if (linear_out) {
+      const int64_t in = layers.back().out;
+      module.register_parameter(prefix + "_wout", normal({in, 1}, 0.0, 1.0 / std::sqrt(double(in + 1))).requires_grad_(), false);
+      module.register_parameter(prefix + "_bout", normal({1}, 0.0, 1.0).requires_grad_(), false);
+    }
+  };
+  std::vector<int64_t> emb_widths = {1};
+  emb_widths.insert(emb_widths.end(), c.neuron.begin(), c.neuron.end());
+  std::vector<int64_t> fit_widths = {m * c.axis_neuron};
+  fit_widths.insert(fit_widths.end(), c.fitting_neuron.begin(), c.fitting_neuron.end());
+  for (int64_t ti = 0; ti < (c.type_one_side ? 1 : ntypes); ++ti)
+    for (int64_t t = 0; t < ntypes; ++t)
+      add_net(c.type_one_side ? "emb_" + std::to_string(t) : "emb_" + std::to_string(ti) + "_" + std::to_string(t),
+              layers_of(emb_widths, c.resnet_dt), false);
+  for (int64_t t = 0; t < ntypes; ++t) add_net("fit_" + std::to_string(t), layers_of(fit_widths, c.fitting_resnet_dt), true);
+
+  module.register_buffer("davg", torch::zeros({ntypes, 4}, torch::TensorOptions().dtype(dtype)));
+  module.register_buffer("dstd", torch::ones({ntypes, 4}, torch::TensorOptions().dtype(dtype)));
+  module.register_buffer("bias", torch::zeros({ntypes}, torch::TensorOptions().dtype(dtype)));
+  auto sel = torch::tensor(c.sel, torch::kInt64);
+  module.register_buffer("sel", sel);
+  module.register_buffer("sel_offset", torch::cumsum(sel, 0) - sel);
+  try {
+    module.define(se_e2_a_source(c));
+  } catch (const c10::Error& e) {
+    throw Error(std::string("se_e2_a: TorchScript compilation failed: ") + e.what_without_backtrace());
+  }
+  return module;
+}
+
+}  // namespace mlip::models

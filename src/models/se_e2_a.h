@@ -1,0 +1,53 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlip::models {
+
+/// Hyperparameters of the se_e2_a energy model (se_e2_a.md; DeePMD key names).
+struct SeAConfig {
+  std::vector<std::string> type_map;
+  std::vector<int64_t> sel;                        ///< slots per neighbour type
+  double rcut = 6.0;                               ///< Å
+  double rcut_smth = 0.5;                          ///< Å
+  std::vector<int64_t> neuron = {25, 50, 100};     ///< embedding widths; M = neuron.back()
+  int64_t axis_neuron = 16;                        ///< M_<
+  bool type_one_side = true;                       ///< one embedding net per neighbour type
+  bool resnet_dt = false;                          ///< embedding nets
+  std::vector<int64_t> fitting_neuron = {240, 240, 240};
+  bool fitting_resnet_dt = true;
+  std::string precision = "float64";               ///< "float64" or "float32"
+  uint64_t seed = 1;
+
+  /// Throws mlip::Error naming the key (model.descriptor.sel, ...) that is invalid.
+  void validate() const;
+  int64_t nslots() const;
+  torch::Dtype dtype() const;
+};
+
+/// The TorchScript source of the model (one embedding net per neighbour type, or per pair of
+/// types, and one fitting net per centre type, unrolled). Exposed for inspection and tests.
+std::string se_e2_a_source(const SeAConfig& config);
+
+/// Builds the se_e2_a model as a TorchScript module (source compiled with Module::define), with
+/// freshly initialised, seeded parameters (se_e2_a.md "Initialisation"), davg = 0, dstd = 1 and
+/// a zero energy bias. The module runs without this project. Methods:
+///
+/// - `atomic_energy(rij [B,N,Nc,4], atype [N] int64) -> [B,N]`: the atomic energies from raw
+///   environment rows (normalised inside with davg/dstd of the centre type; empty slots are
+///   zero rows and are not masked).
+/// - `energy_force_env(rij [B,N,Nc,4], drij [B,N,Nc,4,3], vec [B,N,Nc,3], nlist [B,N,Nc] int64,
+///   atype [N], create_graph: bool) -> (energy [B] float64, atomic [B,N], forces [B,N,3],
+///   virial [B,3,3])`: the training path, from precomputed rows and their derivatives (chain
+///   rule; create_graph keeps the graph for a force loss).
+/// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the deploy.md interface
+///   (pos, atom_types, edge_index, cell, edge_cell_shift -> atomic_energy, total_energy,
+///   forces, virial), building the environment matrix itself from positions.
+/// - `set_statistics(davg [ntypes,4], dstd [ntypes,4])`, `set_bias(bias [ntypes])`.
+torch::jit::Module build_se_e2_a(const SeAConfig& config);
+
+}  // namespace mlip::models
