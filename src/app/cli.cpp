@@ -12,6 +12,10 @@
 #include "data/load.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/tester.h"
+#include "train/trainer.h"
 #include "version.h"
 
 namespace mlip::app {
@@ -29,6 +33,9 @@ const char* kMainUsage =
     "Machine-learned interatomic potentials: train, freeze, test.\n"
     "\n"
     "commands:\n"
+    "  train           train a model from an input file (YAML, or DeePMD's input.json)\n"
+    "  freeze          turn a checkpoint into one self-contained TorchScript file\n"
+    "  test            errors of a model (frozen or checkpoint) on labelled systems\n"
     "  neighbor-stat   minimum neighbour distance and maximum neighbour counts of a data set\n"
     "\n"
     "Run 'mlip <command> --help' for the options of a command.\n";
@@ -107,6 +114,125 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+const char* kTrainUsage =
+    "usage: mlip train <input.yaml> [--restart <checkpoint>] [--init-model <checkpoint>] [-o <dir>]\n"
+    "\n"
+    "Trains the model of the input file (training.md; DeePMD's input.json works unchanged).\n"
+    "Writes lcurve.out and the checkpoints <save_ckpt>-<step>.pt (plus the link <save_ckpt>.pt\n"
+    "and the pointer file 'checkpoint') into the output folder. Ctrl-C saves a checkpoint and\n"
+    "stops (exit code 130).\n"
+    "\n"
+    "options:\n"
+    "  --restart <ckpt>     continue that run exactly (weights, optimiser, step, sampler)\n"
+    "  --init-model <ckpt>  start from those weights and statistics, at step 0\n"
+    "  -o, --output <dir>   folder for lcurve.out and checkpoints (default: .)\n"
+    "  -h, --help           show this help\n";
+
+const char* kFreezeUsage =
+    "usage: mlip freeze [-c <checkpoint>] [-o <model.pt>]\n"
+    "\n"
+    "Writes the checkpoint's model as one TorchScript file that runs without mlip\n"
+    "(torch.jit.load in Python, torch::jit::load in C++), with its metadata (deploy.md).\n"
+    "\n"
+    "options:\n"
+    "  -c, --checkpoint <path>  checkpoint file, or training folder (default: .)\n"
+    "  -o, --output <path>      output file (default: frozen_model.pt)\n"
+    "  -h, --help               show this help\n";
+
+const char* kTestUsage =
+    "usage: mlip test -m <model> -s <system>... [-n <frames>] [-d <prefix>]\n"
+    "\n"
+    "Energy, force and virial errors (MAE, RMSE, per atom) per system and weighted over the\n"
+    "systems, as DeePMD-kit's dp test prints them. Always runs on one process.\n"
+    "\n"
+    "options:\n"
+    "  -m, --model <path>       frozen model, checkpoint, or training folder\n"
+    "  -s, --system <path> ...  labelled systems (DeePMD npy folders or extended XYZ)\n"
+    "  -n, --numb-test <N>      frames per system (default: all)\n"
+    "  -d, --detail <prefix>    write <prefix>.e.out, .e_peratom.out, .f.out (and .v.out)\n"
+    "  -h, --help               show this help\n";
+
+std::string take_value(const std::vector<std::string>& args, std::size_t& i, const char* usage) {
+  if (i + 1 >= args.size() || is_flag(args[i + 1])) throw UsageError{args[i] + ": expected a value", usage};
+  return args[++i];
+}
+
+int train_command(const std::vector<std::string>& args) {
+  std::string input;
+  train::TrainOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kTrainUsage;
+      return kExitOk;
+    } else if (a == "--restart") {
+      options.restart = take_value(args, i, kTrainUsage);
+    } else if (a == "--init-model") {
+      options.init_model = take_value(args, i, kTrainUsage);
+    } else if (a == "-o" || a == "--output") {
+      options.output_dir = take_value(args, i, kTrainUsage);
+    } else if (is_flag(a)) {
+      throw UsageError{"train: unknown option '" + a + "'", kTrainUsage};
+    } else if (input.empty()) {
+      input = a;
+    } else {
+      throw UsageError{"train: expected one input file, got '" + input + "' and '" + a + "'", kTrainUsage};
+    }
+  }
+  if (input.empty()) throw UsageError{"train: an input file is required", kTrainUsage};
+  if (!options.restart.empty() && !options.init_model.empty())
+    throw UsageError{"train: --restart and --init-model exclude each other", kTrainUsage};
+  return train::train(train::load_train_config(input), options);
+}
+
+int freeze_command(const std::vector<std::string>& args) {
+  std::string checkpoint = ".", output = "frozen_model.pt";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kFreezeUsage;
+      return kExitOk;
+    } else if (a == "-c" || a == "--checkpoint") {
+      checkpoint = take_value(args, i, kFreezeUsage);
+    } else if (a == "-o" || a == "--output") {
+      output = take_value(args, i, kFreezeUsage);
+    } else {
+      throw UsageError{"freeze: unknown option '" + a + "'", kFreezeUsage};
+    }
+  }
+  train::freeze(checkpoint, output);
+  std::cout << "froze " << train::resolve_checkpoint(checkpoint) << " into " << output << "\n";
+  return kExitOk;
+}
+
+int test_command(const std::vector<std::string>& args) {
+  train::TestOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kTestUsage;
+      return kExitOk;
+    } else if (a == "-m" || a == "--model") {
+      options.model = take_value(args, i, kTestUsage);
+    } else if (a == "-s" || a == "--system") {
+      while (i + 1 < args.size() && !is_flag(args[i + 1])) options.systems.push_back(args[++i]);
+      if (options.systems.empty()) throw UsageError{a + ": expected at least one system path", kTestUsage};
+    } else if (a == "-n" || a == "--numb-test") {
+      const std::string v = take_value(args, i, kTestUsage);
+      options.numb_test = int64_t(parse_positive(a, v, kTestUsage));
+      if (double(options.numb_test) != std::stod(v))
+        throw UsageError{a + ": expected a positive integer, got '" + v + "'", kTestUsage};
+    } else if (a == "-d" || a == "--detail") {
+      options.detail = take_value(args, i, kTestUsage);
+    } else {
+      throw UsageError{"test: unknown option '" + a + "'", kTestUsage};
+    }
+  }
+  if (options.model.empty()) throw UsageError{"test: -m <model> is required", kTestUsage};
+  if (options.systems.empty()) throw UsageError{"test: -s <system> is required", kTestUsage};
+  return train::run_test(options);
+}
+
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args) {
@@ -123,6 +249,9 @@ int run_cli(const std::vector<std::string>& args) {
       return kExitOk;
     }
     if (cmd == "neighbor-stat") return neighbor_stat_command(rest);
+    if (cmd == "train") return train_command(rest);
+    if (cmd == "freeze") return freeze_command(rest);
+    if (cmd == "test") return test_command(rest);
     if (!cmd.empty() && cmd[0] == '-') throw UsageError{"unknown option '" + cmd + "'", kMainUsage};
     throw UsageError{"unknown command '" + cmd + "'", kMainUsage};
   } catch (const UsageError& e) {

@@ -1,0 +1,102 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/learning_rate.h"
+
+namespace mlip::train {
+
+/// training_data.batch_size / validation_data.batch_size: an int, a list (one per system), or
+/// "auto" / "auto:N" (ceil(N / natoms) frames; "auto" = "auto:32").
+struct BatchSize {
+  enum class Kind { kFixed, kList, kAuto };
+  Kind kind = Kind::kAuto;
+  int64_t value = 32;          ///< kFixed: frames; kAuto: N
+  std::vector<int64_t> list;   ///< kList
+  /// Frames per batch for system `index` with `natoms` atoms. Throws mlip::Error when a list
+  /// does not have an entry for the system.
+  int64_t for_system(size_t index, int64_t natoms) const;
+};
+
+/// descriptor.sel: a list, or "auto" / "auto:ratio" (4 * ceil(max_neighbours * ratio / 4),
+/// ratio 1.1 for "auto").
+struct SelSpec {
+  bool automatic = false;
+  double ratio = 1.1;
+  std::vector<int64_t> values;
+};
+
+/// training.training_data or training.validation_data.
+struct DataConfig {
+  /// Paths as written, and resolved against the input file's folder.
+  std::vector<std::string> systems;
+  BatchSize batch_size;
+  /// "prob_sys_size" (default), "prob_uniform", or "prob_sys_size;a:b:w;c:d:v".
+  std::string auto_prob = "prob_sys_size";
+  /// Explicit per-system probabilities (overrides auto_prob); empty when not given.
+  std::vector<double> sys_probs;
+  /// validation only: number of batches per evaluation.
+  int64_t numb_btch = 1;
+  /// validation only: rank 0 evaluates the whole set (distributed.md).
+  bool single_rank = false;
+};
+
+/// Everything `mlip train input.yaml` reads (training.md "Input"; DeePMD key names). Defaults
+/// are DeePMD-kit's.
+struct TrainConfig {
+  // model
+  std::vector<std::string> type_map;
+  std::string descriptor_type = "se_e2_a";
+  SelSpec sel;
+  double rcut = 6.0;
+  double rcut_smth = 0.5;
+  std::vector<int64_t> neuron = {10, 20, 40};
+  int64_t axis_neuron = 4;
+  bool type_one_side = false;
+  bool resnet_dt = false;
+  std::string precision = "float64";  ///< descriptor.precision ("default" reads as float64)
+  std::optional<uint64_t> descriptor_seed;
+  std::vector<int64_t> fitting_neuron = {120, 120, 120};
+  bool fitting_resnet_dt = true;
+  std::string fitting_precision = "float64";
+  std::optional<uint64_t> fitting_seed;
+  // learning_rate
+  ExpLearningRate learning_rate;  ///< numb_steps filled from training.numb_steps
+  std::string scale_by_worker = "linear";
+  // loss
+  double start_pref_e = 0.02, limit_pref_e = 1.0;
+  double start_pref_f = 1000.0, limit_pref_f = 1.0;
+  double start_pref_v = 0.0, limit_pref_v = 0.0;
+  // training
+  DataConfig training_data;
+  std::optional<DataConfig> validation_data;
+  int64_t numb_steps = 0;
+  std::optional<uint64_t> seed;
+  std::string disp_file = "lcurve.out";
+  int64_t disp_freq = 1000;
+  int64_t save_freq = 1000;
+  std::string save_ckpt = "model.ckpt";
+  int64_t max_ckpt_keep = 5;
+  // provenance
+  std::string input_path;  ///< the file read ("" for parse_train_config without one)
+  std::string input_dir;   ///< its folder: relative system paths are taken from here
+  std::string input_text;  ///< the file's text, stored in checkpoints and frozen models
+};
+
+/// Reads and checks a training input (YAML, or DeePMD's JSON, which is YAML). Strict: a key
+/// the program does not know is an error naming its path and the nearest known key
+/// (`training.numb_step: unknown key; did you mean 'numb_steps'?`); a value of the wrong type
+/// names what was expected and what was found (`training.batch_size: expected a positive
+/// integer, a list of them, or "auto[:N]", got -3`); keys starting with '_' are comments.
+/// Relative system paths are resolved against the file's folder. Throws mlip::Error, with
+/// the file name in front, for every problem (also a missing file or a YAML syntax error with
+/// its line).
+TrainConfig load_train_config(const std::string& path);
+
+/// The same from text; `source` names it in messages, `input_dir` resolves relative paths.
+TrainConfig parse_train_config(const std::string& text, const std::string& source, const std::string& input_dir);
+
+}  // namespace mlip::train

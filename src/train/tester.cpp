@@ -1,0 +1,181 @@
+#include "train/tester.h"
+
+#include <torch/script.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "data/load.h"
+#include "data/neighbor_list.h"
+#include "error.h"
+#include "train/checkpoint.h"
+
+namespace mlip::train {
+namespace {
+
+/// MAE and RMSE accumulators.
+struct Stat {
+  double abs = 0, sq = 0;
+  int64_t n = 0;
+  void add(double d) { abs += std::abs(d), sq += d * d, ++n; }
+  double mae() const { return n ? abs / double(n) : 0.0; }
+  double rmse() const { return n ? std::sqrt(sq / double(n)) : 0.0; }
+};
+
+struct Metrics {
+  Stat e, e_atom, f, v, v_atom;
+  int64_t frames = 0;
+};
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
+  if (energy) {
+    std::printf("Energy MAE         : %e eV\n", m.e.mae());
+    std::printf("Energy RMSE        : %e eV\n", m.e.rmse());
+    std::printf("Energy MAE/Natoms  : %e eV\n", m.e_atom.mae());
+    std::printf("Energy RMSE/Natoms : %e eV\n", m.e_atom.rmse());
+  }
+  if (force) {
+    std::printf("Force  MAE         : %e eV/A\n", m.f.mae());
+    std::printf("Force  RMSE        : %e eV/A\n", m.f.rmse());
+  }
+  if (virial) {
+    std::printf("Virial MAE         : %e eV\n", m.v.mae());
+    std::printf("Virial RMSE        : %e eV\n", m.v.rmse());
+    std::printf("Virial MAE/Natoms  : %e eV\n", m.v_atom.mae());
+    std::printf("Virial RMSE/Natoms : %e eV\n", m.v_atom.rmse());
+  }
+}
+
+}  // namespace
+
+int run_test(const TestOptions& options) {
+  ExtraFiles extra;
+  const std::string path = resolve_checkpoint(options.model);
+  torch::jit::Module model = load_model(path, extra);
+  model.eval();
+  std::vector<std::string> type_map = split_words(extra["type_names"]);
+  const double rcut = std::stod(extra["r_max"]);
+  const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
+  auto systems = data::load_systems(options.systems, type_map);
+  if (type_map.size() != split_words(extra["type_names"]).size())
+    throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
+
+  std::ofstream fe, fea, ff, fv;
+  if (!options.detail.empty()) {
+    fe.open(options.detail + ".e.out");
+    fea.open(options.detail + ".e_peratom.out");
+    ff.open(options.detail + ".f.out");
+    if (!fe || !fea || !ff) throw Error(options.detail + ".e.out: cannot write the detail files");
+    fe << "# data_e pred_e\n";
+    fea << "# data_e pred_e\n";
+    ff << "# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n";
+  }
+  // Over systems: MAE weighted by element count, RMSE = sqrt(sum rmse^2 n / sum n).
+  Metrics total;
+  double we_mae = 0, we_rmse = 0, wea_mae = 0, wea_rmse = 0, wf_mae = 0, wf_rmse = 0, wv_mae = 0, wv_rmse = 0,
+         wva_mae = 0, wva_rmse = 0;
+  int64_t ne = 0, nf_comp = 0, nv = 0;
+  bool any_e = false, any_f = false, any_v = false;
+  data::NeighborListBuilder<double> builder;
+  for (const auto& sys : systems) {
+    const int64_t nframes = options.numb_test > 0 ? std::min(options.numb_test, sys.nframes) : sys.nframes;
+    const int64_t n = sys.natoms();
+    Metrics m;
+    auto atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64);
+    for (int64_t f = 0; f < nframes; ++f) {
+      auto nl = builder.build(sys.frame_coord(f), n, sys.frame_box(f), sys.pbc, rcut);
+      const int64_t np = nl.npairs();
+      auto edges = torch::empty({2, np}, torch::kInt64);
+      auto shift = torch::empty({np, 3}, torch::kFloat64);
+      auto ea = edges.accessor<int64_t, 2>();
+      auto sa = shift.accessor<double, 2>();
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t p = nl.offsets(i); p < nl.offsets(i + 1); ++p) {
+          ea[0][p] = i;
+          ea[1][p] = nl.neighbor(p);
+          for (int k = 0; k < 3; ++k) sa[p][k] = double(nl.shift(p, k));
+        }
+      c10::Dict<std::string, torch::Tensor> input;
+      input.insert("pos", torch::from_blob(const_cast<double*>(sys.frame_coord(f)), {n, 3}, torch::kFloat64).to(dtype));
+      input.insert("atom_types", atype);
+      input.insert("edge_index", edges);
+      input.insert("cell", (sys.has_box() ? torch::from_blob(const_cast<double*>(sys.frame_box(f)), {3, 3}, torch::kFloat64)
+                                          : torch::zeros({3, 3}, torch::kFloat64))
+                               .to(dtype));
+      input.insert("edge_cell_shift", shift.to(dtype));
+      auto out = model.forward({input}).toGenericDict();
+      const double e_pred = out.at("total_energy").toTensor().item<double>();
+      auto forces = out.at("forces").toTensor().to(torch::kFloat64).contiguous();
+      auto virial = out.at("virial").toTensor().to(torch::kFloat64).reshape({9}).contiguous();
+      if (!sys.energy.empty()) {
+        const double de = e_pred - sys.energy[size_t(f)];
+        m.e.add(de);
+        m.e_atom.add(de / double(n));
+        if (fe.is_open()) {
+          fe << std::setprecision(12) << sys.energy[size_t(f)] << " " << e_pred << "\n";
+          fea << std::setprecision(12) << sys.energy[size_t(f)] / double(n) << " " << e_pred / double(n) << "\n";
+        }
+      }
+      const double* fp = forces.data_ptr<double>();
+      if (!sys.force.empty()) {
+        const double* fl = sys.force.data() + f * n * 3;
+        for (int64_t k = 0; k < n * 3; ++k) m.f.add(fp[k] - fl[k]);
+        if (ff.is_open())
+          for (int64_t a = 0; a < n; ++a)
+            ff << std::setprecision(10) << fl[3 * a] << " " << fl[3 * a + 1] << " " << fl[3 * a + 2] << " " << fp[3 * a]
+               << " " << fp[3 * a + 1] << " " << fp[3 * a + 2] << "\n";
+      }
+      if (!sys.virial.empty()) {
+        const double* vp = virial.data_ptr<double>();
+        const double* vl = sys.virial.data() + f * 9;
+        for (int k = 0; k < 9; ++k) {
+          m.v.add(vp[k] - vl[k]);
+          m.v_atom.add((vp[k] - vl[k]) / double(n));
+        }
+        if (!options.detail.empty()) {
+          if (!fv.is_open()) {
+            fv.open(options.detail + ".v.out");
+            fv << "# data_vxx data_vxy data_vxz data_vyx data_vyy data_vyz data_vzx data_vzy data_vzz pred_vxx pred_vxy "
+                  "pred_vxz pred_vyx pred_vyy pred_vyz pred_vzx pred_vzy pred_vzz\n";
+          }
+          for (int k = 0; k < 9; ++k) fv << std::setprecision(10) << vl[k] << " ";
+          for (int k = 0; k < 9; ++k) fv << std::setprecision(10) << vp[k] << (k < 8 ? " " : "\n");
+        }
+      }
+      ++m.frames;
+    }
+    std::printf("# ---------------output of mlip test---------------\n");
+    std::printf("# testing system : %s\n", sys.name.c_str());
+    std::printf("# number of test data : %ld\n", long(m.frames));
+    print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0);
+    std::printf("# -----------------------------------------------\n");
+    any_e |= m.e.n > 0, any_f |= m.f.n > 0, any_v |= m.v.n > 0;
+    we_mae += m.e.abs, we_rmse += m.e.sq, wea_mae += m.e_atom.abs, wea_rmse += m.e_atom.sq, ne += m.e.n;
+    wf_mae += m.f.abs, wf_rmse += m.f.sq, nf_comp += m.f.n;
+    wv_mae += m.v.abs, wv_rmse += m.v.sq, wva_mae += m.v_atom.abs, wva_rmse += m.v_atom.sq, nv += m.v.n;
+    total.frames += m.frames;
+  }
+  // Element-count weighting of MAE and RMSE^2 is the same as pooling the elements.
+  total.e = {we_mae, we_rmse, ne};
+  total.e_atom = {wea_mae, wea_rmse, ne};
+  total.f = {wf_mae, wf_rmse, nf_comp};
+  total.v = {wv_mae, wv_rmse, nv};
+  total.v_atom = {wva_mae, wva_rmse, nv};
+  std::printf("# ----------weighted average of errors-----------\n");
+  std::printf("# number of systems : %zu\n", systems.size());
+  print_metrics(total, any_e, any_f, any_v);
+  std::printf("# -----------------------------------------------\n");
+  return 0;
+}
+
+}  // namespace mlip::train

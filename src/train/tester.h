@@ -1,0 +1,22 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlip::train {
+
+/// `mlip test -m model -s systems [-n N] [-d prefix]`.
+struct TestOptions {
+  std::string model;                 ///< frozen model, checkpoint, or training folder
+  std::vector<std::string> systems;
+  int64_t numb_test = 0;             ///< frames per system (0: all)
+  std::string detail;                ///< prefix of the .e.out/.e_peratom.out/.f.out/.v.out files
+};
+
+/// Per-system and weighted metrics of training.md "Other commands". Energies, forces and
+/// virials are predicted through the model's forward() (the deploy path, from positions).
+/// Prints the report to stdout; returns 0. Throws mlip::Error for bad input.
+int run_test(const TestOptions& options);
+
+}  // namespace mlip::train

@@ -1,0 +1,514 @@
+#include "train/trainer.h"
+
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/optim/adam.h>
+#include <ATen/Parallel.h>
+#include <torch/serialize.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include "data/load.h"
+#include "data/neighbor_list.h"
+#include "data/neighbor_stat.h"
+#include "error.h"
+#include "models/env_matrix.h"
+#include "models/se_e2_a.h"
+#include "train/checkpoint.h"
+#include "train/sampler.h"
+#include "version.h"
+
+namespace fs = std::filesystem;
+
+namespace mlip::train {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted = true; }
+
+/// Labels and cached environment matrices of one system (training frames do not move, so the
+/// Kokkos rows and derivatives are computed once).
+struct SystemData {
+  std::string name;
+  int64_t natoms = 0, nframes = 0, batch = 1;
+  torch::Tensor atype;                      // [N] int64
+  std::vector<int> types;
+  std::vector<models::EnvMatrix> env;       // per frame
+  torch::Tensor energy, force, virial;      // [nf] f64, [nf,N,3] f64, [nf,9] f64 (undefined if absent)
+  std::vector<int64_t> type_count;          // atoms per type
+};
+
+template <typename Real>
+std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
+                                const models::EnvMatrixParams& params, int ntypes, const std::string& key,
+                                int64_t& truncated_blocks) {
+  std::vector<SystemData> out;
+  data::NeighborListBuilder<Real> builder;
+  for (size_t s = 0; s < systems.size(); ++s) {
+    const data::System& sys = systems[s];
+    SystemData d;
+    d.name = sys.name;
+    d.natoms = sys.natoms();
+    d.nframes = sys.nframes;
+    d.batch = data.batch_size.for_system(s, d.natoms);
+    d.types = sys.types;
+    d.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64);
+    d.type_count.assign(size_t(ntypes), 0);
+    for (int t : sys.types) ++d.type_count[size_t(t)];
+    if (sys.energy.empty())
+      throw Error(sys.name + ": " + key + " needs energy labels (energy.npy), found none");
+    d.energy = torch::tensor(sys.energy, torch::kFloat64);
+    if (!sys.force.empty()) d.force = torch::tensor(sys.force, torch::kFloat64).reshape({d.nframes, d.natoms, 3});
+    if (!sys.virial.empty()) d.virial = torch::tensor(sys.virial, torch::kFloat64).reshape({d.nframes, 9});
+    std::vector<Real> pos(size_t(d.natoms) * 3);
+    for (int64_t f = 0; f < d.nframes; ++f) {
+      const double* x = sys.frame_coord(f);
+      for (size_t k = 0; k < pos.size(); ++k) pos[k] = Real(x[k]);
+      auto nl = builder.build(pos.data(), d.natoms, sys.frame_box(f), sys.pbc, params.rcut);
+      d.env.push_back(models::compute_env_matrix<Real>(nl, sys.types, params));
+      truncated_blocks += d.env.back().truncated_blocks;
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+/// Sums of squared errors of a set of frames, for exact RMSEs over several batches.
+struct ErrorSums {
+  double loss = 0;                 // sum over frames of the loss terms (weighted by prefactors)
+  double e2_per_atom2 = 0;         // sum of dE^2 / N^2
+  double f2 = 0;                   // sum of dF^2 over components
+  double v2_per_atom2 = 0;         // sum of mean_9(dW^2) / N^2
+  int64_t frames = 0, force_components = 0, virial_frames = 0;
+  void add(const ErrorSums& o) {
+    loss += o.loss, e2_per_atom2 += o.e2_per_atom2, f2 += o.f2, v2_per_atom2 += o.v2_per_atom2;
+    frames += o.frames, force_components += o.force_components, virial_frames += o.virial_frames;
+  }
+  double rmse() const { return std::sqrt(loss / std::max<int64_t>(frames, 1)); }
+  double rmse_e() const { return std::sqrt(e2_per_atom2 / std::max<int64_t>(frames, 1)); }
+  double rmse_f() const { return std::sqrt(f2 / std::max<int64_t>(force_components, 1)); }
+  double rmse_v() const { return std::sqrt(v2_per_atom2 / std::max<int64_t>(virial_frames, 1)); }
+};
+
+struct Prefactors {
+  double e, f, v;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const TrainOptions& options) : config_(config), options_(options) {}
+  int run();
+
+ private:
+  void load_data();
+  void build_model();
+  void compute_statistics();
+  /// Forward on one batch; returns the loss tensor (float64, with graph when training) and the
+  /// error sums.
+  torch::Tensor evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref,
+                         bool training, ErrorSums& sums);
+  Prefactors prefactors(int64_t step) const;
+  void save_checkpoint(int64_t step);
+  void restore(const std::string& path, bool full);
+  std::string ckpt_path(int64_t step) const;
+
+  TrainConfig config_;
+  TrainOptions options_;
+  models::SeAConfig model_config_;
+  torch::Dtype dtype_ = torch::kFloat64;
+  std::vector<data::System> train_raw_, valid_raw_;
+  std::vector<SystemData> train_, valid_;
+  torch::jit::Module model_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::Adam> optimizer_;
+  std::unique_ptr<SystemSampler> sampler_, val_sampler_;
+  int64_t start_step_ = 0;
+  ExtraFiles metadata_;
+};
+
+void Trainer::load_data() {
+  std::vector<std::string> type_map = config_.type_map;
+  train_raw_ = data::load_systems(config_.training_data.systems, type_map);
+  if (type_map.size() != config_.type_map.size())
+    throw Error("model.type_map: the training data has types beyond it");
+  if (config_.validation_data) valid_raw_ = data::load_systems(config_.validation_data->systems, type_map);
+  int64_t frames = 0;
+  for (auto& s : train_raw_) frames += s.nframes;
+  std::cout << "training data: " << train_raw_.size() << " system(s), " << frames << " frame(s)";
+  if (!valid_raw_.empty()) {
+    int64_t vf = 0;
+    for (auto& s : valid_raw_) vf += s.nframes;
+    std::cout << "; validation data: " << valid_raw_.size() << " system(s), " << vf << " frame(s)";
+  }
+  std::cout << "\n";
+}
+
+void Trainer::build_model() {
+  const TrainConfig& c = config_;
+  model_config_.type_map = c.type_map;
+  model_config_.rcut = c.rcut;
+  model_config_.rcut_smth = c.rcut_smth;
+  model_config_.neuron = c.neuron;
+  model_config_.axis_neuron = c.axis_neuron;
+  model_config_.type_one_side = c.type_one_side;
+  model_config_.resnet_dt = c.resnet_dt;
+  model_config_.fitting_neuron = c.fitting_neuron;
+  model_config_.fitting_resnet_dt = c.fitting_resnet_dt;
+  model_config_.precision = c.precision;
+  model_config_.seed = c.descriptor_seed ? *c.descriptor_seed : (c.seed ? *c.seed : 1);
+  if (c.sel.automatic) {
+    auto stat = data::neighbor_stat(train_raw_, int(c.type_map.size()), c.rcut);
+    model_config_.sel.clear();
+    for (auto m : stat.max_neighbors)
+      model_config_.sel.push_back(4 * int64_t(std::ceil(double(m) * c.sel.ratio / 4.0)));
+    std::cout << "sel: auto:" << c.sel.ratio << " -> [";
+    for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
+    std::cout << "] (min neighbour distance " << stat.min_distance << " Å)\n";
+  } else {
+    model_config_.sel = c.sel.values;
+  }
+  dtype_ = model_config_.dtype();
+  model_ = models::build_se_e2_a(model_config_);
+  metadata_["r_max"] = std::to_string(c.rcut);
+  std::string names;
+  for (auto& n : c.type_map) names += (names.empty() ? "" : " ") + n;
+  metadata_["type_names"] = names;
+  metadata_["num_types"] = std::to_string(c.type_map.size());
+  metadata_["model_dtype"] = c.precision;
+  metadata_["model_type"] = "se_e2_a";
+  metadata_["mlip_version"] = MLIP_VERSION;
+  metadata_["config"] = c.input_text;
+  metadata_["units"] = "eV Angstrom";
+}
+
+void Trainer::compute_statistics() {
+  // davg/dstd and the energy bias from up to 10 batches of every training system.
+  const int ntypes = int(config_.type_map.size());
+  models::EnvStat stat(ntypes, model_config_.nslots());
+  std::vector<std::vector<double>> counts;
+  std::vector<double> energies, natoms;
+  for (const SystemData& d : train_) {
+    const int64_t n = std::min<int64_t>(d.nframes, 10 * d.batch);
+    for (int64_t f = 0; f < n; ++f) {
+      stat.add(d.env[size_t(f)], d.types);
+      counts.emplace_back(d.type_count.begin(), d.type_count.end());
+      energies.push_back(d.energy[f].item<double>());
+      natoms.push_back(double(d.natoms));
+    }
+  }
+  model_.setattr("davg", stat.davg().to(dtype_));
+  model_.setattr("dstd", stat.dstd().to(dtype_));
+  const int64_t nf = int64_t(energies.size());
+  auto c = torch::empty({nf, ntypes}, torch::kFloat64);
+  for (int64_t f = 0; f < nf; ++f)
+    for (int t = 0; t < ntypes; ++t) c[f][t] = counts[size_t(f)][size_t(t)];
+  auto e = torch::tensor(energies, torch::kFloat64);
+  // Minimum-norm least squares (SVD pseudo-inverse): well defined when C is rank deficient,
+  // as in water, where O:H is always 1:2.
+  auto bias = torch::linalg_pinv(c).matmul(e);
+  auto residual = (c.matmul(bias) - e) / torch::tensor(natoms, torch::kFloat64);
+  model_.setattr("bias", bias.to(dtype_));
+  std::cout << "statistics from " << nf << " frame(s): energy bias [";
+  for (int t = 0; t < ntypes; ++t) std::cout << (t ? ", " : "") << std::setprecision(10) << bias[t].item<double>();
+  std::cout << "] eV; per-atom energy RMSE of the linear fit " << std::setprecision(4)
+            << residual.pow(2).mean().sqrt().item<double>() << " eV/atom\n";
+}
+
+Prefactors Trainer::prefactors(int64_t step) const {
+  const double ratio = config_.learning_rate.at(step) / (config_.learning_rate.start_lr * config_.learning_rate.scale);
+  auto p = [&](double start, double limit) { return limit + (start - limit) * ratio; };
+  return {p(config_.start_pref_e, config_.limit_pref_e), p(config_.start_pref_f, config_.limit_pref_f),
+          p(config_.start_pref_v, config_.limit_pref_v)};
+}
+
+torch::Tensor Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref,
+                                bool training, ErrorSums& sums) {
+  std::vector<torch::Tensor> rij, drij, vec, nlist;
+  for (int64_t f : frames) {
+    const auto& env = d.env[size_t(f)];
+    rij.push_back(env.rij);
+    drij.push_back(env.drij);
+    vec.push_back(env.vec);
+    nlist.push_back(env.nlist);
+  }
+  auto out = model_.get_method("energy_force_env")({torch::stack(rij), torch::stack(drij), torch::stack(vec),
+                                                    torch::stack(nlist), d.atype, training})
+                 .toTuple();
+  const auto index = torch::tensor(frames, torch::kInt64);
+  const double n = double(d.natoms);
+  const auto energy = out->elements()[0].toTensor();
+  const auto de = energy - d.energy.index_select(0, index);
+  auto loss = pref.e * (de * de).mean() / n;
+  sums.e2_per_atom2 += (de * de).sum().item<double>() / (n * n);
+  if (d.force.defined()) {
+    const auto df = out->elements()[2].toTensor().to(torch::kFloat64) - d.force.index_select(0, index);
+    loss = loss + pref.f * (df * df).sum({1, 2}).mean() / (3 * n);
+    sums.f2 += (df * df).sum().item<double>();
+    sums.force_components += df.numel();
+  }
+  if (d.virial.defined()) {
+    const auto dv = out->elements()[3].toTensor().to(torch::kFloat64).reshape({-1, 9}) - d.virial.index_select(0, index);
+    loss = loss + pref.v * (dv * dv).mean(1).mean() / n;
+    sums.v2_per_atom2 += (dv * dv).mean(1).sum().item<double>() / (n * n);
+    sums.virial_frames += int64_t(frames.size());
+  }
+  sums.loss += loss.item<double>() * double(frames.size());
+  sums.frames += int64_t(frames.size());
+  return loss;
+}
+
+std::string Trainer::ckpt_path(int64_t step) const {
+  return (fs::path(options_.output_dir) / (config_.save_ckpt + "-" + std::to_string(step) + ".pt")).string();
+}
+
+void Trainer::save_checkpoint(int64_t step) {
+  ExtraFiles extra = metadata_;
+  extra["mlip_checkpoint"] = "1";
+  extra["step"] = std::to_string(step);
+  extra["sampler"] = sampler_->state();
+  if (val_sampler_) extra["val_sampler"] = val_sampler_->state();
+  std::ostringstream opt;
+  torch::save(*optimizer_, opt);
+  extra["optimizer"] = opt.str();
+  const std::string path = ckpt_path(step);
+  save_module_atomically(model_, extra, path);
+  const fs::path dir = options_.output_dir;
+  write_file_atomically((dir / "checkpoint").string(), fs::path(path).filename().string() + "\n");
+  // <save_ckpt>.pt: a link to the newest checkpoint (replaced atomically).
+  const fs::path link = dir / (config_.save_ckpt + ".pt");
+  const fs::path tmp_link = dir / (config_.save_ckpt + ".pt.tmp-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove(tmp_link, ec);
+  fs::create_symlink(fs::path(path).filename(), tmp_link, ec);
+  if (!ec) fs::rename(tmp_link, link, ec);
+  // Keep the newest max_ckpt_keep checkpoints.
+  std::vector<std::pair<int64_t, fs::path>> found;
+  const std::regex pattern(std::regex_replace(config_.save_ckpt, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                           R"(-(\d+)\.pt)");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoll(m[1]), entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  for (size_t k = 0; k + size_t(std::max<int64_t>(config_.max_ckpt_keep, 1)) < found.size(); ++k)
+    fs::remove(found[k].second, ec);
+}
+
+void Trainer::restore(const std::string& given, bool full) {
+  const std::string path = resolve_checkpoint(given);
+  ExtraFiles extra;
+  torch::jit::Module loaded = load_model(path, extra);
+  if (extra["model_type"] != "se_e2_a") throw Error(path + ": a " + extra["model_type"] + " model, the input asks for se_e2_a");
+  // Copy weights and statistics into the freshly built model (same architecture required).
+  auto mine = model_.named_attributes(false);
+  for (const auto& item : loaded.named_attributes(false)) {
+    if (!item.value.isTensor()) continue;
+    bool matched = false;
+    for (const auto& m : mine)
+      if (m.name == item.name && m.value.isTensor()) {
+        auto dst = m.value.toTensor();
+        auto src = item.value.toTensor();
+        if (dst.sizes() != src.sizes())
+          throw Error(path + ": '" + item.name + "' has shape " + c10::str(src.sizes()) + ", the input's model has " +
+                      c10::str(dst.sizes()) + " (different sel, neuron or type_map?)");
+        torch::NoGradGuard guard;
+        dst.copy_(src);
+        matched = true;
+      }
+    if (!matched) throw Error(path + ": '" + item.name + "' is not part of the input's model");
+  }
+  if (!full) return;
+  if (extra.count("step") == 0) throw Error(path + ": a frozen model, not a checkpoint: --restart needs a checkpoint");
+  start_step_ = std::stoll(extra["step"]);
+  std::istringstream opt(extra["optimizer"]);
+  torch::load(*optimizer_, opt);
+  sampler_->set_state(extra["sampler"]);
+  if (val_sampler_ && extra.count("val_sampler")) val_sampler_->set_state(extra["val_sampler"]);
+  std::cout << "restarted from " << path << " at step " << start_step_ << "\n";
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s < 0 || !std::isfinite(s)) return "?";
+  const int64_t t = int64_t(s + 0.5);
+  std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", long(t / 3600), long(t / 60 % 60), long(t % 60));
+  return buf;
+}
+
+int Trainer::run() {
+  const TrainConfig& c = config_;
+  if (c.numb_steps <= 0) throw Error(c.input_path + ": training.numb_steps: expected a positive integer");
+  // TorchScript's optimising executor runs the first calls of a method unoptimised and later
+  // ones fused, with different rounding: a restart would then not continue bit for bit. The
+  // plain executor computes every step the same way.
+  torch::jit::setGraphExecutorOptimize(false);
+  if (!options_.output_dir.empty()) fs::create_directories(options_.output_dir);
+  load_data();
+  build_model();
+  const models::EnvMatrixParams params{c.rcut, c.rcut_smth, model_config_.sel};
+  const int ntypes = int(c.type_map.size());
+  int64_t truncated = 0;
+  if (dtype_ == torch::kFloat32) {
+    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", truncated);
+    if (c.validation_data) valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", truncated);
+  } else {
+    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", truncated);
+    if (c.validation_data) valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", truncated);
+  }
+  if (truncated > 0)
+    std::cout << "warning: " << truncated << " (atom, neighbour type) blocks had more neighbours than sel; the "
+              << "farthest were dropped (raise model.descriptor.sel, or use sel: auto)\n";
+
+  auto make_sampler = [&](const std::vector<SystemData>& set, const DataConfig& data, uint64_t seed, const std::string& key) {
+    std::vector<int64_t> frames, batch, nbatch;
+    for (const auto& d : set) {
+      frames.push_back(d.nframes);
+      batch.push_back(d.batch);
+      nbatch.push_back((d.nframes + d.batch - 1) / d.batch);
+    }
+    return std::make_unique<SystemSampler>(frames, batch, system_probabilities(nbatch, data.auto_prob, data.sys_probs, key),
+                                           seed);
+  };
+  const uint64_t seed = c.seed ? *c.seed : uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  if (!c.seed) std::cout << "training.seed not given: using " << seed << "\n";
+  sampler_ = make_sampler(train_, c.training_data, seed, "training.training_data");
+  if (!valid_.empty()) val_sampler_ = make_sampler(valid_, *c.validation_data, seed + 1, "training.validation_data");
+
+  for (const auto& p : model_.parameters()) params_.push_back(p);
+  optimizer_ = std::make_unique<torch::optim::Adam>(
+      params_, torch::optim::AdamOptions(c.learning_rate.at(0)).betas({0.9, 0.999}).weight_decay(0.0));
+  if (!options_.restart.empty()) restore(options_.restart, true);
+  else if (!options_.init_model.empty()) restore(options_.init_model, false);
+  else compute_statistics();
+
+  int64_t nparams = 0;
+  for (auto& p : params_) nparams += p.numel();
+  std::cout << "model: se_e2_a, " << c.precision << ", sel [";
+  for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
+  std::cout << "], " << nparams << " parameters; " << at::get_num_threads() << " thread(s)\n";
+
+  // lcurve.out: a new file with its header, or appended to on --restart.
+  const fs::path lcurve_path = fs::path(options_.output_dir) / c.disp_file;
+  const bool has_val = !valid_.empty();
+  bool has_virial = false;
+  for (auto& d : train_) has_virial = has_virial || d.virial.defined();
+  std::ofstream lcurve;
+  if (options_.restart.empty()) {
+    lcurve.open(lcurve_path, std::ios::trunc);
+    lcurve << "# step" << (has_val ? " rmse_val" : "") << " rmse_trn" << (has_val ? " rmse_e_val" : "") << " rmse_e_trn"
+           << (has_val ? " rmse_f_val" : "") << " rmse_f_trn";
+    if (has_virial) lcurve << (has_val ? " rmse_v_val" : "") << " rmse_v_trn";
+    lcurve << " lr\n";
+  } else {
+    lcurve.open(lcurve_path, std::ios::app);
+  }
+  if (!lcurve) throw Error(lcurve_path.string() + ": cannot write");
+
+  g_interrupted = false;
+  auto previous = std::signal(SIGINT, on_sigint);
+  const bool tty = ::isatty(STDOUT_FILENO);
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t step = start_step_;
+  int exit_code = 0;
+  double last_loss = 0;
+  while (step < c.numb_steps) {
+    const double lr = c.learning_rate.at(step);
+    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
+    const Prefactors pref = prefactors(step);
+    const auto batch = sampler_->next();
+    ErrorSums trn;
+    optimizer_->zero_grad();
+    auto loss = evaluate(train_[batch.system], batch.frames, pref, true, trn);
+    loss.backward();
+    optimizer_->step();
+    ++step;
+    last_loss = trn.rmse();
+    if (step == 1 || step % c.disp_freq == 0 || step == c.numb_steps) {
+      ErrorSums val;
+      if (has_val) {
+        const int64_t nb = c.validation_data->numb_btch;
+        for (int64_t b = 0; b < nb; ++b) {
+          const auto vb = val_sampler_->next();
+          evaluate(valid_[vb.system], vb.frames, pref, false, val);
+        }
+      }
+      char line[512];
+      std::string text;
+      std::snprintf(line, sizeof(line), "%7ld", long(step));
+      text += line;
+      auto col = [&](double v) {
+        std::snprintf(line, sizeof(line), "   %11.4e", v);
+        text += line;
+      };
+      if (has_val) col(val.rmse());
+      col(trn.rmse());
+      if (has_val) col(val.rmse_e());
+      col(trn.rmse_e());
+      if (has_val) col(val.rmse_f());
+      col(trn.rmse_f());
+      if (has_virial) {
+        if (has_val) col(val.rmse_v());
+        col(trn.rmse_v());
+      }
+      std::snprintf(line, sizeof(line), "   %10.3e\n", lr);
+      text += line;
+      lcurve << text << std::flush;
+      if (!tty) {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double rate = double(step - start_step_) / std::max(elapsed, 1e-9);
+        std::printf("step %ld/%ld  lr %.3e  loss %.4e  rmse_e %.4e  rmse_f %.4e  %.1f steps/s  ETA %s\n", long(step),
+                    long(c.numb_steps), lr, last_loss, trn.rmse_e(), trn.rmse_f(), rate,
+                    format_duration(double(c.numb_steps - step) / rate).c_str());
+        std::fflush(stdout);
+      }
+    }
+    if (tty && (step % 10 == 0 || step == c.numb_steps)) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double rate = double(step - start_step_) / std::max(elapsed, 1e-9);
+      const int width = 30, filled = int(width * double(step) / double(c.numb_steps));
+      std::printf("\r[%s%s] %ld/%ld  lr %.2e  loss %.3e  %.1f steps/s  ETA %s   ", std::string(size_t(filled), '#').c_str(),
+                  std::string(size_t(width - filled), '.').c_str(), long(step), long(c.numb_steps), lr, last_loss, rate,
+                  format_duration(double(c.numb_steps - step) / rate).c_str());
+      std::fflush(stdout);
+    }
+    if (step % c.save_freq == 0 || step == c.numb_steps) save_checkpoint(step);
+    if (g_interrupted) {
+      if (step % c.save_freq != 0 && step != c.numb_steps) save_checkpoint(step);
+      std::printf("%sinterrupted at step %ld: saved %s\n", tty ? "\n" : "", long(step), ckpt_path(step).c_str());
+      exit_code = 130;
+      break;
+    }
+  }
+  std::signal(SIGINT, previous);
+  if (tty) std::printf("\n");
+  if (exit_code == 0) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("finished %ld steps in %.1f s; checkpoint %s\n", long(step - start_step_), elapsed,
+                ckpt_path(step).c_str());
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+int train(const TrainConfig& config, const TrainOptions& options) {
+  try {
+    Trainer trainer(config, options);
+    return trainer.run();
+  } catch (const c10::Error& e) {
+    throw Error(std::string("training failed in LibTorch: ") + e.what_without_backtrace());
+  }
+}
+
+}  // namespace mlip::train

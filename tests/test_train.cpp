@@ -1,0 +1,266 @@
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "data/npy.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using mlip::test::run_command;
+using mlip::test::TempDir;
+using mlip::test::write_text;
+const std::string kMlip = MLIP_EXE;
+
+/// A small non-periodic DeePMD system with labels from a smooth pair potential
+/// E = sum_{r<4} (exp(-2(r-1.2)) - 2 exp(-(r-1.2))) * w(r), forces by its exact gradient.
+void write_system(const std::string& dir, int n_o, int n_h, int frames, unsigned seed) {
+  const int n = n_o + 2 * n_h / 2;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 4.0);
+  std::vector<double> coord, force, energy;
+  for (int f = 0; f < frames; ++f) {
+    std::vector<double> x;
+    while (int(x.size()) < 3 * (n_o + n_h)) {
+      double p[3] = {u(rng), u(rng), u(rng)};
+      bool ok = true;
+      for (size_t k = 0; k < x.size(); k += 3) {
+        double r2 = 0;
+        for (int c = 0; c < 3; ++c) r2 += (p[c] - x[k + c]) * (p[c] - x[k + c]);
+        ok = ok && r2 > 0.8 * 0.8;
+      }
+      if (ok) x.insert(x.end(), p, p + 3);
+    }
+    const int na = n_o + n_h;
+    std::vector<double> fr(size_t(3 * na), 0.0);
+    double e = 0;
+    for (int i = 0; i < na; ++i)
+      for (int j = i + 1; j < na; ++j) {
+        double d[3], r2 = 0;
+        for (int c = 0; c < 3; ++c) d[c] = x[size_t(3 * j + c)] - x[size_t(3 * i + c)], r2 += d[c] * d[c];
+        const double r = std::sqrt(r2);
+        const double a = std::exp(-2 * (r - 1.2)), b = std::exp(-(r - 1.2));
+        e += a - 2 * b;
+        const double de = -2 * a + 2 * b;  // dE/dr
+        for (int c = 0; c < 3; ++c) {
+          fr[size_t(3 * i + c)] += de * d[c] / r;
+          fr[size_t(3 * j + c)] -= de * d[c] / r;
+        }
+      }
+    coord.insert(coord.end(), x.begin(), x.end());
+    force.insert(force.end(), fr.begin(), fr.end());
+    energy.push_back(e - 10.0 * n_o - 5.0 * n_h);
+  }
+  (void)n;
+  std::string types;
+  for (int i = 0; i < n_o; ++i) types += "0\n";
+  for (int i = 0; i < n_h; ++i) types += "1\n";
+  write_text(dir + "/type.raw", types);
+  write_text(dir + "/type_map.raw", "O\nH\n");
+  write_text(dir + "/nopbc", "");
+  const int64_t na = n_o + n_h;
+  fs::create_directories(dir + "/set.000");
+  mlip::data::write_npy(dir + "/set.000/coord.npy", {frames, 3 * na}, coord);
+  mlip::data::write_npy(dir + "/set.000/force.npy", {frames, 3 * na}, force);
+  mlip::data::write_npy(dir + "/set.000/energy.npy", {frames}, energy);
+}
+
+std::string input_yaml(int steps, const std::string& extra_training = "") {
+  return "model:\n"
+         "  type_map: [O, H]\n"
+         "  descriptor: {type: se_e2_a, sel: [8, 16], rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4,\n"
+         "               type_one_side: true, seed: 3}\n"
+         "  fitting_net: {neuron: [8, 8], resnet_dt: true, seed: 3}\n"
+         "learning_rate: {type: exp, start_lr: 0.005, stop_lr: 1.0e-4, decay_steps: 5}\n"
+         "loss: {type: ener, start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1}\n"
+         "training:\n"
+         "  training_data: {systems: [data/sys_a, data/sys_b], batch_size: [2, 1]}\n"
+         "  validation_data: {systems: [data/sys_v], batch_size: 2, numb_btch: 2}\n"
+         "  numb_steps: " + std::to_string(steps) + "\n"
+         "  seed: 5\n"
+         "  disp_freq: 5\n"
+         "  save_freq: 10\n"
+         "  max_ckpt_keep: 2\n" + extra_training;
+}
+
+class TrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_system(dir_ / "data/sys_a", 2, 4, 8, 1);
+    write_system(dir_ / "data/sys_b", 3, 6, 6, 2);
+    write_system(dir_ / "data/sys_v", 2, 4, 5, 3);
+  }
+  /// Runs `mlip <args>` in the test folder.
+  mlip::test::CommandResult mlip(const std::string& args) { return run_command("cd " + dir_.path() + " && " + kMlip + " " + args); }
+  std::string read(const std::string& name) {
+    std::ifstream f(dir_ / name);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  TempDir dir_;
+};
+
+std::vector<torch::Tensor> parameters_of(const std::string& path) {
+  auto m = torch::jit::load(path);
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.named_parameters()) out.push_back(p.value.clone());
+  return out;
+}
+
+TEST_F(TrainTest, SeedMakesRunsReproducibleAndLcurveHasTheSpecifiedShape) {
+  write_text(dir_ / "input.yaml", input_yaml(20));
+  auto r1 = mlip("train input.yaml -o run1");
+  ASSERT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  auto r2 = mlip("train input.yaml -o run2");
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  const std::string l1 = read("run1/lcurve.out");
+  EXPECT_EQ(l1, read("run2/lcurve.out"));
+  std::istringstream lines(l1);
+  std::string header;
+  std::getline(lines, header);
+  EXPECT_EQ(header, "# step rmse_val rmse_trn rmse_e_val rmse_e_trn rmse_f_val rmse_f_trn lr");
+  std::vector<int> steps;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream ls(line);
+    int step;
+    ls >> step;
+    steps.push_back(step);
+    int cols = 1;
+    for (double v; ls >> v;) ++cols;
+    EXPECT_EQ(cols, 8) << line;
+  }
+  EXPECT_EQ(steps, (std::vector<int>{1, 5, 10, 15, 20}));
+  auto p1 = parameters_of(dir_ / "run1/model.ckpt-20.pt"), p2 = parameters_of(dir_ / "run2/model.ckpt-20.pt");
+  ASSERT_EQ(p1.size(), p2.size());
+  for (size_t k = 0; k < p1.size(); ++k) EXPECT_TRUE(torch::equal(p1[k], p2[k]));
+  // The statistics line and the minimum-norm bias regression are printed.
+  EXPECT_NE(r1.out.find("per-atom energy RMSE of the linear fit"), std::string::npos) << r1.out;
+  // Rotation: max_ckpt_keep 2 keeps 10 and 20; the pointer and the link name the newest.
+  EXPECT_TRUE(fs::exists(dir_ / "run1/model.ckpt-10.pt"));
+  EXPECT_EQ(read("run1/checkpoint"), "model.ckpt-20.pt\n");
+  EXPECT_EQ(fs::read_symlink(dir_ / "run1/model.ckpt.pt").string(), "model.ckpt-20.pt");
+  for (const auto& e : fs::directory_iterator(dir_ / "run1"))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "temporary file left: " << e.path();
+}
+
+TEST_F(TrainTest, RestartContinuesExactly) {
+  // Keep every checkpoint, so that step 20 is still there.
+  const std::string text = std::regex_replace(input_yaml(40), std::regex("max_ckpt_keep: 2"), "max_ckpt_keep: 10");
+  write_text(dir_ / "input.yaml", text);
+  ASSERT_EQ(mlip("train input.yaml -o full").exit_code, 0);
+  write_text(dir_ / "half.yaml", text);
+  // First half: the same input stopped at step 20 through a shorter numb_steps would change
+  // the learning-rate schedule, so run the full input and interrupt the schedule by restarting
+  // from the step-20 checkpoint of a second run.
+  ASSERT_EQ(mlip("train half.yaml -o part").exit_code, 0);
+  // Remove everything after step 20 from the second run and restart from step 20.
+  fs::remove(dir_ / "part/model.ckpt-30.pt");
+  fs::remove(dir_ / "part/model.ckpt-40.pt");
+  std::string lc = read("part/lcurve.out");
+  lc = lc.substr(0, lc.find("     25 "));
+  write_text(dir_ / "part/lcurve.out", lc);
+  auto r = mlip("train half.yaml -o part --restart part/model.ckpt-20.pt");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("restarted from part/model.ckpt-20.pt at step 20"), std::string::npos) << r.out;
+  EXPECT_EQ(read("part/lcurve.out"), read("full/lcurve.out"));
+  auto a = parameters_of(dir_ / "full/model.ckpt-40.pt"), b = parameters_of(dir_ / "part/model.ckpt-40.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k)
+    EXPECT_TRUE(torch::equal(a[k], b[k])) << "parameter " << k << " differs by " << (a[k] - b[k]).abs().max().item<double>();
+}
+
+TEST_F(TrainTest, SigintSavesACheckpointAndExits130) {
+  write_text(dir_ / "input.yaml", input_yaml(100000));
+  // Start in the background, wait for the first lcurve line, then Ctrl-C.
+  const std::string log = dir_ / "log.txt";
+  const std::string run = "sigint_run_" + std::to_string(::getpid());
+  const std::string cmd = "cd " + dir_.path() + " && (" + kMlip + " train input.yaml -o " + run + " > " + log +
+                          " 2>&1; echo $? > rc.txt) & echo $! > " + (dir_ / "pid.txt");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  for (int k = 0; k < 600 && read(run + "/lcurve.out").find("      5 ") == std::string::npos; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NE(read(run + "/lcurve.out").find("      5 "), std::string::npos) << read("log.txt");
+  // Anchored on the binary, so that pkill does not match the shell that runs it.
+  ASSERT_EQ(std::system(("pkill -INT -f '^" + kMlip + " train input.yaml -o " + run + "'").c_str()), 0);
+  for (int k = 0; k < 600 && !fs::exists(dir_ / "rc.txt"); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(read("rc.txt"), "130\n") << read("log.txt");
+  std::smatch m;
+  const std::string out = read("log.txt");
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(interrupted at step (\d+): saved (\S+))"))) << out;
+  EXPECT_TRUE(fs::exists(dir_ / m[2].str()));
+  EXPECT_EQ(read(run + "/checkpoint"), fs::path(m[2].str()).filename().string() + "\n");
+}
+
+TEST_F(TrainTest, InitModelFreezeAndTest) {
+  write_text(dir_ / "input.yaml", input_yaml(10));
+  ASSERT_EQ(mlip("train input.yaml -o first").exit_code, 0);
+  auto r = mlip("train input.yaml -o second --init-model first");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("statistics from"), std::string::npos) << "init-model keeps the statistics";
+  EXPECT_NE(read("second/lcurve.out").find("\n      1 "), std::string::npos) << "init-model starts at step 0";
+
+  auto f = mlip("freeze -c second -o frozen.pt");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  torch::jit::ExtraFilesMap extra{{"r_max", ""}, {"type_names", ""}, {"num_types", ""}, {"model_dtype", ""},
+                                  {"model_type", ""}, {"mlip_version", ""}, {"config", ""}, {"units", ""}, {"optimizer", ""}};
+  torch::jit::load(dir_ / "frozen.pt", torch::kCPU, extra);
+  EXPECT_EQ(extra["r_max"], "4.000000");
+  EXPECT_EQ(extra["type_names"], "O H");
+  EXPECT_EQ(extra["num_types"], "2");
+  EXPECT_EQ(extra["model_dtype"], "float64");
+  EXPECT_EQ(extra["model_type"], "se_e2_a");
+  EXPECT_EQ(extra["units"], "eV Angstrom");
+  EXPECT_NE(extra["config"].find("numb_steps: 10"), std::string::npos);
+  EXPECT_TRUE(extra["optimizer"].empty()) << "training state must not be frozen";
+
+  auto t1 = mlip("test -m frozen.pt -s data/sys_v -d detail_frozen");
+  auto t2 = mlip("test -m second/model.ckpt-10.pt -s data/sys_v -d detail_ckpt");
+  ASSERT_EQ(t1.exit_code, 0) << t1.err;
+  ASSERT_EQ(t2.exit_code, 0) << t2.err;
+  EXPECT_NE(t1.out.find("# number of test data : 5"), std::string::npos) << t1.out;
+  EXPECT_NE(t1.out.find("Force  RMSE"), std::string::npos);
+  // The numbers after the system line are the same for the frozen model and its checkpoint.
+  EXPECT_EQ(t1.out.substr(t1.out.find("# number of test data")), t2.out.substr(t2.out.find("# number of test data")));
+  EXPECT_EQ(read("detail_frozen.e.out"), read("detail_ckpt.e.out"));
+  EXPECT_EQ(read("detail_frozen.f.out"), read("detail_ckpt.f.out"));
+  // 1 header + 5 frames; 1 header + 5 * 6 atoms.
+  const std::string e_out = read("detail_frozen.e.out"), f_out = read("detail_frozen.f.out");
+  EXPECT_EQ(std::count(e_out.begin(), e_out.end(), '\n'), 6);
+  EXPECT_EQ(std::count(f_out.begin(), f_out.end(), '\n'), 31);
+}
+
+TEST_F(TrainTest, BadInputIsAClearErrorWithExitCode1) {
+  write_text(dir_ / "input.yaml", input_yaml(10, "  numb_step: 3\n"));
+  auto r = mlip("train input.yaml");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("training.numb_step: unknown key; did you mean 'numb_steps'?"), std::string::npos) << r.err;
+  auto missing = mlip("train nothing.yaml");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("nothing.yaml"), std::string::npos);
+  auto usage = mlip("train");
+  EXPECT_EQ(usage.exit_code, 2);
+  write_text(dir_ / "good.yaml", input_yaml(10));
+  auto restart = mlip("train good.yaml --restart nowhere");
+  EXPECT_EQ(restart.exit_code, 1);
+  EXPECT_NE(restart.err.find("nowhere: no such checkpoint"), std::string::npos) << restart.err;
+  auto freeze = mlip("freeze -c nowhere");
+  EXPECT_EQ(freeze.exit_code, 1);
+  auto test = mlip("test -m nowhere -s data/sys_v");
+  EXPECT_EQ(test.exit_code, 1);
+}
+
+}  // namespace
