@@ -36,7 +36,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev libyaml-cpp-dev
   libtrilinos-kokkos-dev googletest libgtest-dev
   libopenmpi-dev openmpi-bin
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch python3-ase
   slurm-wlm munge
   libopenblas0-openmp
 )

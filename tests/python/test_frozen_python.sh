@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# ctest: train a tiny model, freeze it, run `mlip test -d`, and check the frozen file from
+# Debian's Python PyTorch (tests/python/check_frozen.py). usage: test_frozen_python.sh <mlip>
+set -euo pipefail
+MLIP="$1"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY=/usr/bin/python3
+"$PY" -c "import torch, ase, numpy" || { echo "needs Debian's python3-torch, python3-ase, python3-numpy (tools/setup.sh installs them)"; exit 1; }
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+"$PY" "$HERE/make_periodic_system.py" data/train 1
+"$PY" "$HERE/make_periodic_system.py" data/valid 2
+cat > input.yaml <<'YAML'
+model:
+  type_map: [O, H]
+  descriptor: {type: se_e2_a, sel: [16, 32], rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4, seed: 2}
+  fitting_net: {neuron: [8, 8], seed: 2}
+learning_rate: {start_lr: 0.005, stop_lr: 0.0005, decay_steps: 5}
+loss: {start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1}
+training:
+  training_data: {systems: [data/train], batch_size: 1}
+  numb_steps: 10
+  seed: 1
+  disp_freq: 5
+  save_freq: 10
+YAML
+"$MLIP" train input.yaml > train.log
+"$MLIP" freeze -c . -o frozen.pt
+"$MLIP" test -m frozen.pt -s data/valid -d detail > test.log
+"$PY" "$HERE/check_frozen.py" frozen.pt data/valid detail "$HERE/../../tools"
