@@ -126,7 +126,10 @@ const char* kTrainUsage =
     "  --restart <ckpt>     continue that run exactly (weights, optimiser, step, sampler)\n"
     "  --init-model <ckpt>  start from those weights and statistics, at step 0\n"
     "  -o, --output <dir>   folder for lcurve.out and checkpoints (default: .)\n"
-    "  -h, --help           show this help\n";
+    "  --step-times <file>  write the wall time of every step (ms) there\n"
+    "  -h, --help           show this help\n"
+    "\n"
+    "LibTorch uses OMP_NUM_THREADS intra-op threads when it is set.\n";
 
 const char* kFreezeUsage =
     "usage: mlip freeze [-c <checkpoint>] [-o <model.pt>]\n"
@@ -171,6 +174,8 @@ int train_command(const std::vector<std::string>& args) {
       options.init_model = take_value(args, i, kTrainUsage);
     } else if (a == "-o" || a == "--output") {
       options.output_dir = take_value(args, i, kTrainUsage);
+    } else if (a == "--step-times") {
+      options.step_times = take_value(args, i, kTrainUsage);
     } else if (is_flag(a)) {
       throw UsageError{"train: unknown option '" + a + "'", kTrainUsage};
     } else if (input.empty()) {

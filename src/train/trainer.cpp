@@ -353,6 +353,9 @@ int Trainer::run() {
   // ones fused, with different rounding: a restart would then not continue bit for bit. The
   // plain executor computes every step the same way.
   torch::jit::setGraphExecutorOptimize(false);
+  // LibTorch's intra-op threads: OMP_NUM_THREADS when given (LibTorch's own default otherwise).
+  if (const char* env = std::getenv("OMP_NUM_THREADS"))
+    if (std::atoi(env) > 0) at::set_num_threads(std::atoi(env));
   if (!options_.output_dir.empty()) fs::create_directories(options_.output_dir);
   load_data();
   build_model();
@@ -421,6 +424,7 @@ int Trainer::run() {
   const auto t0 = std::chrono::steady_clock::now();
   int64_t step = start_step_;
   int exit_code = 0;
+  std::vector<double> step_ms;
   double last_loss = 0;
   while (step < c.numb_steps) {
     const double lr = c.learning_rate.at(step);
@@ -428,10 +432,13 @@ int Trainer::run() {
     const Prefactors pref = prefactors(step);
     const auto batch = sampler_->next();
     ErrorSums trn;
+    const auto step_start = std::chrono::steady_clock::now();
     optimizer_->zero_grad();
     auto loss = evaluate(train_[batch.system], batch.frames, pref, true, trn);
     loss.backward();
     optimizer_->step();
+    if (!options_.step_times.empty())
+      step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     ++step;
     last_loss = trn.rmse();
     if (step == 1 || step % c.disp_freq == 0 || step == c.numb_steps) {
@@ -491,6 +498,12 @@ int Trainer::run() {
     }
   }
   std::signal(SIGINT, previous);
+  if (!options_.step_times.empty()) {
+    std::ofstream times(options_.step_times);
+    times << "# step ms (forward, backward and update of each step)\n";
+    for (size_t k = 0; k < step_ms.size(); ++k) times << start_step_ + int64_t(k) + 1 << " " << step_ms[k] << "\n";
+    if (!times) throw Error(options_.step_times + ": cannot write the step times");
+  }
   if (tty) std::printf("\n");
   if (exit_code == 0) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

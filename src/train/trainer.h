@@ -14,6 +14,8 @@ struct TrainOptions {
   std::string init_model;
   /// Folder for lcurve.out and the checkpoints (default: the working folder).
   std::string output_dir = ".";
+  /// When set, the wall time of every step (forward, backward, update; ms) is written there.
+  std::string step_times;
 };
 
 /// Runs the training of training.md. Returns the exit code: 0 when all steps ran, 130 when
