@@ -257,6 +257,12 @@ TEST_F(TrainTest, BadInputIsAClearErrorWithExitCode1) {
   auto restart = mlip("train good.yaml --restart nowhere");
   EXPECT_EQ(restart.exit_code, 1);
   EXPECT_NE(restart.err.find("nowhere: no such checkpoint"), std::string::npos) << restart.err;
+  write_text(dir_ / "mixed.yaml", std::regex_replace(input_yaml(10), std::regex("fitting_net: \\{"),
+                                                     "fitting_net: {precision: float32, "));
+  auto mixed = mlip("train mixed.yaml");
+  EXPECT_EQ(mixed.exit_code, 1);
+  EXPECT_NE(mixed.err.find("model.fitting_net.precision: expected the descriptor's precision (\"float64\""),
+            std::string::npos) << mixed.err;
   auto freeze = mlip("freeze -c nowhere");
   EXPECT_EQ(freeze.exit_code, 1);
   auto test = mlip("test -m nowhere -s data/sys_v");

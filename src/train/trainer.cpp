@@ -155,6 +155,9 @@ void Trainer::load_data() {
 
 void Trainer::build_model() {
   const TrainConfig& c = config_;
+  if (c.fitting_precision != c.precision)
+    throw Error(c.input_path + ": model.fitting_net.precision: expected the descriptor's precision (\"" + c.precision +
+                "\"; one model has one precision), got \"" + c.fitting_precision + "\"");
   model_config_.type_map = c.type_map;
   model_config_.rcut = c.rcut;
   model_config_.rcut_smth = c.rcut_smth;
