@@ -282,6 +282,38 @@ TEST(SeA, SmoothWhenAnAtomCrossesRcut) {
   }
 }
 
+TEST(SeA, EmptySlotsInClosedFormEqualTheDenseSum) {
+  // The net runs only on the slots some atom of the batch uses; the other empty slots are
+  // added in closed form. A frame's energy and forces must not depend on its batch: alone,
+  // and next to a denser copy of itself (which uses more slots), they are the same.
+  SeAConfig c = small_config("float64", {20, 40});
+  auto model = mlip::models::build_se_e2_a(c);
+  Frame a = random_frame(30, true, 21);
+  set_statistics(model, a, c);
+  Frame b = a;
+  for (auto& x : b.pos) x *= 0.8;
+  for (auto& x : b.cell) x *= 0.8;
+  auto env_of_frame = [&](const Frame& f) {
+    std::vector<double> pos = f.pos;
+    auto nl = build_neighbor_list<double>(pos.data(), f.natoms(), f.cell.data(), f.pbc, c.rcut);
+    return mlip::models::compute_env_matrix<double>(nl, f.types, {c.rcut, c.rcut_smth, c.sel});
+  };
+  auto ea = env_of_frame(a), eb = env_of_frame(b);
+  ASSERT_GT((eb.nlist >= 0).sum().item<int64_t>(), (ea.nlist >= 0).sum().item<int64_t>());
+  auto atype = torch::tensor(std::vector<int64_t>(a.types.begin(), a.types.end()), torch::kInt64);
+  auto run = [&](std::vector<mlip::models::EnvMatrix*> envs) {
+    std::vector<torch::Tensor> r, d, v, n;
+    for (auto* e : envs) r.push_back(e->rij), d.push_back(e->drij), v.push_back(e->vec), n.push_back(e->nlist);
+    return model.get_method("energy_force_env")({torch::stack(r), torch::stack(d), torch::stack(v), torch::stack(n), atype, false})
+        .toTuple();
+  };
+  auto alone = run({&ea}), both = run({&ea, &eb});
+  const double e_alone = alone->elements()[0].toTensor()[0].item<double>();
+  const double e_both = both->elements()[0].toTensor()[0].item<double>();
+  EXPECT_NEAR(e_alone, e_both, 1e-12 * std::abs(e_alone));
+  EXPECT_LT((alone->elements()[2].toTensor()[0] - both->elements()[2].toTensor()[0]).abs().max().item<double>(), 1e-12);
+}
+
 TEST(SeA, SavedModuleRunsWithTheSameResults) {
   SeAConfig c = small_config("float64");
   auto model = mlip::models::build_se_e2_a(c);

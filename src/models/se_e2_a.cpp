@@ -124,21 +124,30 @@ std::string se_e2_a_source(const SeAConfig& c) {
     o << "    idx = torch.nonzero(atype == " << ti << ").squeeze(1)\n"
       << "    if idx.numel() > 0:\n"
       << "      r = rhat.index_select(1, idx)\n"
-      << "      g = torch.cat([";
+      << "      raw = rij.index_select(1, idx)\n"
+      << "      tm = torch.zeros([nb, idx.numel(), 4, " << m << "], dtype=rij.dtype, device=rij.device)\n"
+      // Empty slots sit at the end of each type block and all hold the same normalised row
+      // (-davg/dstd, 0, 0, 0): the net runs only on the slots some atom uses, and the
+      // remaining empty slots are added in closed form (se_e2_a.md: no materialised padding).
+      << "      e0 = -self.davg[" << ti << ", 0] / self.dstd[" << ti << ", 0]\n";
     int64_t off = 0;
-    bool first = true;
     for (int64_t t = 0; t < ntypes; ++t) {
       const int64_t s = c.sel[size_t(t)];
       if (s > 0) {
         const std::string name = c.type_one_side ? "emb_" + std::to_string(t)
                                                  : "emb_" + std::to_string(ti) + "_" + std::to_string(t);
-        o << (first ? "" : ", ") << "self." << name << "(r[:, :, " << off << ":" << off + s << ", 0:1])";
-        first = false;
+        o << "      used = int((raw[:, :, " << off << ":" << off + s << ", 0] != 0.0).sum(2).max().item())\n"
+          << "      if used > 0:\n"
+          << "        rb = r[:, :, " << off << ":" << off << " + used, :]\n"
+          << "        tm = tm + torch.matmul(rb.transpose(2, 3), self." << name << "(rb[:, :, :, 0:1]))\n"
+          << "      if used < " << s << ":\n"
+          << "        ge = self." << name << "(e0.reshape(1, 1))\n"
+          << "        tm = tm + torch.cat([(" << s << " - used) * e0 * ge, torch.zeros([3, " << m
+          << "], dtype=rij.dtype, device=rij.device)], 0)\n";
       }
       off += s;
     }
-    o << "], 2)\n"
-      << "      tm = torch.matmul(r.transpose(2, 3), g) / " << literal(double(nc)) << "\n"
+    o << "      tm = tm / " << literal(double(nc)) << "\n"
       << "      d = torch.matmul(tm.transpose(2, 3), tm[:, :, :, 0:" << msub << "]).reshape(nb, idx.numel(), "
       << m * msub << ")\n"
       << "      e = e.index_copy(1, idx, self.fit_" << ti << "(d).squeeze(2) + self.bias[" << ti << "])\n";
