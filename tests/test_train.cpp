@@ -157,26 +157,23 @@ TEST_F(TrainTest, SeedMakesRunsReproducibleAndLcurveHasTheSpecifiedShape) {
 }
 
 TEST_F(TrainTest, RestartContinuesExactly) {
-  // Keep every checkpoint, so that step 20 is still there.
-  const std::string text = std::regex_replace(input_yaml(40), std::regex("max_ckpt_keep: 2"), "max_ckpt_keep: 10");
+  // 200 steps in one run equal 100 steps + --restart + 100 steps: weights and lcurve lines.
+  const std::string text = std::regex_replace(input_yaml(200), std::regex("max_ckpt_keep: 2"), "max_ckpt_keep: 100");
   write_text(dir_ / "input.yaml", text);
   ASSERT_EQ(mlip("train input.yaml -o full").exit_code, 0);
-  write_text(dir_ / "half.yaml", text);
-  // First half: the same input stopped at step 20 through a shorter numb_steps would change
-  // the learning-rate schedule, so run the full input and interrupt the schedule by restarting
-  // from the step-20 checkpoint of a second run.
-  ASSERT_EQ(mlip("train half.yaml -o part").exit_code, 0);
-  // Remove everything after step 20 from the second run and restart from step 20.
-  fs::remove(dir_ / "part/model.ckpt-30.pt");
-  fs::remove(dir_ / "part/model.ckpt-40.pt");
+  // A second run of the same input, cut back to its state at step 100 (checkpoints after it
+  // removed, lcurve truncated), then restarted from the step-100 checkpoint.
+  ASSERT_EQ(mlip("train input.yaml -o part").exit_code, 0);
+  for (int s = 110; s <= 200; s += 10) fs::remove(dir_ / ("part/model.ckpt-" + std::to_string(s) + ".pt"));
   std::string lc = read("part/lcurve.out");
-  lc = lc.substr(0, lc.find("     25 "));
+  lc = lc.substr(0, lc.find("    105 "));
   write_text(dir_ / "part/lcurve.out", lc);
-  auto r = mlip("train half.yaml -o part --restart part/model.ckpt-20.pt");
+  auto r = mlip("train input.yaml -o part --restart part/model.ckpt-100.pt");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("restarted from part/model.ckpt-20.pt at step 20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("restarted from part/model.ckpt-100.pt at step 100"), std::string::npos) << r.out;
   EXPECT_EQ(read("part/lcurve.out"), read("full/lcurve.out"));
-  auto a = parameters_of(dir_ / "full/model.ckpt-40.pt"), b = parameters_of(dir_ / "part/model.ckpt-40.pt");
+  EXPECT_EQ(std::count(lc.begin(), lc.end(), '\n'), 22) << "header + step 1 + 20 lines up to step 100";
+  auto a = parameters_of(dir_ / "full/model.ckpt-200.pt"), b = parameters_of(dir_ / "part/model.ckpt-200.pt");
   ASSERT_EQ(a.size(), b.size());
   for (size_t k = 0; k < a.size(); ++k)
     EXPECT_TRUE(torch::equal(a[k], b[k])) << "parameter " << k << " differs by " << (a[k] - b[k]).abs().max().item<double>();
