@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "error.h"
+#include "test_util.h"
 
 namespace {
 
@@ -42,33 +43,11 @@ std::array<double, 4> direct_row(const double* d) {
   return {s, s * d[0] / r, s * d[1] / r, s * d[2] / r};
 }
 
-struct Frame {
-  std::vector<double> pos, cell;
-  std::vector<int> types;
-  std::array<bool, 3> pbc;
-};
+using mlip::test::Frame;
 
+/// Rejection sampling keeps atoms at least 0.8 Å apart (no accidental overlaps).
 Frame random_frame(int n, bool periodic, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  Frame f;
-  const double L = 7.0;
-  if (periodic) f.cell = {L, 0, 0, 0.7, L, 0, -0.4, 0.3, L};
-  f.pbc = {{periodic, periodic, periodic}};
-  // Rejection sampling keeps atoms at least 0.8 Å apart (no accidental overlaps).
-  while (int(f.types.size()) < n) {
-    double p[3] = {L * u(rng), L * u(rng), L * u(rng)};
-    bool ok = true;
-    for (size_t k = 0; k < f.types.size() && ok; ++k) {
-      double r2 = 0;
-      for (int c = 0; c < 3; ++c) r2 += (p[c] - f.pos[3 * k + c]) * (p[c] - f.pos[3 * k + c]);
-      ok = r2 > 0.64;
-    }
-    if (!ok) continue;
-    f.pos.insert(f.pos.end(), p, p + 3);
-    f.types.push_back(u(rng) < 0.35 ? 0 : 1);
-  }
-  return f;
+  return mlip::test::random_frame(n, periodic, seed, 7.0, {0.7, -0.4, 0.3}, 0.8, 0.35);
 }
 
 template <typename Real>

@@ -34,34 +34,10 @@ SeAConfig small_config(const std::string& precision, std::vector<int64_t> sel = 
   return c;
 }
 
-struct Frame {
-  std::vector<double> pos;   // [n, 3]
-  std::vector<double> cell;  // [9] or empty
-  std::vector<int> types;
-  std::array<bool, 3> pbc{{true, true, true}};
-  int natoms() const { return int(types.size()); }
-};
+using mlip::test::Frame;
 
 Frame random_frame(int n, bool periodic, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  Frame f;
-  const double L = 6.5;
-  if (periodic) f.cell = {L, 0, 0, 0.8, L, 0, -0.5, 0.4, L};
-  f.pbc = {{periodic, periodic, periodic}};
-  while (f.natoms() < n) {
-    double p[3] = {L * u(rng), L * u(rng), L * u(rng)};
-    bool ok = true;
-    for (int k = 0; k < f.natoms() && ok; ++k) {
-      double r2 = 0;
-      for (int c = 0; c < 3; ++c) r2 += (p[c] - f.pos[3 * k + c]) * (p[c] - f.pos[3 * k + c]);
-      ok = r2 > 0.81;
-    }
-    if (!ok) continue;
-    f.pos.insert(f.pos.end(), p, p + 3);
-    f.types.push_back(u(rng) < 0.4 ? 0 : 1);
-  }
-  return f;
+  return mlip::test::random_frame(n, periodic, seed, 6.5, {0.8, -0.5, 0.4}, 0.9, 0.4);
 }
 
 torch::Dtype dtype_of(const SeAConfig& c) { return c.dtype(); }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -64,6 +65,29 @@ std::string error_of(const std::function<void()>& f) {
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
+}
+
+Frame random_frame(int n, bool periodic, unsigned seed, double length, std::array<double, 3> skew, double min_dist,
+                   double p_type0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Frame f;
+  const double L = length;
+  if (periodic) f.cell = {L, 0, 0, skew[0], L, 0, skew[1], skew[2], L};
+  f.pbc = {{periodic, periodic, periodic}};
+  while (f.natoms() < n) {
+    double p[3] = {L * u(rng), L * u(rng), L * u(rng)};
+    bool ok = true;
+    for (int k = 0; k < f.natoms() && ok; ++k) {
+      double r2 = 0;
+      for (int c = 0; c < 3; ++c) r2 += (p[c] - f.pos[size_t(3 * k + c)]) * (p[c] - f.pos[size_t(3 * k + c)]);
+      ok = r2 > min_dist * min_dist;
+    }
+    if (!ok) continue;
+    f.pos.insert(f.pos.end(), p, p + 3);
+    f.types.push_back(u(rng) < p_type0 ? 0 : 1);
+  }
+  return f;
 }
 
 std::string shared_water_dir() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
@@ -39,6 +40,21 @@ std::string error_of(const std::function<void()>& f);
 
 /// Whether haystack contains needle.
 bool contains(const std::string& haystack, const std::string& needle);
+
+/// A frame of atoms for model and environment tests.
+struct Frame {
+  std::vector<double> pos;   ///< [n, 3] Å
+  std::vector<double> cell;  ///< [9] rows are cell vectors, or empty (non-periodic)
+  std::vector<int> types;    ///< [n] 0 or 1
+  std::array<bool, 3> pbc{{true, true, true}};
+  int natoms() const { return int(types.size()); }
+};
+
+/// n atoms uniformly in a box of edge `length` (the cell {L,0,0, skew[0],L,0, skew[1],skew[2],L}
+/// when periodic), no two closer than min_dist (rejection sampling), type 0 with probability
+/// p_type0. Seeded: the same arguments give the same frame.
+Frame random_frame(int n, bool periodic, unsigned seed, double length, std::array<double, 3> skew, double min_dist,
+                   double p_type0);
 
 /// Path of the shared DFT water data (../shared/data/water), or "" when absent.
 std::string shared_water_dir();
