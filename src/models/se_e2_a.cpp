@@ -6,28 +6,10 @@
 #include <sstream>
 
 #include "error.h"
+#include "models/layer_rule.h"
 
 namespace mlip::models {
 namespace {
-
-/// A dense layer stack: which layers have a skip connection and an idt vector.
-struct Layer {
-  int64_t in, out;
-  enum Skip { kNone, kSame, kDouble } skip;
-  bool idt;
-};
-
-std::vector<Layer> layers_of(const std::vector<int64_t>& widths, bool resnet_dt) {
-  std::vector<Layer> layers;
-  for (size_t l = 0; l + 1 < widths.size(); ++l) {
-    Layer layer{widths[l], widths[l + 1], Layer::kNone, false};
-    if (layer.out == layer.in) layer.skip = Layer::kSame;
-    else if (layer.out == 2 * layer.in) layer.skip = Layer::kDouble;
-    layer.idt = resnet_dt && layer.skip != Layer::kNone;
-    layers.push_back(layer);
-  }
-  return layers;
-}
 
 /// TorchScript of a net `fn` whose parameters are self.<prefix>_w<l>, _b<l>, _idt<l>
 /// (and _wout/_bout for a linear output layer).

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/adam.h>
 #include <ATen/Parallel.h>
@@ -24,6 +25,8 @@
 #include "error.h"
 #include "models/env_matrix.h"
 #include "models/se_e2_a.h"
+#include "models/se_e2_a_training.h"
+#include "train/adam_step.h"
 #include "train/checkpoint.h"
 #include "train/sampler.h"
 #include "version.h"
@@ -43,15 +46,17 @@ struct SystemData {
   int64_t natoms = 0, nframes = 0, batch = 1;
   torch::Tensor atype;                      // [N] int64
   std::vector<int> types;
-  std::vector<models::EnvMatrix> env;       // per frame
+  std::vector<models::EnvMatrix> env;       // per frame (only rij is kept, for the statistics)
+  std::vector<models::PackedEnv> packed;    // per frame: the real pairs, for the training path
   torch::Tensor energy, force, virial;      // [nf] f64, [nf,N,3] f64, [nf,9] f64 (undefined if absent)
   std::vector<int64_t> type_count;          // atoms per type
 };
 
 template <typename Real>
 std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
-                                const models::EnvMatrixParams& params, int ntypes, const std::string& key,
+                                const models::SeAConfig& model, int ntypes, const std::string& key,
                                 int64_t& truncated_blocks) {
+  const models::EnvMatrixParams params{model.rcut, model.rcut_smth, model.sel};
   std::vector<SystemData> out;
   data::NeighborListBuilder<Real> builder;
   for (size_t s = 0; s < systems.size(); ++s) {
@@ -75,8 +80,11 @@ std::vector<SystemData> prepare(const std::vector<data::System>& systems, const 
       const double* x = sys.frame_coord(f);
       for (size_t k = 0; k < pos.size(); ++k) pos[k] = Real(x[k]);
       auto nl = builder.build(pos.data(), d.natoms, sys.frame_box(f), sys.pbc, params.rcut);
-      d.env.push_back(models::compute_env_matrix<Real>(nl, sys.types, params));
-      truncated_blocks += d.env.back().truncated_blocks;
+      models::EnvMatrix env = models::compute_env_matrix<Real>(nl, sys.types, params);
+      truncated_blocks += env.truncated_blocks;
+      d.packed.push_back(models::PackedEnv::pack(env, sys.types, model));
+      env.drij = env.vec = env.nlist = torch::Tensor();
+      d.env.push_back(std::move(env));
     }
     out.push_back(std::move(d));
   }
@@ -113,10 +121,10 @@ class Trainer {
   void load_data();
   void build_model();
   void compute_statistics();
-  /// Forward on one batch; returns the loss tensor (float64, with graph when training) and the
-  /// error sums.
-  torch::Tensor evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref,
-                         bool training, ErrorSums& sums);
+  /// Forward on one batch; adds to the error sums and returns the loss. When training, also
+  /// accumulates the loss gradient into the parameters' grad.
+  double evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
+                  ErrorSums& sums);
   Prefactors prefactors(int64_t step) const;
   void save_checkpoint(int64_t step);
   void restore(const std::string& path, bool full);
@@ -129,6 +137,8 @@ class Trainer {
   std::vector<data::System> train_raw_, valid_raw_;
   std::vector<SystemData> train_, valid_;
   torch::jit::Module model_;
+  std::unique_ptr<models::SeATrainingPath> path_;  // the model's training computation (shares its parameters)
+  models::PackedEnv batch_;                        // the current batch when it has several frames
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
   std::unique_ptr<SystemSampler> sampler_, val_sampler_;
@@ -182,6 +192,7 @@ void Trainer::build_model() {
   }
   dtype_ = model_config_.dtype();
   model_ = models::build_se_e2_a(model_config_);
+  path_ = std::make_unique<models::SeATrainingPath>(model_config_, model_);
   metadata_["r_max"] = std::to_string(c.rcut);
   std::string names;
   for (auto& n : c.type_map) names += (names.empty() ? "" : " ") + n;
@@ -234,40 +245,47 @@ Prefactors Trainer::prefactors(int64_t step) const {
           p(config_.start_pref_v, config_.limit_pref_v)};
 }
 
-torch::Tensor Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref,
-                                bool training, ErrorSums& sums) {
-  std::vector<torch::Tensor> rij, drij, vec, nlist;
-  for (int64_t f : frames) {
-    const auto& env = d.env[size_t(f)];
-    rij.push_back(env.rij);
-    drij.push_back(env.drij);
-    vec.push_back(env.vec);
-    nlist.push_back(env.nlist);
+double Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
+                         ErrorSums& sums) {
+  models::SeATrainingPath::Output out;
+  if (frames.size() == 1) {
+    out = path_->forward(d.packed[size_t(frames[0])], d.types);
+  } else {
+    std::vector<const models::PackedEnv*> parts;
+    for (int64_t f : frames) parts.push_back(&d.packed[size_t(f)]);
+    batch_ = models::PackedEnv::concat(parts);
+    out = path_->forward(batch_, d.types);
   }
-  auto out = model_.get_method("energy_force_env")({torch::stack(rij), torch::stack(drij), torch::stack(vec),
-                                                    torch::stack(nlist), d.atype, training})
-                 .toTuple();
+  // The loss of training.md on leaf copies of the predictions: autograd gives d loss / d
+  // prediction, and the training path carries it to the parameters.
+  const auto energy = out.energy.detach().requires_grad_(training);
+  const auto forces = out.forces.detach().requires_grad_(training);
+  const auto virial = out.virial.detach().requires_grad_(training);
   const auto index = torch::tensor(frames, torch::kInt64);
   const double n = double(d.natoms);
-  const auto energy = out->elements()[0].toTensor();
   const auto de = energy - d.energy.index_select(0, index);
   auto loss = pref.e * (de * de).mean() / n;
   sums.e2_per_atom2 += (de * de).sum().item<double>() / (n * n);
   if (d.force.defined()) {
-    const auto df = out->elements()[2].toTensor().to(torch::kFloat64) - d.force.index_select(0, index);
+    const auto df = forces.to(torch::kFloat64) - d.force.index_select(0, index);
     loss = loss + pref.f * (df * df).sum({1, 2}).mean() / (3 * n);
     sums.f2 += (df * df).sum().item<double>();
     sums.force_components += df.numel();
   }
   if (d.virial.defined()) {
-    const auto dv = out->elements()[3].toTensor().to(torch::kFloat64).reshape({-1, 9}) - d.virial.index_select(0, index);
+    const auto dv = virial.to(torch::kFloat64).reshape({-1, 9}) - d.virial.index_select(0, index);
     loss = loss + pref.v * (dv * dv).mean(1).mean() / n;
     sums.v2_per_atom2 += (dv * dv).mean(1).sum().item<double>() / (n * n);
     sums.virial_frames += int64_t(frames.size());
   }
-  sums.loss += loss.item<double>() * double(frames.size());
+  const double value = loss.item<double>();
+  sums.loss += value * double(frames.size());
   sums.frames += int64_t(frames.size());
-  return loss;
+  if (training) {
+    const auto g = torch::autograd::grad({loss}, {energy, forces, virial}, {}, false, false, true);
+    path_->backward(g[0], g[1], g[2]);
+  }
+  return value;
 }
 
 std::string Trainer::ckpt_path(int64_t step) const {
@@ -362,7 +380,7 @@ int Trainer::run() {
   if (!options_.output_dir.empty()) fs::create_directories(options_.output_dir);
   load_data();
   build_model();
-  const models::EnvMatrixParams params{c.rcut, c.rcut_smth, model_config_.sel};
+  const models::SeAConfig& params = model_config_;
   const int ntypes = int(c.type_map.size());
   int64_t truncated = 0;
   if (dtype_ == torch::kFloat32) {
@@ -437,9 +455,8 @@ int Trainer::run() {
     ErrorSums trn;
     const auto step_start = std::chrono::steady_clock::now();
     optimizer_->zero_grad();
-    auto loss = evaluate(train_[batch.system], batch.frames, pref, true, trn);
-    loss.backward();
-    optimizer_->step();
+    evaluate(train_[batch.system], batch.frames, pref, true, trn);
+    adam_step(*optimizer_);
     if (!options_.step_times.empty())
       step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     ++step;

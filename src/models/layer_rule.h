@@ -1,0 +1,29 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace mlip::models {
+
+/// One dense layer of se_e2_a.md's layer rule: y = tanh(x W + b), times idt when resnet_dt,
+/// plus x (same width) or concat(x, x) (double width).
+struct Layer {
+  int64_t in, out;
+  enum Skip { kNone, kSame, kDouble } skip;
+  bool idt;
+};
+
+/// The layers of a stack of widths [w_0, w_1, ...] (w_0 = input width).
+inline std::vector<Layer> layers_of(const std::vector<int64_t>& widths, bool resnet_dt) {
+  std::vector<Layer> layers;
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    Layer layer{widths[l], widths[l + 1], Layer::kNone, false};
+    if (layer.out == layer.in) layer.skip = Layer::kSame;
+    else if (layer.out == 2 * layer.in) layer.skip = Layer::kDouble;
+    layer.idt = resnet_dt && layer.skip != Layer::kNone;
+    layers.push_back(layer);
+  }
+  return layers;
+}
+
+}  // namespace mlip::models

@@ -1,0 +1,791 @@
+#include "models/se_e2_a_training.h"
+
+#include <ATen/Parallel.h>
+
+#include <string>
+
+#include "error.h"
+#include "models/fast_tanh.h"
+#include "models/gemm.h"
+#include "models/layer_rule.h"
+
+namespace mlip::models {
+
+using at::Tensor;
+
+namespace {
+
+int64_t ntypes_of(const SeAConfig& c) { return int64_t(c.type_map.size()); }
+int64_t ngroups_of(const SeAConfig& c) { return c.type_one_side ? ntypes_of(c) : ntypes_of(c) * ntypes_of(c); }
+int64_t group_of(const SeAConfig& c, int64_t ti, int64_t t) { return c.type_one_side ? t : ti * ntypes_of(c) + t; }
+
+/// The gradient tensor of a parameter, created as zeros when it does not exist yet.
+Tensor& grad_of(Tensor p) {
+  Tensor& g = p.mutable_grad();
+  if (!g.defined()) g = at::zeros_like(p);
+  return g;
+}
+
+/// skip(x) of the layer rule for a [rows, in] tensor (undefined for no skip).
+Tensor skip_forward(const Layer& L, const Tensor& x) {
+  if (L.skip == Layer::kSame) return x;
+  if (L.skip == Layer::kDouble) return at::cat({x, x}, 1);
+  return Tensor();
+}
+
+/// Adjoint of skip: adds skip^T(g) ([rows, out]) to acc ([rows, in]).
+void add_skip_adjoint(const Layer& L, Tensor& acc, const Tensor& g) {
+  if (L.skip == Layer::kSame) acc.add_(g);
+  else if (L.skip == Layer::kDouble) acc.add_(g.narrow(1, 0, L.in)).add_(g.narrow(1, L.in, L.in));
+}
+
+}  // namespace
+
+PackedEnv PackedEnv::pack(const EnvMatrix& env, const std::vector<int>& types, const SeAConfig& c) {
+  const int64_t n = env.rij.size(0), nc = env.rij.size(1), nt = ntypes_of(c), ng = ngroups_of(c);
+  if (nc != c.nslots() || int64_t(types.size()) != n)
+    throw Error("PackedEnv::pack: environment matrix of " + std::to_string(n) + " atoms x " + std::to_string(nc) +
+                " slots does not match " + std::to_string(types.size()) + " atoms x " + std::to_string(c.nslots()) +
+                " slots of the model");
+  const Tensor real = (env.rij.select(2, 0) != 0).contiguous();
+  const Tensor nlist = env.nlist.contiguous();
+  const bool* is_real = real.data_ptr<bool>();
+  const int64_t* nbr = nlist.data_ptr<int64_t>();
+  PackedEnv out;
+  out.nframes = 1;
+  out.natoms = n;
+  out.groups.resize(size_t(ng));
+  std::vector<std::vector<int64_t>> slots(static_cast<size_t>(ng));
+  for (auto& g : out.groups) g.offsets.assign(size_t(n + 1), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int ti = types[size_t(i)];
+    int64_t off = 0;
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t g = group_of(c, ti, t);
+      for (int64_t k = 0; k < c.sel[size_t(t)]; ++k) {
+        const int64_t s = i * nc + off + k;
+        if (is_real[s] && nbr[s] >= 0) {
+          slots[size_t(g)].push_back(s);
+          out.groups[size_t(g)].neighbor.push_back(nbr[s]);
+        }
+      }
+      off += c.sel[size_t(t)];
+    }
+    for (int64_t g = 0; g < ng; ++g) out.groups[size_t(g)].offsets[size_t(i + 1)] = int64_t(slots[size_t(g)].size());
+  }
+  const Tensor rij = env.rij.reshape({n * nc, 4}), drij = env.drij.reshape({n * nc, 4, 3}),
+               vec = env.vec.reshape({n * nc, 3});
+  for (int64_t g = 0; g < ng; ++g) {
+    const Tensor idx = torch::tensor(slots[size_t(g)], torch::kInt64);
+    auto& grp = out.groups[size_t(g)];
+    grp.r = rij.index_select(0, idx).contiguous();
+    grp.dr = drij.index_select(0, idx).contiguous();
+    grp.vec = vec.index_select(0, idx).contiguous();
+  }
+  return out;
+}
+
+PackedEnv PackedEnv::concat(const std::vector<const PackedEnv*>& frames) {
+  if (frames.empty()) throw Error("PackedEnv::concat: no frames");
+  PackedEnv out;
+  out.natoms = frames[0]->natoms;
+  const size_t ng = frames[0]->groups.size();
+  out.groups.resize(ng);
+  for (const PackedEnv* f : frames) {
+    if (f->natoms != out.natoms || f->groups.size() != ng)
+      throw Error("PackedEnv::concat: frames of a batch must have the same atoms");
+    out.nframes += f->nframes;
+  }
+  for (size_t g = 0; g < ng; ++g) {
+    auto& dst = out.groups[g];
+    std::vector<Tensor> r, dr, vec;
+    dst.offsets.push_back(0);
+    int64_t atom0 = 0;
+    for (const PackedEnv* f : frames) {
+      const auto& src = f->groups[g];
+      const int64_t pair0 = dst.offsets.back();
+      for (size_t i = 1; i < src.offsets.size(); ++i) dst.offsets.push_back(pair0 + src.offsets[i]);
+      for (int64_t j : src.neighbor) dst.neighbor.push_back(atom0 + j);
+      r.push_back(src.r);
+      dr.push_back(src.dr);
+      vec.push_back(src.vec);
+      atom0 += f->nframes * f->natoms;
+    }
+    dst.r = at::cat(r, 0);
+    dst.dr = at::cat(dr, 0);
+    dst.vec = at::cat(vec, 0);
+  }
+  return out;
+}
+
+namespace {
+
+/// Raw pointers to one embedding net's parameters (contiguous tensors of the module).
+template <typename R>
+struct EmbNet {
+  const std::vector<Layer>* layers = nullptr;
+  std::vector<const R*> w, b, idt;  // idt null when the layer has none
+};
+
+/// d loss / d parameters of one embedding net, accumulated by one thread.
+template <typename R>
+struct EmbGrad {
+  std::vector<std::vector<R>> w, b, idt;
+  explicit EmbGrad(const std::vector<Layer>& layers) {
+    for (const Layer& L : layers) {
+      w.emplace_back(size_t(L.in * L.out), R(0));
+      b.emplace_back(size_t(L.out), R(0));
+      idt.emplace_back(L.idt ? size_t(L.out) : size_t(0), R(0));
+    }
+  }
+};
+
+/// The activations of q rows through an embedding net, value and d/ds stacked: x[l] [2q, w_l]
+/// (layer inputs; x[L] = [G; dG/ds]) and z[l] [2q, w_l+1] (tanh(x W + b), then d(x W)/ds).
+template <typename R>
+struct Block {
+  std::vector<std::vector<R>> x, z;
+  std::vector<R> xbar, xbar_next, zbar;
+};
+
+/// Makes v hold at least n elements (never shrinks, so reuse does not re-zero it).
+template <typename R>
+void grow(std::vector<R>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+}
+
+/// Runs q inputs s[p * stride] through the net, with their derivative d/ds. The output
+/// [G; dG/ds] is blk.x.back(); with g_out and gt_out (each [q, M]) it goes there instead.
+template <typename R>
+void block_forward(const EmbNet<R>& net, const R* s, int64_t stride, int64_t q, Block<R>& blk, R* g_out = nullptr,
+                   R* gt_out = nullptr) {
+  const auto& layers = *net.layers;
+  blk.x.resize(layers.size() + 1);
+  blk.z.resize(layers.size());
+  grow(blk.x[0], 2 * q);
+  for (int64_t p = 0; p < q; ++p) {
+    blk.x[0][size_t(p)] = s[p * stride];
+    blk.x[0][size_t(q + p)] = R(1);
+  }
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const Layer& L = layers[l];
+    const int64_t in = L.in, out = L.out;
+    auto& z = blk.z[l];
+    grow(z, 2 * q * out);
+    const bool last = l + 1 == layers.size() && g_out != nullptr;
+    if (!last) grow(blk.x[l + 1], 2 * q * out);
+    const R* x = blk.x[l].data();
+    gemm<R>(false, false, 2 * q, out, in, R(1), x, in, net.w[l], out, R(0), z.data(), out);
+    const R* b = net.b[l];
+    for (int64_t p = 0; p < q; ++p)
+      for (int64_t o = 0; o < out; ++o) z[size_t(p * out + o)] += b[o];
+    tanh_inplace(z.data(), q * out);
+    const R* idt = net.idt[l];
+    for (int64_t p = 0; p < q; ++p) {
+      const R* y = z.data() + p * out;
+      const R* tz = z.data() + (q + p) * out;
+      R* vo = last ? g_out + p * out : blk.x[l + 1].data() + p * out;
+      R* to = last ? gt_out + p * out : blk.x[l + 1].data() + (q + p) * out;
+      for (int64_t o = 0; o < out; ++o) {
+        const R id = idt ? idt[o] : R(1);
+        vo[o] = y[o] * id;
+        to[o] = (R(1) - y[o] * y[o]) * id * tz[o];
+      }
+      if (L.skip != Layer::kNone) {
+        const R* vi = x + p * in;
+        const R* ti = x + (q + p) * in;
+        for (int64_t rep = 0; rep < (L.skip == Layer::kDouble ? 2 : 1); ++rep)
+          for (int64_t o = 0; o < in; ++o) {
+            vo[rep * in + o] += vi[o];
+            to[rep * in + o] += ti[o];
+          }
+      }
+    }
+  }
+}
+
+/// The adjoint of block_forward: given blk.xbar [2q, M] = (d loss / dG, d loss / dG'), adds
+/// d loss / d parameters to acc. Uses the activations left by block_forward.
+template <typename R>
+void block_reverse(const EmbNet<R>& net, Block<R>& blk, int64_t q, EmbGrad<R>& acc) {
+  const auto& layers = *net.layers;
+  for (int64_t l = int64_t(layers.size()) - 1; l >= 0; --l) {
+    const Layer& L = layers[size_t(l)];
+    const int64_t in = L.in, out = L.out;
+    const R* idt = net.idt[size_t(l)];
+    const R* z = blk.z[size_t(l)].data();
+    const R* xb = blk.xbar.data();
+    grow(blk.zbar, 2 * q * out);
+    R* zb = blk.zbar.data();
+    R* gb = acc.b[size_t(l)].data();
+    R* gidt = idt ? acc.idt[size_t(l)].data() : nullptr;
+    for (int64_t p = 0; p < q; ++p) {
+      const R* y = z + p * out;
+      const R* tz = z + (q + p) * out;
+      const R* vb = xb + p * out;
+      const R* tb = xb + (q + p) * out;
+      R* zv = zb + p * out;
+      R* zt = zb + (q + p) * out;
+      for (int64_t o = 0; o < out; ++o) {
+        const R id = idt ? idt[o] : R(1);
+        const R sp = R(1) - y[o] * y[o];
+        zv[o] = id * (vb[o] - 2 * y[o] * tz[o] * tb[o]) * sp;
+        zt[o] = tb[o] * sp * id;
+        gb[o] += zv[o];
+      }
+      if (gidt)
+        for (int64_t o = 0; o < out; ++o) gidt[o] += vb[o] * y[o] + tb[o] * (R(1) - y[o] * y[o]) * tz[o];
+    }
+    gemm<R>(true, false, in, out, 2 * q, R(1), blk.x[size_t(l)].data(), in, zb, out, R(1), acc.w[size_t(l)].data(), out);
+    if (l == 0) break;
+    grow(blk.xbar_next, 2 * q * in);
+    R* xn = blk.xbar_next.data();
+    gemm<R>(false, true, 2 * q, in, out, R(1), zb, out, net.w[size_t(l)], out, R(0), xn, in);
+    if (L.skip != Layer::kNone)
+      for (int64_t p = 0; p < 2 * q; ++p)
+        for (int64_t rep = 0; rep < (L.skip == Layer::kDouble ? 2 : 1); ++rep)
+          for (int64_t o = 0; o < in; ++o) xn[p * in + o] += xb[p * out + rep * in + o];
+    std::swap(blk.xbar, blk.xbar_next);
+  }
+}
+
+}  // namespace
+
+struct SeATrainingPath::Impl {
+  SeAConfig c;
+  torch::jit::Module module;
+  std::vector<Layer> emb_layers, fit_layers;
+  int64_t nt = 0, ng = 0, nc = 0, m = 0, ms = 0;
+
+  /// What backward() needs from forward(), per embedding net.
+  struct EmbState {
+    int64_t pairs = 0;
+    std::vector<int64_t> pseudo_row;  // [ntypes]: row in ge of centre type ti's empty slot, -1 if none
+    std::vector<double> pseudo_s;     // inputs of the ge rows
+    Tensor rh;                        // [pairs, 4] normalised rows
+    Tensor g, gt;                     // [pairs, M] G and dG/ds
+    Tensor ge;                        // [rows, M] G of the empty-slot inputs
+    Tensor vh;                        // [pairs, 4] d loss / d gR-hat (backward)
+  };
+  /// Per fitting net (centre type).
+  struct FitState {
+    Tensor idx;                           // [n] atoms of this type in the batch
+    std::vector<Tensor> x, y, sp, g, cc;  // inputs, tanh, 1 - tanh^2, dE/dx, dE/dz
+  };
+  const PackedEnv* batch = nullptr;
+  int64_t nb = 0, n = 0, bn = 0;
+  std::vector<int> atype;      // [B N]
+  std::vector<double> e0;      // [ntypes] normalised s of an empty slot
+  std::vector<int64_t> chunks;  // atom ranges [chunks[k], chunks[k+1]) processed as one block
+  Tensor davg, dstd, t_mat, d_flat, gd_mat, gt_mat;
+  std::vector<EmbState> emb;
+  std::vector<FitState> fit;
+  std::vector<Tensor> pair_gd;  // per group [pairs, 3] dE/dd_ij
+  std::vector<Tensor> held;     // contiguous parameter tensors behind the raw pointers
+
+  Tensor attr(const std::string& name) const { return module.attr(name).toTensor(); }
+  std::string emb_name(int64_t g) const {
+    return c.type_one_side ? "emb_" + std::to_string(g)
+                           : "emb_" + std::to_string(g / nt) + "_" + std::to_string(g % nt);
+  }
+  bool active(int64_t g) const { return c.sel[size_t(c.type_one_side ? g : g % nt)] > 0; }
+
+  template <typename R>
+  std::vector<EmbNet<R>> emb_nets() {
+    std::vector<EmbNet<R>> nets(static_cast<size_t>(ng));
+    held.clear();
+    auto ptr = [&](const std::string& name) {
+      held.push_back(attr(name).contiguous());
+      return static_cast<const R*>(held.back().data_ptr<R>());
+    };
+    for (int64_t g = 0; g < ng; ++g) {
+      auto& net = nets[size_t(g)];
+      net.layers = &emb_layers;
+      for (size_t l = 0; l < emb_layers.size(); ++l) {
+        const std::string name = emb_name(g) + "_", ls = std::to_string(l);
+        net.w.push_back(ptr(name + "w" + ls));
+        net.b.push_back(ptr(name + "b" + ls));
+        net.idt.push_back(emb_layers[l].idt ? ptr(name + "idt" + ls) : nullptr);
+      }
+    }
+    return nets;
+  }
+
+  /// T-shaped gradient of the symmetric product D = T^T T_<: for X [BN, M, M_<] (= dE/dD),
+  /// returns T_< X^T + [T X, 0]  ([BN, 4, M]).
+  Tensor sym(const Tensor& t, const Tensor& x) const {
+    Tensor out = at::bmm(t.narrow(2, 0, ms), x.transpose(1, 2));
+    out.narrow(2, 0, ms).add_(at::bmm(t, x));
+    return out;
+  }
+
+  template <typename R>
+  Output forward(const PackedEnv& batch, const std::vector<int>& types);
+  template <typename R>
+  void backward(const Tensor& ge, const Tensor& gf, const Tensor& gv);
+};
+
+template <typename R>
+SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, const std::vector<int>& types) {
+  batch = &pe;
+  nb = pe.nframes, n = pe.natoms, bn = nb * n;
+  if (int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng)
+    throw Error("se_e2_a training path: the batch does not match the model (" + std::to_string(types.size()) +
+                " types for " + std::to_string(n) + " atoms, " + std::to_string(pe.groups.size()) + " nets for " +
+                std::to_string(ng) + ")");
+  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
+  davg = attr("davg").contiguous();
+  dstd = attr("dstd").contiguous();
+  const R* da = davg.data_ptr<R>();
+  const R* ds = dstd.data_ptr<R>();
+  atype.resize(size_t(bn));
+  for (int64_t k = 0; k < bn; ++k) atype[size_t(k)] = types[size_t(k % n)];
+  e0.resize(size_t(nt));
+  for (int64_t t = 0; t < nt; ++t) e0[size_t(t)] = -double(da[t * 4]) / double(ds[t * 4]);
+  const auto nets = emb_nets<R>();
+  const R inv_nc = R(1) / R(nc);
+
+  // Normalised rows, and the nets' outputs for the empty-slot inputs.
+  emb.assign(size_t(ng), EmbState());
+  for (int64_t g = 0; g < ng; ++g) {
+    if (!active(g)) continue;
+    const auto& grp = pe.groups[size_t(g)];
+    EmbState& s = emb[size_t(g)];
+    s.pairs = int64_t(grp.neighbor.size());
+    s.pseudo_row.assign(size_t(nt), -1);
+    for (int64_t ti = 0; ti < nt; ++ti)
+      if (c.type_one_side || ti == g / nt) {
+        s.pseudo_row[size_t(ti)] = int64_t(s.pseudo_s.size());
+        s.pseudo_s.push_back(e0[size_t(ti)]);
+      }
+    s.rh = at::empty({s.pairs, 4}, opts);
+    s.g = at::empty({s.pairs, m}, opts);
+    s.gt = at::empty({s.pairs, m}, opts);
+    R* rh = s.rh.data_ptr<R>();
+    const R* r = grp.r.data_ptr<R>();
+    const int64_t* off = grp.offsets.data();
+    at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t ti = atype[size_t(i)];
+        for (int64_t p = off[i]; p < off[i + 1]; ++p)
+          for (int a = 0; a < 4; ++a) rh[p * 4 + a] = (r[p * 4 + a] - da[ti * 4 + a]) / ds[ti * 4 + a];
+      }
+    });
+    const std::vector<R> s_in(s.pseudo_s.begin(), s.pseudo_s.end());
+    const int64_t rows = int64_t(s_in.size());
+    Block<R> blk;
+    block_forward(nets[size_t(g)], s_in.data(), 1, rows, blk);
+    s.ge = at::from_blob(blk.x.back().data(), {rows, m}, opts).clone();
+  }
+
+  // Atom chunks of ~256 pairs: one block through the nets each, small enough for the cache.
+  chunks.assign(1, 0);
+  int64_t acc = 0;
+  for (int64_t i = 0; i < bn; ++i) {
+    for (int64_t g = 0; g < ng; ++g)
+      if (active(g)) acc += pe.groups[size_t(g)].offsets[size_t(i + 1)] - pe.groups[size_t(g)].offsets[size_t(i)];
+    if (acc >= 256 || i + 1 == bn) {
+      chunks.push_back(i + 1);
+      acc = 0;
+    }
+  }
+
+  // Embedding nets (value and d/ds) and T_i = (1/Nc) sum_j Rhat_ij G_ij, empty slots in closed form.
+  t_mat = at::zeros({bn, 4, m}, opts);
+  R* tp = t_mat.data_ptr<R>();
+  at::parallel_for(0, int64_t(chunks.size()) - 1, 1, [&](int64_t c0, int64_t c1) {
+    Block<R> blk;
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t i0 = chunks[size_t(ch)], i1 = chunks[size_t(ch + 1)];
+      for (int64_t g = 0; g < ng; ++g) {
+        if (!active(g)) continue;
+        const auto& off = pe.groups[size_t(g)].offsets;
+        EmbState& s = emb[size_t(g)];
+        const int64_t p0 = off[size_t(i0)], q = off[size_t(i1)] - p0;
+        if (q == 0) continue;
+        const R* rh = s.rh.data_ptr<R>();
+        R* gv = s.g.data_ptr<R>() + p0 * m;
+        block_forward(nets[size_t(g)], rh + p0 * 4, 4, q, blk, gv, s.gt.data_ptr<R>() + p0 * m);
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t a = off[size_t(i)], qi = off[size_t(i + 1)] - a;
+          if (qi > 0) gemm<R>(true, false, 4, m, qi, R(1), rh + a * 4, 4, gv + (a - p0) * m, m, R(1), tp + i * 4 * m, m);
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t ti = atype[size_t(i)];
+        R* ti_row = tp + i * 4 * m;
+        for (int64_t t = 0; t < nt; ++t) {
+          if (c.sel[size_t(t)] == 0) continue;
+          const int64_t g = group_of(c, ti, t);
+          const EmbState& s = emb[size_t(g)];
+          const auto& off = pe.groups[size_t(g)].offsets;
+          const int64_t empty = c.sel[size_t(t)] - (off[size_t(i + 1)] - off[size_t(i)]);
+          if (empty > 0) {
+            const R* ge = s.ge.data_ptr<R>() + s.pseudo_row[size_t(ti)] * m;
+            const R f = R(double(empty) * e0[size_t(ti)]);
+            for (int64_t k = 0; k < m; ++k) ti_row[k] += f * ge[k];
+          }
+        }
+        for (int64_t k = 0; k < 4 * m; ++k) ti_row[k] *= inv_nc;
+      }
+    }
+  });
+  d_flat = at::bmm(t_mat.transpose(1, 2), t_mat.narrow(2, 0, ms)).reshape({bn, m * ms});
+
+  // Fitting nets: atomic energies and dE/dD.
+  Tensor atomic = at::zeros({bn}, opts);
+  Tensor gd_flat = at::zeros({bn, m * ms}, opts);
+  const Tensor bias = attr("bias");
+  const int64_t nfit = int64_t(fit_layers.size());
+  fit.assign(size_t(nt), FitState());
+  for (int64_t ti = 0; ti < nt; ++ti) {
+    std::vector<int64_t> idx;
+    for (int64_t k = 0; k < bn; ++k)
+      if (atype[size_t(k)] == ti) idx.push_back(k);
+    if (idx.empty()) continue;
+    FitState& f = fit[size_t(ti)];
+    f.idx = torch::tensor(idx, torch::kInt64);
+    const std::string name = "fit_" + std::to_string(ti);
+    f.x.push_back(d_flat.index_select(0, f.idx));
+    for (int64_t l = 0; l < nfit; ++l) {
+      const Layer& L = fit_layers[size_t(l)];
+      const std::string ls = std::to_string(l);
+      Tensor y = at::addmm(attr(name + "_b" + ls), f.x.back(), attr(name + "_w" + ls));
+      tanh_inplace(y.data_ptr<R>(), y.numel());
+      Tensor xn = L.idt ? y * attr(name + "_idt" + ls) : y;
+      const Tensor sk = skip_forward(L, f.x.back());
+      if (sk.defined()) xn = xn + sk;
+      f.y.push_back(y);
+      f.sp.push_back(1 - y * y);
+      f.x.push_back(xn);
+    }
+    const Tensor wout = attr(name + "_wout");
+    atomic.index_copy_(0, f.idx, at::addmm(attr(name + "_bout"), f.x.back(), wout).squeeze(1) + bias[ti]);
+    // dE/dx backwards through the net.
+    f.g.assign(size_t(nfit + 1), Tensor());
+    f.cc.assign(size_t(nfit), Tensor());
+    f.g[size_t(nfit)] = wout.reshape({1, -1}).expand({int64_t(idx.size()), wout.size(0)}).contiguous();
+    for (int64_t l = nfit - 1; l >= 0; --l) {
+      const Layer& L = fit_layers[size_t(l)];
+      const std::string ls = std::to_string(l);
+      Tensor cc = f.g[size_t(l + 1)] * f.sp[size_t(l)];
+      if (L.idt) cc = cc * attr(name + "_idt" + ls);
+      Tensor gl = at::mm(cc, attr(name + "_w" + ls).t());
+      add_skip_adjoint(L, gl, f.g[size_t(l + 1)]);
+      f.cc[size_t(l)] = cc;
+      f.g[size_t(l)] = gl;
+    }
+    gd_flat.index_copy_(0, f.idx, f.g[0]);
+  }
+  gd_mat = gd_flat.reshape({bn, m, ms});
+  gt_mat = sym(t_mat, gd_mat);
+
+  // dE/dd_ij per pair; forces and virial.
+  const R* gtp = gt_mat.data_ptr<R>();
+  Tensor forces = at::zeros({bn, 3}, opts);
+  R* fp = forces.data_ptr<R>();
+  pair_gd.assign(size_t(ng), Tensor());
+  for (int64_t g = 0; g < ng; ++g) pair_gd[size_t(g)] = at::empty({emb[size_t(g)].pairs, 3}, opts);
+  at::parallel_for(0, bn, 8, [&](int64_t i0, int64_t i1) {
+    std::vector<R> q_buf, gr_buf;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t ti = atype[size_t(i)];
+      const R* gti = gtp + i * 4 * m;
+      R fi[3] = {0, 0, 0};
+      for (int64_t t = 0; t < nt; ++t) {
+        if (c.sel[size_t(t)] == 0) continue;
+        const int64_t g = group_of(c, ti, t);
+        const EmbState& s = emb[size_t(g)];
+        const auto& grp = pe.groups[size_t(g)];
+        const int64_t p0 = grp.offsets[size_t(i)], qi = grp.offsets[size_t(i + 1)] - p0;
+        if (qi == 0) continue;
+        grow(q_buf, qi * m);
+        grow(gr_buf, qi * 4);
+        const R* gv = s.g.data_ptr<R>() + p0 * m;
+        const R* gtan = s.gt.data_ptr<R>() + p0 * m;
+        const R* rh = s.rh.data_ptr<R>() + p0 * 4;
+        // gr = G gT^T (dE/dRhat without the d/ds term), Q = Rhat gT.
+        gemm<R>(false, true, qi, 4, m, R(1), gv, m, gti, m, R(0), gr_buf.data(), 4);
+        gemm<R>(false, false, qi, m, 4, R(1), rh, 4, gti, m, R(0), q_buf.data(), m);
+        const R* dr = grp.dr.data_ptr<R>() + p0 * 12;
+        R* gd = pair_gd[size_t(g)].data_ptr<R>() + p0 * 3;
+        for (int64_t p = 0; p < qi; ++p) {
+          R gs = 0;
+          const R* qp = q_buf.data() + p * m;
+          const R* tg = gtan + p * m;
+          for (int64_t k = 0; k < m; ++k) gs += qp[k] * tg[k];
+          R* gr = gr_buf.data() + p * 4;
+          gr[0] += gs;
+          R d[3] = {0, 0, 0};
+          for (int a = 0; a < 4; ++a) {
+            const R ga = gr[a] * inv_nc / ds[ti * 4 + a];
+            for (int y = 0; y < 3; ++y) d[y] += ga * dr[p * 12 + a * 3 + y];
+          }
+          for (int y = 0; y < 3; ++y) {
+            gd[p * 3 + y] = d[y];
+            fi[y] += d[y];
+          }
+        }
+      }
+      for (int y = 0; y < 3; ++y) fp[i * 3 + y] = fi[y];
+    }
+  });
+  std::vector<double> virial(size_t(nb * 9), 0.0);
+  for (int64_t g = 0; g < ng; ++g) {
+    const auto& grp = pe.groups[size_t(g)];
+    if (emb[size_t(g)].pairs == 0) continue;
+    const R* gd = pair_gd[size_t(g)].data_ptr<R>();
+    const R* vec = grp.vec.data_ptr<R>();
+    for (int64_t i = 0; i < bn; ++i) {
+      double* w = virial.data() + (i / n) * 9;
+      for (int64_t p = grp.offsets[size_t(i)]; p < grp.offsets[size_t(i + 1)]; ++p) {
+        const int64_t j = grp.neighbor[size_t(p)];
+        for (int y = 0; y < 3; ++y) fp[j * 3 + y] -= gd[p * 3 + y];
+        for (int x = 0; x < 3; ++x)
+          for (int y = 0; y < 3; ++y) w[x * 3 + y] -= double(vec[p * 3 + x]) * double(gd[p * 3 + y]);
+      }
+    }
+  }
+  Output out;
+  out.atomic = atomic.reshape({nb, n});
+  out.energy = out.atomic.to(at::kDouble).sum(1);
+  out.forces = forces.reshape({nb, n, 3});
+  out.virial = torch::tensor(virial, torch::kFloat64).reshape({nb, 3, 3}).to(opts.dtype());
+  return out;
+}
+
+template <typename R>
+void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, const Tensor& gv_in) {
+  if (batch == nullptr) throw Error("se_e2_a training path: backward() without forward()");
+  const PackedEnv& pe = *batch;
+  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
+  const Tensor ge = ge_in.defined() ? ge_in.to(opts.dtype()).contiguous().reshape({nb}) : at::zeros({nb}, opts);
+  const Tensor gf = gf_in.defined() ? gf_in.to(opts.dtype()).contiguous().reshape({bn, 3}) : at::zeros({bn, 3}, opts);
+  const Tensor gv = gv_in.defined() ? gv_in.to(opts.dtype()).contiguous().reshape({nb, 9}) : at::zeros({nb, 9}, opts);
+  const R* gfp = gf.data_ptr<R>();
+  const R* gvp = gv.data_ptr<R>();
+  const R* ds = dstd.data_ptr<R>();
+  const R* gtp = gt_mat.data_ptr<R>();
+  const R inv_nc = R(1) / R(nc);
+  const auto nets = emb_nets<R>();
+  // Every parameter gets a gradient, zero for a net the batch does not use (as autograd's).
+  for (const auto& p : module.parameters()) grad_of(p);
+
+  // Phase A: from d loss / d force and virial to d loss / d(dE/dT), per atom.
+  for (int64_t g = 0; g < ng; ++g) emb[size_t(g)].vh = at::empty({emb[size_t(g)].pairs, 4}, opts);
+  Tensor gt_bar = at::zeros({bn, 4, m}, opts);
+  R* gtb = gt_bar.data_ptr<R>();
+  at::parallel_for(0, bn, 8, [&](int64_t i0, int64_t i1) {
+    std::vector<R> cr;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t ti = atype[size_t(i)];
+      R* gbi = gtb + i * 4 * m;
+      const R* wv = gvp + (i / n) * 9;
+      for (int64_t t = 0; t < nt; ++t) {
+        if (c.sel[size_t(t)] == 0) continue;
+        const int64_t g = group_of(c, ti, t);
+        const EmbState& s = emb[size_t(g)];
+        const auto& grp = pe.groups[size_t(g)];
+        const int64_t p0 = grp.offsets[size_t(i)], qi = grp.offsets[size_t(i + 1)] - p0;
+        if (qi == 0) continue;
+        const R* rh = s.rh.data_ptr<R>() + p0 * 4;
+        const R* dr = grp.dr.data_ptr<R>() + p0 * 12;
+        const R* vec = grp.vec.data_ptr<R>() + p0 * 3;
+        R* vh = s.vh.data_ptr<R>() + p0 * 4;
+        grow(cr, qi * 4);
+        for (int64_t p = 0; p < qi; ++p) {
+          const int64_t j = grp.neighbor[size_t(p0 + p)];
+          R u[3];
+          for (int y = 0; y < 3; ++y) {
+            u[y] = gfp[i * 3 + y] - gfp[j * 3 + y];
+            for (int x = 0; x < 3; ++x) u[y] -= vec[p * 3 + x] * wv[x * 3 + y];
+          }
+          for (int a = 0; a < 4; ++a) {
+            R v = 0;
+            for (int y = 0; y < 3; ++y) v += dr[p * 12 + a * 3 + y] * u[y];
+            vh[p * 4 + a] = v / ds[ti * 4 + a];
+          }
+          for (int a = 0; a < 4; ++a) cr[size_t(p * 4 + a)] = vh[p * 4] * rh[p * 4 + a];
+        }
+        // d loss / dgT_i = (vh^T G + (vh_0 Rhat)^T G') / Nc
+        gemm<R>(true, false, 4, m, qi, inv_nc, vh, 4, s.g.data_ptr<R>() + p0 * m, m, R(1), gbi, m);
+        gemm<R>(true, false, 4, m, qi, inv_nc, cr.data(), 4, s.gt.data_ptr<R>() + p0 * m, m, R(1), gbi, m);
+      }
+    }
+  });
+
+  // Through gT = sym(T, gD): d loss / d gD and the first part of d loss / dT.
+  const Tensor gd_bar =
+      (at::bmm(gt_bar.transpose(1, 2), t_mat.narrow(2, 0, ms)) + at::bmm(t_mat.transpose(1, 2), gt_bar.narrow(2, 0, ms)))
+          .reshape({bn, m * ms});
+  Tensor t_bar = sym(gt_bar, gd_mat);
+
+  // Fitting nets: the adjoint of the backward pass (dE/dD), then of the forward pass.
+  Tensor d_bar = at::zeros({bn, m * ms}, opts);
+  const Tensor ge_atom = ge.repeat_interleave(n);
+  const int64_t nfit = int64_t(fit_layers.size());
+  for (int64_t ti = 0; ti < nt; ++ti) {
+    FitState& f = fit[size_t(ti)];
+    if (!f.idx.defined()) continue;
+    const std::string name = "fit_" + std::to_string(ti);
+    std::vector<Tensor> w(static_cast<size_t>(nfit)), idt(static_cast<size_t>(nfit));
+    for (int64_t l = 0; l < nfit; ++l) {
+      w[size_t(l)] = attr(name + "_w" + std::to_string(l));
+      if (fit_layers[size_t(l)].idt) idt[size_t(l)] = attr(name + "_idt" + std::to_string(l));
+    }
+    const Tensor wout = attr(name + "_wout");
+    Tensor gb = gd_bar.index_select(0, f.idx);
+    std::vector<Tensor> ybar(static_cast<size_t>(nfit));
+    for (int64_t l = 0; l < nfit; ++l) {
+      const Layer& L = fit_layers[size_t(l)];
+      const Tensor cbar = at::mm(gb, w[size_t(l)]);
+      grad_of(w[size_t(l)]).addmm_(gb.t(), f.cc[size_t(l)]);
+      Tensor next = L.skip == Layer::kNone ? at::zeros_like(cbar) : skip_forward(L, gb).clone();
+      const Tensor t1 = cbar * f.sp[size_t(l)];
+      const Tensor& gnext = f.g[size_t(l + 1)];
+      if (L.idt) {
+        next.add_(t1 * idt[size_t(l)]);
+        grad_of(idt[size_t(l)]).add_((t1 * gnext).sum(0));
+        ybar[size_t(l)] = cbar * gnext * idt[size_t(l)] * f.y[size_t(l)] * -2;
+      } else {
+        next.add_(t1);
+        ybar[size_t(l)] = cbar * gnext * f.y[size_t(l)] * -2;
+      }
+      gb = next;
+    }
+    grad_of(wout).add_(gb.sum(0).unsqueeze(1));
+    const Tensor ebar = ge_atom.index_select(0, f.idx).unsqueeze(1);
+    Tensor xbar = ebar * wout.t();
+    grad_of(wout).addmm_(f.x[size_t(nfit)].t(), ebar);
+    grad_of(attr(name + "_bout")).add_(ebar.sum(0));
+    for (int64_t l = nfit - 1; l >= 0; --l) {
+      const Layer& L = fit_layers[size_t(l)];
+      Tensor yb = L.idt ? ybar[size_t(l)] + xbar * idt[size_t(l)] : ybar[size_t(l)] + xbar;
+      if (L.idt) grad_of(idt[size_t(l)]).add_((xbar * f.y[size_t(l)]).sum(0));
+      const Tensor zb = yb * f.sp[size_t(l)];
+      grad_of(w[size_t(l)]).addmm_(f.x[size_t(l)].t(), zb);
+      grad_of(attr(name + "_b" + std::to_string(l))).add_(zb.sum(0));
+      Tensor xn = at::mm(zb, w[size_t(l)].t());
+      add_skip_adjoint(L, xn, xbar);
+      xbar = xn;
+    }
+    d_bar.index_copy_(0, f.idx, xbar);
+  }
+  t_bar.add_(sym(t_mat, d_bar.reshape({bn, m, ms})));
+  const R* tbp = t_bar.data_ptr<R>();
+
+  // Embedding nets, block by block: d loss / dG and dG' of each pair, then the adjoint of the
+  // nets (their activations recomputed), into per-thread gradients summed in thread order.
+  const int64_t nthreads = at::get_num_threads();
+  std::vector<std::vector<EmbGrad<R>>> acc(static_cast<size_t>(nthreads));
+  for (auto& per_thread : acc)
+    for (int64_t g = 0; g < ng; ++g) per_thread.emplace_back(emb_layers);
+  at::parallel_for(0, int64_t(chunks.size()) - 1, 1, [&](int64_t c0, int64_t c1) {
+    Block<R> blk;
+    auto& mine = acc[size_t(std::min<int64_t>(at::get_thread_num(), nthreads - 1))];
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const int64_t i0 = chunks[size_t(ch)], i1 = chunks[size_t(ch + 1)];
+      for (int64_t g = 0; g < ng; ++g) {
+        if (!active(g)) continue;
+        const auto& off = pe.groups[size_t(g)].offsets;
+        const EmbState& s = emb[size_t(g)];
+        const int64_t p0 = off[size_t(i0)], q = off[size_t(i1)] - p0;
+        if (q == 0) continue;
+        const R* rh = s.rh.data_ptr<R>();
+        const R* vh = s.vh.data_ptr<R>();
+        block_forward(nets[size_t(g)], rh + p0 * 4, 4, q, blk);
+        grow(blk.xbar, 2 * q * m);
+        R* xb = blk.xbar.data();
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t a = off[size_t(i)], qi = off[size_t(i + 1)] - a;
+          if (qi == 0) continue;
+          R* gb = xb + (a - p0) * m;
+          R* tb = xb + (q + a - p0) * m;
+          // dG = (Rhat Tbar + vh gT) / Nc;  dG' = vh_0 (Rhat gT) / Nc
+          gemm<R>(false, false, qi, m, 4, inv_nc, rh + a * 4, 4, tbp + i * 4 * m, m, R(0), gb, m);
+          gemm<R>(false, false, qi, m, 4, inv_nc, vh + a * 4, 4, gtp + i * 4 * m, m, R(1), gb, m);
+          gemm<R>(false, false, qi, m, 4, inv_nc, rh + a * 4, 4, gtp + i * 4 * m, m, R(0), tb, m);
+          for (int64_t p = 0; p < qi; ++p) {
+            const R v0 = vh[(a + p) * 4];
+            for (int64_t k = 0; k < m; ++k) tb[p * m + k] *= v0;
+          }
+        }
+        block_reverse(nets[size_t(g)], blk, q, mine[size_t(g)]);
+      }
+    }
+  });
+  // The empty-slot rows: d loss / dG_e = sum over atoms of (empty count) e0 Tbar_i[0] / Nc.
+  for (int64_t g = 0; g < ng; ++g) {
+    if (!active(g)) continue;
+    const EmbState& s = emb[size_t(g)];
+    const int64_t rows = int64_t(s.pseudo_s.size());
+    std::vector<R> ebar(size_t(rows * m), R(0));
+    for (int64_t i = 0; i < bn; ++i) {
+      const int64_t ti = atype[size_t(i)];
+      if (s.pseudo_row[size_t(ti)] < 0) continue;
+      const int64_t t = c.type_one_side ? g : g % nt;
+      const auto& off = pe.groups[size_t(g)].offsets;
+      const int64_t empty = c.sel[size_t(t)] - (off[size_t(i + 1)] - off[size_t(i)]);
+      if (empty <= 0) continue;
+      const R f = R(double(empty) * e0[size_t(ti)]) * inv_nc;
+      R* out = ebar.data() + s.pseudo_row[size_t(ti)] * m;
+      for (int64_t k = 0; k < m; ++k) out[k] += f * tbp[i * 4 * m + k];
+    }
+    const std::vector<R> s_in(s.pseudo_s.begin(), s.pseudo_s.end());
+    Block<R> blk;
+    block_forward(nets[size_t(g)], s_in.data(), 1, rows, blk);
+    blk.xbar.assign(size_t(2 * rows * m), R(0));
+    std::copy(ebar.begin(), ebar.end(), blk.xbar.begin());
+    block_reverse(nets[size_t(g)], blk, rows, acc[0][size_t(g)]);
+  }
+  for (int64_t g = 0; g < ng; ++g) {
+    if (!active(g)) continue;
+    const std::string name = emb_name(g) + "_";
+    for (size_t l = 0; l < emb_layers.size(); ++l) {
+      const Layer& L = emb_layers[l];
+      const std::string ls = std::to_string(l);
+      for (int64_t th = 0; th < nthreads; ++th) {
+        auto& a = acc[size_t(th)][size_t(g)];
+        grad_of(attr(name + "w" + ls)).add_(at::from_blob(a.w[l].data(), {L.in, L.out}, opts));
+        grad_of(attr(name + "b" + ls)).add_(at::from_blob(a.b[l].data(), {L.out}, opts));
+        if (L.idt) grad_of(attr(name + "idt" + ls)).add_(at::from_blob(a.idt[l].data(), {L.out}, opts));
+      }
+    }
+  }
+}
+
+SeATrainingPath::SeATrainingPath(const SeAConfig& config, torch::jit::Module module) : impl_(std::make_unique<Impl>()) {
+  config.validate();
+  Impl& s = *impl_;
+  s.c = config;
+  s.module = module;
+  s.nt = ntypes_of(config);
+  s.ng = ngroups_of(config);
+  s.nc = config.nslots();
+  s.m = config.neuron.back();
+  s.ms = config.axis_neuron;
+  std::vector<int64_t> emb_widths = {1};
+  emb_widths.insert(emb_widths.end(), config.neuron.begin(), config.neuron.end());
+  std::vector<int64_t> fit_widths = {s.m * s.ms};
+  fit_widths.insert(fit_widths.end(), config.fitting_neuron.begin(), config.fitting_neuron.end());
+  s.emb_layers = layers_of(emb_widths, config.resnet_dt);
+  s.fit_layers = layers_of(fit_widths, config.fitting_resnet_dt);
+}
+
+SeATrainingPath::~SeATrainingPath() = default;
+SeATrainingPath::SeATrainingPath(SeATrainingPath&&) noexcept = default;
+SeATrainingPath& SeATrainingPath::operator=(SeATrainingPath&&) noexcept = default;
+
+SeATrainingPath::Output SeATrainingPath::forward(const PackedEnv& batch, const std::vector<int>& types) {
+  at::NoGradGuard no_grad;
+  if (impl_->c.dtype() == torch::kFloat32) return impl_->forward<float>(batch, types);
+  return impl_->forward<double>(batch, types);
+}
+
+void SeATrainingPath::backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) {
+  at::NoGradGuard no_grad;
+  if (impl_->c.dtype() == torch::kFloat32) impl_->backward<float>(ge, gf, gv);
+  else impl_->backward<double>(ge, gf, gv);
+}
+
+}  // namespace mlip::models

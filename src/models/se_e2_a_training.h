@@ -1,0 +1,77 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/env_matrix.h"
+#include "models/se_e2_a.h"
+
+namespace mlip::models {
+
+/// The real (non-empty) slots of one or more frames' environment matrices, grouped by embedding
+/// net and sorted by centre atom: what SeATrainingPath consumes. Empty slots are not stored;
+/// their number per (atom, neighbour type) follows from sel and the offsets.
+struct PackedEnv {
+  /// Pairs of one embedding net: neighbour type t (type_one_side) or centre type ti and
+  /// neighbour type t (net ti * ntypes + t).
+  struct Group {
+    std::vector<int64_t> offsets;   ///< [natoms + 1]: pairs of atom i are [offsets[i], offsets[i+1])
+    std::vector<int64_t> neighbor;  ///< [P] neighbour atom index (same numbering as the centres)
+    torch::Tensor r;                ///< [P, 4] raw rows R (se_e2_a.md), model dtype
+    torch::Tensor dr;               ///< [P, 4, 3] dR/dd_ij
+    torch::Tensor vec;              ///< [P, 3] pair vectors d_ij, Å
+  };
+  int64_t nframes = 0;
+  int64_t natoms = 0;               ///< atoms per frame; centres are numbered frame * natoms + i
+  std::vector<Group> groups;
+
+  /// Packs one frame (env from compute_env_matrix, types [N]).
+  static PackedEnv pack(const EnvMatrix& env, const std::vector<int>& types, const SeAConfig& config);
+  /// Concatenates frames with the same atoms into one batch.
+  static PackedEnv concat(const std::vector<const PackedEnv*>& frames);
+};
+
+/// se_e2_a's energy, forces and virial and the gradient of a loss of them with respect to the
+/// parameters, written by hand: the embedding nets run forward with their derivative dG/ds
+/// carried along (one GEMM for value and derivative), and the backward pass is the exact
+/// adjoint of that forward pass and of the force computation (se_e2_a.md "Forces"), so that a
+/// force loss needs no double backward through LibTorch's autograd. Only real pairs go through
+/// the embedding nets; the empty slots enter in closed form.
+///
+/// It reads the parameters and buffers of a module made by build_se_e2_a (shared, not copied:
+/// an optimiser stepping the module's parameters is seen at the next call) and accumulates the
+/// gradients into the parameters' .grad(). It gives the same numbers as the module's
+/// energy_force_env and autograd (tests/test_se_e2_a_training.cpp).
+class SeATrainingPath {
+ public:
+  SeATrainingPath(const SeAConfig& config, torch::jit::Module module);
+  ~SeATrainingPath();
+  SeATrainingPath(SeATrainingPath&&) noexcept;
+  SeATrainingPath& operator=(SeATrainingPath&&) noexcept;
+
+  struct Output {
+    torch::Tensor energy;  ///< [B] float64, eV
+    torch::Tensor atomic;  ///< [B, N] model dtype, eV
+    torch::Tensor forces;  ///< [B, N, 3] model dtype, eV/Å
+    torch::Tensor virial;  ///< [B, 3, 3] model dtype, eV
+  };
+
+  /// Energies, forces and virials of a batch (frames of one system: types [N] per frame).
+  /// Keeps what backward() needs.
+  Output forward(const PackedEnv& batch, const std::vector<int>& types);
+
+  /// After forward(): adds d loss / d parameter to every parameter's grad, given
+  /// d loss / d energy [B] (float64), d loss / d forces [B, N, 3] and d loss / d virial
+  /// [B, 3, 3] (any floating dtype; an undefined tensor counts as zero).
+  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlip::models

@@ -1,0 +1,14 @@
+#pragma once
+
+#include <torch/optim/adam.h>
+
+namespace mlip::train {
+
+/// One step of `optimizer`, with the update of torch::optim::Adam (same formula, same state
+/// tensors and step counts, so checkpoints of the optimiser stay interchangeable), fused into a
+/// single parallel pass over each parameter instead of LibTorch's seven tensor operations:
+/// memory-bound on the ~10^6 fitting-net parameters, it is the part of a training step that
+/// does not shrink with the model's arithmetic. float32 and float64 parameters; no amsgrad.
+void adam_step(torch::optim::Adam& optimizer);
+
+}  // namespace mlip::train
