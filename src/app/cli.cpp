@@ -129,7 +129,7 @@ const char* kTrainUsage =
     "  --step-times <file>  write the wall time of every step (ms) there\n"
     "  -h, --help           show this help\n"
     "\n"
-    "LibTorch uses OMP_NUM_THREADS intra-op threads when it is set.\n";
+    "Threads: OMP_NUM_THREADS, or else the CPUs the process may run on (its affinity mask).\n";
 
 const char* kFreezeUsage =
     "usage: mlip freeze [-c <checkpoint>] [-o <model.pt>]\n"

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <dlfcn.h>
 
+#include <atomic>
+
 namespace mlip::models {
 namespace {
 
@@ -10,14 +12,19 @@ template <typename Real>
 using BlasGemm = void (*)(const char*, const char*, const int*, const int*, const int*, const Real*, const Real*,
                           const int*, const Real*, const int*, const Real*, Real*, const int*);
 
+std::atomic<bool> g_force_fallback{false};
+
 template <typename Real>
 BlasGemm<Real> blas_gemm() {
   static const BlasGemm<Real> f =
       reinterpret_cast<BlasGemm<Real>>(dlsym(RTLD_DEFAULT, sizeof(Real) == 8 ? "dgemm_" : "sgemm_"));
-  return f;
+  return g_force_fallback ? nullptr : f;
 }
 
 }  // namespace
+
+bool gemm_uses_blas() { return blas_gemm<double>() != nullptr && blas_gemm<float>() != nullptr; }
+void gemm_force_fallback(bool force) { g_force_fallback = force; }
 
 template <typename Real>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a, int64_t lda,

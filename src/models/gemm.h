@@ -13,4 +13,9 @@ template <typename Real>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, Real alpha, const Real* a, int64_t lda,
           const Real* b, int64_t ldb, Real beta, Real* c, int64_t ldc);
 
+/// Whether gemm() calls a BLAS found in the process (false: the at::mm fallback).
+bool gemm_uses_blas();
+/// For tests: force the at::mm fallback even when a BLAS is loaded.
+void gemm_force_fallback(bool force);
+
 }  // namespace mlip::models

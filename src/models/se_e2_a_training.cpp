@@ -7,6 +7,7 @@
 #include "error.h"
 #include "models/fast_tanh.h"
 #include "models/gemm.h"
+#include "models/layer_kernels.h"
 #include "models/layer_rule.h"
 
 namespace mlip::models {
@@ -176,31 +177,12 @@ void block_forward(const EmbNet<R>& net, const R* s, int64_t stride, int64_t q, 
     if (!last) grow(blk.x[l + 1], 2 * q * out);
     const R* x = blk.x[l].data();
     gemm<R>(false, false, 2 * q, out, in, R(1), x, in, net.w[l], out, R(0), z.data(), out);
-    const R* b = net.b[l];
-    for (int64_t p = 0; p < q; ++p)
-      for (int64_t o = 0; o < out; ++o) z[size_t(p * out + o)] += b[o];
+    add_bias(z.data(), net.b[l], q, out);
     tanh_inplace(z.data(), q * out);
-    const R* idt = net.idt[l];
-    for (int64_t p = 0; p < q; ++p) {
-      const R* y = z.data() + p * out;
-      const R* tz = z.data() + (q + p) * out;
-      R* vo = last ? g_out + p * out : blk.x[l + 1].data() + p * out;
-      R* to = last ? gt_out + p * out : blk.x[l + 1].data() + (q + p) * out;
-      for (int64_t o = 0; o < out; ++o) {
-        const R id = idt ? idt[o] : R(1);
-        vo[o] = y[o] * id;
-        to[o] = (R(1) - y[o] * y[o]) * id * tz[o];
-      }
-      if (L.skip != Layer::kNone) {
-        const R* vi = x + p * in;
-        const R* ti = x + (q + p) * in;
-        for (int64_t rep = 0; rep < (L.skip == Layer::kDouble ? 2 : 1); ++rep)
-          for (int64_t o = 0; o < in; ++o) {
-            vo[rep * in + o] += vi[o];
-            to[rep * in + o] += ti[o];
-          }
-      }
-    }
+    R* vo = last ? g_out : blk.x[l + 1].data();
+    R* to = last ? gt_out : blk.x[l + 1].data() + q * out;
+    const int skip = L.skip == Layer::kNone ? 0 : L.skip == Layer::kSame ? 1 : 2;
+    layer_activation(z.data(), z.data() + q * out, net.idt[l], x, x + q * in, skip, q, in, out, vo, to);
   }
 }
 
@@ -219,23 +201,7 @@ void block_reverse(const EmbNet<R>& net, Block<R>& blk, int64_t q, EmbGrad<R>& a
     R* zb = blk.zbar.data();
     R* gb = acc.b[size_t(l)].data();
     R* gidt = idt ? acc.idt[size_t(l)].data() : nullptr;
-    for (int64_t p = 0; p < q; ++p) {
-      const R* y = z + p * out;
-      const R* tz = z + (q + p) * out;
-      const R* vb = xb + p * out;
-      const R* tb = xb + (q + p) * out;
-      R* zv = zb + p * out;
-      R* zt = zb + (q + p) * out;
-      for (int64_t o = 0; o < out; ++o) {
-        const R id = idt ? idt[o] : R(1);
-        const R sp = R(1) - y[o] * y[o];
-        zv[o] = id * (vb[o] - 2 * y[o] * tz[o] * tb[o]) * sp;
-        zt[o] = tb[o] * sp * id;
-        gb[o] += zv[o];
-      }
-      if (gidt)
-        for (int64_t o = 0; o < out; ++o) gidt[o] += vb[o] * y[o] + tb[o] * (R(1) - y[o] * y[o]) * tz[o];
-    }
+    layer_activation_adjoint(z, z + q * out, xb, xb + q * out, idt, q, out, zb, zb + q * out, gb, gidt);
     gemm<R>(true, false, in, out, 2 * q, R(1), blk.x[size_t(l)].data(), in, zb, out, R(1), acc.w[size_t(l)].data(), out);
     if (l == 0) break;
     grow(blk.xbar_next, 2 * q * in);

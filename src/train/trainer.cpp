@@ -5,6 +5,7 @@
 #include <torch/optim/adam.h>
 #include <ATen/Parallel.h>
 #include <torch/serialize.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -46,7 +47,7 @@ struct SystemData {
   int64_t natoms = 0, nframes = 0, batch = 1;
   torch::Tensor atype;                      // [N] int64
   std::vector<int> types;
-  std::vector<models::EnvMatrix> env;       // per frame (only rij is kept, for the statistics)
+  std::vector<models::EnvMatrix> env;       // frames used for the statistics: rij only, freed after them
   std::vector<models::PackedEnv> packed;    // per frame: the real pairs, for the training path
   torch::Tensor energy, force, virial;      // [nf] f64, [nf,N,3] f64, [nf,9] f64 (undefined if absent)
   std::vector<int64_t> type_count;          // atoms per type
@@ -55,7 +56,7 @@ struct SystemData {
 template <typename Real>
 std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
                                 const models::SeAConfig& model, int ntypes, const std::string& key,
-                                int64_t& truncated_blocks) {
+                                bool keep_for_statistics, int64_t& truncated_blocks) {
   const models::EnvMatrixParams params{model.rcut, model.rcut_smth, model.sel};
   std::vector<SystemData> out;
   data::NeighborListBuilder<Real> builder;
@@ -83,8 +84,10 @@ std::vector<SystemData> prepare(const std::vector<data::System>& systems, const 
       models::EnvMatrix env = models::compute_env_matrix<Real>(nl, sys.types, params);
       truncated_blocks += env.truncated_blocks;
       d.packed.push_back(models::PackedEnv::pack(env, sys.types, model));
-      env.drij = env.vec = env.nlist = torch::Tensor();
-      d.env.push_back(std::move(env));
+      if (keep_for_statistics && f < 10 * d.batch) {
+        env.drij = env.vec = env.nlist = torch::Tensor();
+        d.env.push_back(std::move(env));
+      }
     }
     out.push_back(std::move(d));
   }
@@ -374,9 +377,16 @@ int Trainer::run() {
   // ones fused, with different rounding: a restart would then not continue bit for bit. The
   // plain executor computes every step the same way.
   torch::jit::setGraphExecutorOptimize(false);
-  // LibTorch's intra-op threads: OMP_NUM_THREADS when given (LibTorch's own default otherwise).
-  if (const char* env = std::getenv("OMP_NUM_THREADS"))
-    if (std::atoi(env) > 0) at::set_num_threads(std::atoi(env));
+  // LibTorch's intra-op threads: OMP_NUM_THREADS when given, else the CPUs this process may run
+  // on (its affinity mask, which taskset and Slurm set). LibTorch's own default can be 1.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (omp != nullptr && std::atoi(omp) > 0) {
+    at::set_num_threads(std::atoi(omp));
+  } else {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) at::set_num_threads(CPU_COUNT(&set));
+  }
   if (!options_.output_dir.empty()) fs::create_directories(options_.output_dir);
   load_data();
   build_model();
@@ -384,11 +394,11 @@ int Trainer::run() {
   const int ntypes = int(c.type_map.size());
   int64_t truncated = 0;
   if (dtype_ == torch::kFloat32) {
-    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", truncated);
-    if (c.validation_data) valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", truncated);
+    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", true, truncated);
+    if (c.validation_data) valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", false, truncated);
   } else {
-    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", truncated);
-    if (c.validation_data) valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", truncated);
+    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", true, truncated);
+    if (c.validation_data) valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", false, truncated);
   }
   if (truncated > 0)
     std::cout << "warning: " << truncated << " (atom, neighbour type) blocks had more neighbours than sel; the "
@@ -415,6 +425,7 @@ int Trainer::run() {
   if (!options_.restart.empty()) restore(options_.restart, true);
   else if (!options_.init_model.empty()) restore(options_.init_model, false);
   else compute_statistics();
+  for (auto& d : train_) d.env.clear();  // the packed pairs are all training needs from here on
 
   int64_t nparams = 0;
   for (auto& p : params_) nparams += p.numel();
