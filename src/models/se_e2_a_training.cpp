@@ -256,6 +256,20 @@ struct SeATrainingPath::Impl {
   }
   bool active(int64_t g) const { return c.sel[size_t(c.type_one_side ? g : g % nt)] > 0; }
 
+  /// Calls f(g, state, group, p0, q) for each embedding net with pairs of centre atom i
+  /// (pairs [p0, p0 + q) of that net), in neighbour-type order.
+  template <typename F>
+  void for_each_block(const PackedEnv& pe, int64_t i, F&& f) const {
+    const int64_t ti = atype[size_t(i)];
+    for (int64_t t = 0; t < nt; ++t) {
+      if (c.sel[size_t(t)] == 0) continue;
+      const int64_t g = group_of(c, ti, t);
+      const auto& grp = pe.groups[size_t(g)];
+      const int64_t p0 = grp.offsets[size_t(i)], q = grp.offsets[size_t(i + 1)] - p0;
+      if (q > 0) f(g, emb[size_t(g)], grp, p0, q);
+    }
+  }
+
   template <typename R>
   std::vector<EmbNet<R>> emb_nets() {
     std::vector<EmbNet<R>> nets(static_cast<size_t>(ng));
@@ -458,13 +472,7 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
       const int64_t ti = atype[size_t(i)];
       const R* gti = gtp + i * 4 * m;
       R fi[3] = {0, 0, 0};
-      for (int64_t t = 0; t < nt; ++t) {
-        if (c.sel[size_t(t)] == 0) continue;
-        const int64_t g = group_of(c, ti, t);
-        const EmbState& s = emb[size_t(g)];
-        const auto& grp = pe.groups[size_t(g)];
-        const int64_t p0 = grp.offsets[size_t(i)], qi = grp.offsets[size_t(i + 1)] - p0;
-        if (qi == 0) continue;
+      for_each_block(pe, i, [&](int64_t g, const EmbState& s, const PackedEnv::Group& grp, int64_t p0, int64_t qi) {
         grow(q_buf, qi * m);
         grow(gr_buf, qi * 4);
         const R* gv = s.g.data_ptr<R>() + p0 * m;
@@ -492,7 +500,7 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
             fi[y] += d[y];
           }
         }
-      }
+      });
       for (int y = 0; y < 3; ++y) fp[i * 3 + y] = fi[y];
     }
   });
@@ -547,13 +555,7 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
       const int64_t ti = atype[size_t(i)];
       R* gbi = gtb + i * 4 * m;
       const R* wv = gvp + (i / n) * 9;
-      for (int64_t t = 0; t < nt; ++t) {
-        if (c.sel[size_t(t)] == 0) continue;
-        const int64_t g = group_of(c, ti, t);
-        const EmbState& s = emb[size_t(g)];
-        const auto& grp = pe.groups[size_t(g)];
-        const int64_t p0 = grp.offsets[size_t(i)], qi = grp.offsets[size_t(i + 1)] - p0;
-        if (qi == 0) continue;
+      for_each_block(pe, i, [&](int64_t g, const EmbState& s, const PackedEnv::Group& grp, int64_t p0, int64_t qi) {
         const R* rh = s.rh.data_ptr<R>() + p0 * 4;
         const R* dr = grp.dr.data_ptr<R>() + p0 * 12;
         const R* vec = grp.vec.data_ptr<R>() + p0 * 3;
@@ -576,7 +578,7 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
         // d loss / dgT_i = (vh^T G + (vh_0 Rhat)^T G') / Nc
         gemm<R>(true, false, 4, m, qi, inv_nc, vh, 4, s.g.data_ptr<R>() + p0 * m, m, R(1), gbi, m);
         gemm<R>(true, false, 4, m, qi, inv_nc, cr.data(), 4, s.gt.data_ptr<R>() + p0 * m, m, R(1), gbi, m);
-      }
+      });
     }
   });
 
