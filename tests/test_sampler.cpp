@@ -84,4 +84,51 @@ TEST(SystemSampler, SeedReproducesAndStateRestoresExactly) {
   EXPECT_THROW(d.set_state(state), mlip::Error);
 }
 
+// distributed.md "Batches": W ranks with batch b draw, step for step, the global batch of one
+// rank with batch W*b, and the shards of the ranks partition it.
+TEST(SystemSampler, RanksShardTheGlobalBatchOfOneRank) {
+  const std::vector<int64_t> frames = {190, 40};
+  const std::vector<double> p = {0.7, 0.3};
+  SystemSampler one(frames, {2, 4}, p, 17, 1);
+  SystemSampler two(frames, {1, 2}, p, 17, 2);
+  for (int step = 0; step < 500; ++step) {  // several passes: reshuffles stay in step too
+    const auto a = one.next(), b = two.next();
+    ASSERT_EQ(a.system, b.system);
+    ASSERT_EQ(a.frames, b.frames) << "step " << step;
+    auto joined = two.shard(b, 0);
+    const auto second = two.shard(b, 1);
+    EXPECT_EQ(joined.size(), size_t(two.batch(b.system)));
+    joined.insert(joined.end(), second.begin(), second.end());
+    EXPECT_EQ(joined, b.frames);
+  }
+  EXPECT_EQ(two.padding(0), 0);
+}
+
+// As torch's DistributedSampler: a pass over n frames is padded to a multiple of W by repeating
+// frames; every frame is seen at least once per pass.
+TEST(SystemSampler, PadsAPassToAMultipleOfTheRanks) {
+  SystemSampler s({15}, {1}, {1.0}, 5, 2);
+  EXPECT_EQ(s.padding(0), 1);
+  std::map<int64_t, int> seen;
+  for (int step = 0; step < 8; ++step)
+    for (auto f : s.next().frames) ++seen[f];
+  ASSERT_EQ(seen.size(), 15u);
+  int twice = 0;
+  for (auto& [f, n] : seen) twice += n == 2;
+  EXPECT_EQ(twice, 1);
+  // Fewer frames than ranks: every rank still gets a frame (the same one).
+  SystemSampler tiny({1}, {4}, {1.0}, 5, 3);
+  EXPECT_EQ(tiny.padding(0), 2);
+  EXPECT_EQ(tiny.batch(0), 1);
+  const auto b = tiny.next();
+  EXPECT_EQ(b.frames, (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(tiny.shard(b, 2), (std::vector<int64_t>{0}));
+}
+
+TEST(SystemSampler, StateOfAnotherRankCountIsRefused) {
+  SystemSampler two({15}, {1}, {1.0}, 5, 2);
+  SystemSampler one({15}, {1}, {1.0}, 5, 1);
+  EXPECT_NE(mlip::test::error_of([&] { one.set_state(two.state()); }).find("16 frames per pass"), std::string::npos);
+}
+
 }  // namespace

@@ -1,6 +1,12 @@
 #include "app/cli.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <cstdio>
 #include <exception>
 #include <iomanip>
@@ -11,6 +17,8 @@
 #include "data/kokkos_runtime.h"
 #include "data/load.h"
 #include "data/neighbor_stat.h"
+#include "dist/communicator.h"
+#include "dist/launch_env.h"
 #include "error.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -129,6 +137,15 @@ const char* kTrainUsage =
     "  --step-times <file>  write the wall time of every step (ms) there\n"
     "  -h, --help           show this help\n"
     "\n"
+    "distributed training (docs/distributed.md; the same command line under torchrun, srun and\n"
+    "mpirun; batch_size is per rank):\n"
+    "  --distributed <m>    auto (default: when a launcher started several ranks), on, off\n"
+    "  --backend <b>        auto (default: mpi under mpirun, else gloo), gloo, mpi, nccl\n"
+    "  --log-mode <m>       master (default: rank 0 prints), collect (every rank prints, lines\n"
+    "                       prefixed with the rank), workers (rank r > 0 writes\n"
+    "                       <output>/train.rank<r>.log)\n"
+    "  --timeout <s>        a rank waiting longer than this for the others fails (default 240)\n"
+    "\n"
     "Threads: OMP_NUM_THREADS, or else the CPUs the process may run on (its affinity mask).\n";
 
 const char* kFreezeUsage =
@@ -160,9 +177,55 @@ std::string take_value(const std::vector<std::string>& args, std::size_t& i, con
   return args[++i];
 }
 
+/// Prefixes every line written to the stream it replaces with "[rank R] " (--log-mode collect).
+class PrefixBuf : public std::streambuf {
+ public:
+  PrefixBuf(std::streambuf* out, std::string prefix) : out_(out), prefix_(std::move(prefix)) {}
+
+ protected:
+  int overflow(int c) override {
+    if (c == EOF) return 0;
+    if (at_line_start_ && out_->sputn(prefix_.data(), std::streamsize(prefix_.size())) < 0) return EOF;
+    at_line_start_ = c == '\n';
+    return out_->sputc(char(c));
+  }
+  int sync() override { return out_->pubsync(); }
+
+ private:
+  std::streambuf* out_;
+  std::string prefix_;
+  bool at_line_start_ = true;
+};
+
+/// The launch of this process for `--distributed mode` (auto, on, off).
+dist::LaunchEnv launch_for(const std::string& mode) {
+  dist::LaunchEnv env = dist::detect_launch([](const char* name) { return std::getenv(name); });
+  if (mode == "off") return dist::LaunchEnv{};
+  if (mode == "on") {
+    if (env.launcher == dist::Launcher::kNone || !env.missing.empty()) {
+      std::string missing;
+      for (const auto& m : env.missing) missing += (missing.empty() ? "" : ", ") + m;
+      throw Error("--distributed on: no launcher environment found (started by torchrun, srun or mpirun?); "
+                  "missing: " + missing);
+    }
+    return env;
+  }
+  if (env.launcher != dist::Launcher::kNone && env.world_size > 1 && !env.missing.empty() &&
+      env.launcher != dist::Launcher::kMpi) {
+    std::string missing;
+    for (const auto& m : env.missing) missing += (missing.empty() ? "" : ", ") + m;
+    throw Error(std::string("started by ") + dist::launcher_name(env.launcher) + " with " +
+                std::to_string(env.world_size) + " ranks, but the environment lacks " + missing +
+                " (or pass --distributed off to train alone)");
+  }
+  return env;
+}
+
 int train_command(const std::vector<std::string>& args) {
   std::string input;
   train::TrainOptions options;
+  std::string distributed = "auto", log_mode = "master";
+  dist::CommOptions comm_options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
@@ -176,6 +239,23 @@ int train_command(const std::vector<std::string>& args) {
       options.output_dir = take_value(args, i, kTrainUsage);
     } else if (a == "--step-times") {
       options.step_times = take_value(args, i, kTrainUsage);
+    } else if (a == "--distributed") {
+      distributed = take_value(args, i, kTrainUsage);
+      if (distributed != "auto" && distributed != "on" && distributed != "off")
+        throw UsageError{"--distributed: expected auto, on or off, got '" + distributed + "'", kTrainUsage};
+    } else if (a == "--backend") {
+      comm_options.backend = take_value(args, i, kTrainUsage);
+      if (comm_options.backend != "auto" && comm_options.backend != "gloo" && comm_options.backend != "mpi" &&
+          comm_options.backend != "nccl")
+        throw UsageError{"--backend: expected auto, gloo, mpi or nccl, got '" + comm_options.backend + "'", kTrainUsage};
+    } else if (a == "--log-mode") {
+      log_mode = take_value(args, i, kTrainUsage);
+      if (log_mode != "master" && log_mode != "collect" && log_mode != "workers")
+        throw UsageError{"--log-mode: expected master, collect or workers, got '" + log_mode + "'", kTrainUsage};
+    } else if (a == "--timeout") {
+      const std::string v = take_value(args, i, kTrainUsage);
+      const double t = parse_positive(a, v, kTrainUsage);
+      comm_options.timeout = std::chrono::seconds(int64_t(std::ceil(t)));
     } else if (is_flag(a)) {
       throw UsageError{"train: unknown option '" + a + "'", kTrainUsage};
     } else if (input.empty()) {
@@ -187,7 +267,43 @@ int train_command(const std::vector<std::string>& args) {
   if (input.empty()) throw UsageError{"train: an input file is required", kTrainUsage};
   if (!options.restart.empty() && !options.init_model.empty())
     throw UsageError{"train: --restart and --init-model exclude each other", kTrainUsage};
-  return train::train(train::load_train_config(input), options);
+  const dist::LaunchEnv launch = launch_for(distributed);
+  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, comm_options);
+  const int rank = comm->rank();
+  // Rank-0 I/O (distributed.md): the other ranks' standard output per --log-mode.
+  std::ofstream worker_log;
+  std::unique_ptr<PrefixBuf> prefix;
+  std::streambuf* saved = std::cout.rdbuf();
+  if (rank > 0) {
+    if (log_mode == "master") {
+      std::cout.rdbuf(nullptr);
+    } else if (log_mode == "workers") {
+      std::error_code ec;
+      std::filesystem::create_directories(options.output_dir, ec);
+      worker_log.open(options.output_dir + "/train.rank" + std::to_string(rank) + ".log");
+      std::cout.rdbuf(worker_log.rdbuf());
+    } else {
+      prefix = std::make_unique<PrefixBuf>(saved, "[rank " + std::to_string(rank) + "] ");
+      std::cout.rdbuf(prefix.get());
+    }
+  }
+  options.comm = comm.get();
+  options.launch = &launch;
+  try {
+    const int code = train::train(train::load_train_config(input), options);
+    std::cout.rdbuf(saved);
+    return code;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::cout.rdbuf(saved);
+    // Print first (MPI's announcement aborts the job), then tell the other ranks.
+    const std::string what = e.what();
+    const bool named = what.rfind("rank ", 0) == 0;
+    std::cerr << "mlip: error" << (comm->size() > 1 && !named ? " on rank " + std::to_string(rank) : std::string())
+              << ": " << what << std::endl;
+    comm->announce_failure(e.what());
+    return kExitError;
+  }
 }
 
 int freeze_command(const std::vector<std::string>& args) {
@@ -211,6 +327,8 @@ int freeze_command(const std::vector<std::string>& args) {
 }
 
 int test_command(const std::vector<std::string>& args) {
+  // `mlip test` runs on one rank: under a launcher, the other ranks leave at once.
+  if (dist::detect_launch([](const char* name) { return std::getenv(name); }).rank > 0) return kExitOk;
   train::TestOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];

@@ -579,6 +579,9 @@ DataConfig read_data(const Section& s, const std::string& input_dir, bool valida
   if (validation) {
     d.numb_btch = s.integer("numb_btch", d.numb_btch);
     d.single_rank = s.flag("single_rank", d.single_rank);
+    d.padded = s.flag("padded", d.padded);
+    if (d.single_rank && d.padded)
+      fail(s.path_of("padded"), "expected at most one of single_rank and padded to be true, got both");
   }
   return d;
 }
@@ -596,7 +599,7 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
       read_data(t.section("training_data", data_keys, {"auto_prob_style"}), input_dir, false);
   if (t.has_value("validation_data")) {
     std::vector<std::string> keys = data_keys;
-    keys.insert(keys.end(), {"numb_btch", "single_rank"});
+    keys.insert(keys.end(), {"numb_btch", "single_rank", "padded"});
     c.validation_data =
         read_data(t.section("validation_data", keys, {"auto_prob_style"}), input_dir, true);
   }

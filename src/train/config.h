@@ -42,6 +42,9 @@ struct DataConfig {
   int64_t numb_btch = 1;
   /// validation only: rank 0 evaluates the whole set (distributed.md).
   bool single_rank = false;
+  /// validation only: shard like torch's DistributedSampler, padding with repeated frames
+  /// (skewed metrics, announced with a warning); the default shards without padding.
+  bool padded = false;
 };
 
 /// Everything `mlip train input.yaml` reads (training.md "Input"; DeePMD key names). Defaults

@@ -57,16 +57,18 @@ std::vector<double> system_probabilities(const std::vector<int64_t>& nbatch, con
 }
 
 SystemSampler::SystemSampler(std::vector<int64_t> frames, std::vector<int64_t> batch,
-                             std::vector<double> probabilities, uint64_t seed)
-    : frames_(std::move(frames)), batch_(std::move(batch)), probabilities_(std::move(probabilities)),
+                             std::vector<double> probabilities, uint64_t seed, int ranks)
+    : ranks_(ranks), frames_(std::move(frames)), batch_(std::move(batch)), probabilities_(std::move(probabilities)),
       order_(frames_.size()), cursor_(frames_.size(), 0), rng_(seed) {
   if (frames_.size() != batch_.size() || frames_.size() != probabilities_.size() || frames_.empty())
     throw Error("sampler: expected one frame count, batch size and probability per system");
+  if (ranks_ < 1) throw Error("sampler: expected at least one rank, got " + std::to_string(ranks_));
   double acc = 0;
   for (double p : probabilities_) cumulative_.push_back(acc += p);
   for (size_t s = 0; s < frames_.size(); ++s) {
     if (frames_[s] <= 0) throw Error("sampler: system " + std::to_string(s) + " has no frames");
-    batch_[s] = std::max<int64_t>(1, std::min(batch_[s], frames_[s]));
+    padded_.push_back((frames_[s] + ranks_ - 1) / ranks_ * ranks_);
+    batch_[s] = std::max<int64_t>(1, std::min(batch_[s], padded_[s] / ranks_));
     reshuffle(s);
   }
 }
@@ -85,6 +87,7 @@ void SystemSampler::reshuffle(size_t s) {
   o.resize(size_t(frames_[s]));
   std::iota(o.begin(), o.end(), int64_t(0));
   for (size_t i = o.size(); i > 1; --i) std::swap(o[i - 1], o[size_t(below(i))]);
+  for (int64_t k = 0; k < padding(s); ++k) o.push_back(o[size_t(k % frames_[s])]);
   cursor_[s] = 0;
 }
 
@@ -95,10 +98,17 @@ SystemSampler::Batch SystemSampler::next() {
   if (b.system >= frames_.size()) b.system = frames_.size() - 1;
   while (probabilities_[b.system] <= 0) b.system = (b.system + 1) % frames_.size();
   const size_t s = b.system;
-  if (cursor_[s] + batch_[s] > frames_[s]) reshuffle(s);
-  b.frames.assign(order_[s].begin() + cursor_[s], order_[s].begin() + cursor_[s] + batch_[s]);
-  cursor_[s] += batch_[s];
+  const int64_t global = batch_[s] * ranks_;
+  if (cursor_[s] + global > padded_[s]) reshuffle(s);
+  b.frames.assign(order_[s].begin() + cursor_[s], order_[s].begin() + cursor_[s] + global);
+  cursor_[s] += global;
   return b;
+}
+
+std::vector<int64_t> SystemSampler::shard(const Batch& batch, int rank) const {
+  const size_t per_rank = batch.frames.size() / size_t(ranks_);
+  return {batch.frames.begin() + std::ptrdiff_t(per_rank * size_t(rank)),
+          batch.frames.begin() + std::ptrdiff_t(per_rank * size_t(rank + 1))};
 }
 
 std::string SystemSampler::state() const {
@@ -122,9 +132,10 @@ void SystemSampler::set_state(const std::string& state) {
   for (size_t s = 0; s < n; ++s) {
     size_t len = 0;
     in >> cursor_[s] >> len;
-    if (!in || int64_t(len) != frames_[s])
+    if (!in || int64_t(len) != padded_[s])
       throw Error("sampler: the checkpoint's system " + std::to_string(s) + " has " + std::to_string(len) +
-                  " frames, the input's has " + std::to_string(frames_[s]));
+                  " frames per pass, the input's has " + std::to_string(padded_[s]) + " over " +
+                  std::to_string(ranks_) + " rank(s)");
     order_[s].resize(len);
     for (auto& v : order_[s]) in >> v;
   }

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "data/load.h"
+#include "dist/simple_ddp.h"
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
@@ -56,7 +57,7 @@ struct SystemData {
 template <typename Real>
 std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
                                 const models::SeAConfig& model, int ntypes, const std::string& key,
-                                bool keep_for_statistics, int64_t& truncated_blocks) {
+                                int64_t statistics_batches, int64_t& truncated_blocks) {
   const models::EnvMatrixParams params{model.rcut, model.rcut_smth, model.sel};
   std::vector<SystemData> out;
   data::NeighborListBuilder<Real> builder;
@@ -84,7 +85,7 @@ std::vector<SystemData> prepare(const std::vector<data::System>& systems, const 
       models::EnvMatrix env = models::compute_env_matrix<Real>(nl, sys.types, params);
       truncated_blocks += env.truncated_blocks;
       d.packed.push_back(models::PackedEnv::pack(env, sys.types, model));
-      if (keep_for_statistics && f < 10 * d.batch) {
+      if (f < statistics_batches * d.batch) {
         env.drij = env.vec = env.nlist = torch::Tensor();
         d.env.push_back(std::move(env));
       }
@@ -147,7 +148,65 @@ class Trainer {
   std::unique_ptr<SystemSampler> sampler_, val_sampler_;
   int64_t start_step_ = 0;
   ExtraFiles metadata_;
+  std::unique_ptr<dist::Communicator> own_comm_;  // one rank, when no communicator was given
+  dist::Communicator* comm_ = nullptr;
+  std::unique_ptr<dist::SimpleDDP> ddp_;
+  int64_t validation_reduces_ = 0;
+  bool root() const { return comm_->rank() == 0; }
+  void print_summary() const;
+  ErrorSums validate(const Prefactors& pref);
 };
+
+void Trainer::print_summary() const {
+  if (!root()) return;
+  const dist::LaunchEnv* env = options_.launch;
+  char host[256] = "?";
+  ::gethostname(host, sizeof(host) - 1);
+  const int w = comm_->size();
+  std::cout << "---- summary of the training ----\n"
+            << "  distributed:  " << (w > 1 ? "yes" : "no")
+            << (env && env->launcher != dist::Launcher::kNone ? std::string(" (") + dist::launcher_name(env->launcher) + ")" : "")
+            << "\n  world size:   " << w << "\n  rank:         " << comm_->rank() << " (local "
+            << (env ? env->local_rank : 0) << ")\n";
+  if (env && !env->node_list.empty()) std::cout << "  node list:    " << env->node_list << "\n";
+  if (w > 1 && env) std::cout << "  rendezvous:   " << (comm_->backend() == "mpi" ? std::string("MPI_COMM_WORLD") : env->master_addr + ":" + std::to_string(env->master_port)) << "\n";
+  std::cout << "  host:         " << host << "\n  device:       cpu\n  backend:      " << comm_->backend()
+            << "\n  threads:      " << at::get_num_threads() << " per rank\n"
+            << "---------------------------------\n";
+}
+
+ErrorSums Trainer::validate(const Prefactors& pref) {
+  // The frames of this evaluation are those one rank would use (the validation sampler is the
+  // same on every rank and not sharded); distributed.md "Validation and test metrics".
+  ErrorSums val;
+  const int w = comm_->size(), r = comm_->rank();
+  const DataConfig& vc = *config_.validation_data;
+  for (int64_t b = 0; b < vc.numb_btch; ++b) {
+    const auto vb = val_sampler_->next();
+    std::vector<int64_t> mine;
+    if (w == 1 || vc.single_rank) {
+      if (r == 0) mine = vb.frames;
+    } else {
+      // exact: frame k goes to rank k mod w (no padding, unequal counts allowed); padded: the
+      // batch is first padded to a multiple of w by repeating its first frames.
+      std::vector<int64_t> frames = vb.frames;
+      if (vc.padded)
+        for (size_t k = 0; frames.size() % size_t(w) != 0; ++k) frames.push_back(vb.frames[k % vb.frames.size()]);
+      for (size_t k = size_t(r); k < frames.size(); k += size_t(w)) mine.push_back(frames[k]);
+    }
+    if (!mine.empty()) evaluate(valid_[vb.system], mine, pref, false, val);
+  }
+  if (w > 1 && !vc.single_rank) {
+    auto t = torch::tensor({val.loss, val.e2_per_atom2, val.f2, val.v2_per_atom2, double(val.frames),
+                            double(val.force_components), double(val.virial_frames)}, torch::kFloat64);
+    comm_->all_reduce_sum(t);
+    ++validation_reduces_;
+    auto a = t.accessor<double, 1>();
+    val.loss = a[0], val.e2_per_atom2 = a[1], val.f2 = a[2], val.v2_per_atom2 = a[3];
+    val.frames = int64_t(a[4]), val.force_components = int64_t(a[5]), val.virial_frames = int64_t(a[6]);
+  }
+  return val;
+}
 
 void Trainer::load_data() {
   std::vector<std::string> type_map = config_.type_map;
@@ -209,13 +268,14 @@ void Trainer::build_model() {
 }
 
 void Trainer::compute_statistics() {
-  // davg/dstd and the energy bias from up to 10 batches of every training system.
+  // davg/dstd and the energy bias from up to 10 global batches (batch_size x ranks frames) of
+  // every training system: the same frames as one rank with the global batch would use.
   const int ntypes = int(config_.type_map.size());
   models::EnvStat stat(ntypes, model_config_.nslots());
   std::vector<std::vector<double>> counts;
   std::vector<double> energies, natoms;
   for (const SystemData& d : train_) {
-    const int64_t n = std::min<int64_t>(d.nframes, 10 * d.batch);
+    const int64_t n = std::min<int64_t>(d.nframes, 10 * d.batch * comm_->size());
     for (int64_t f = 0; f < n; ++f) {
       stat.add(d.env[size_t(f)], d.types);
       counts.emplace_back(d.type_count.begin(), d.type_count.end());
@@ -299,6 +359,7 @@ void Trainer::save_checkpoint(int64_t step) {
   ExtraFiles extra = metadata_;
   extra["mlip_checkpoint"] = "1";
   extra["step"] = std::to_string(step);
+  extra["world_size"] = std::to_string(comm_->size());
   extra["sampler"] = sampler_->state();
   if (val_sampler_) extra["val_sampler"] = val_sampler_->state();
   std::ostringstream opt;
@@ -357,9 +418,15 @@ void Trainer::restore(const std::string& given, bool full) {
   start_step_ = std::stoll(extra["step"]);
   std::istringstream opt(extra["optimizer"]);
   torch::load(*optimizer_, opt);
-  sampler_->set_state(extra["sampler"]);
-  if (val_sampler_ && extra.count("val_sampler")) val_sampler_->set_state(extra["val_sampler"]);
-  std::cout << "restarted from " << path << " at step " << start_step_ << "\n";
+  const std::string ranks = extra.count("world_size") ? extra["world_size"] : "1";
+  if (ranks == std::to_string(comm_->size())) {
+    sampler_->set_state(extra["sampler"]);
+    if (val_sampler_ && extra.count("val_sampler")) val_sampler_->set_state(extra["val_sampler"]);
+  } else if (root()) {
+    std::cout << "note: the checkpoint was written by a run over " << ranks << " rank(s), this one has "
+              << comm_->size() << ": the frame order starts afresh (weights and optimiser continue)\n";
+  }
+  if (root()) std::cout << "restarted from " << path << " at step " << start_step_ << "\n";
 }
 
 std::string format_duration(double s) {
@@ -387,24 +454,37 @@ int Trainer::run() {
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) at::set_num_threads(CPU_COUNT(&set));
   }
-  if (!options_.output_dir.empty()) fs::create_directories(options_.output_dir);
+  if (options_.comm) {
+    comm_ = options_.comm;
+  } else {
+    own_comm_ = dist::make_communicator(dist::LaunchEnv{}, {});
+    comm_ = own_comm_.get();
+  }
+  const int world = comm_->size();
+  print_summary();
+  if (root() && !options_.output_dir.empty()) fs::create_directories(options_.output_dir);
+  config_.learning_rate.scale = scale_by_worker(c.scale_by_worker, world);
+  if (world > 1 && root())
+    std::cout << "learning rate: start_lr x " << config_.learning_rate.scale << " (scale_by_worker: "
+              << c.scale_by_worker << ", " << world << " ranks); batch_size is per rank\n";
   load_data();
   build_model();
   const models::SeAConfig& params = model_config_;
   const int ntypes = int(c.type_map.size());
   int64_t truncated = 0;
   if (dtype_ == torch::kFloat32) {
-    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", true, truncated);
-    if (c.validation_data) valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", false, truncated);
+    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", 10 * world, truncated);
+    if (c.validation_data) valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated);
   } else {
-    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", true, truncated);
-    if (c.validation_data) valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", false, truncated);
+    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", 10 * world, truncated);
+    if (c.validation_data) valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated);
   }
   if (truncated > 0)
     std::cout << "warning: " << truncated << " (atom, neighbour type) blocks had more neighbours than sel; the "
               << "farthest were dropped (raise model.descriptor.sel, or use sel: auto)\n";
 
-  auto make_sampler = [&](const std::vector<SystemData>& set, const DataConfig& data, uint64_t seed, const std::string& key) {
+  auto make_sampler = [&](const std::vector<SystemData>& set, const DataConfig& data, uint64_t seed, const std::string& key,
+                          int ranks) {
     std::vector<int64_t> frames, batch, nbatch;
     for (const auto& d : set) {
       frames.push_back(d.nframes);
@@ -412,20 +492,48 @@ int Trainer::run() {
       nbatch.push_back((d.nframes + d.batch - 1) / d.batch);
     }
     return std::make_unique<SystemSampler>(frames, batch, system_probabilities(nbatch, data.auto_prob, data.sys_probs, key),
-                                           seed);
+                                           seed, ranks);
   };
-  const uint64_t seed = c.seed ? *c.seed : uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  uint64_t seed = c.seed ? *c.seed : uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  if (!c.seed && world > 1) {
+    // Every rank must draw the same systems: rank 0's seed for all.
+    auto t = torch::tensor({int64_t(seed >> 1)}, torch::kInt64);
+    comm_->broadcast(t);
+    seed = uint64_t(t.item<int64_t>());
+  }
   if (!c.seed) std::cout << "training.seed not given: using " << seed << "\n";
-  sampler_ = make_sampler(train_, c.training_data, seed, "training.training_data");
-  if (!valid_.empty()) val_sampler_ = make_sampler(valid_, *c.validation_data, seed + 1, "training.validation_data");
+  sampler_ = make_sampler(train_, c.training_data, seed, "training.training_data", world);
+  if (!valid_.empty()) val_sampler_ = make_sampler(valid_, *c.validation_data, seed + 1, "training.validation_data", 1);
+  if (world > 1 && root()) {
+    for (size_t s = 0; s < train_.size(); ++s)
+      if (sampler_->padding(s) > 0)
+        std::cout << train_[s].name << ": " << train_[s].nframes << " frames over " << world << " ranks, "
+                  << sampler_->padding(s) << " frame(s) duplicated per pass\n";
+    if (c.validation_data && c.validation_data->padded)
+      for (const auto& d : valid_) {
+        const int64_t b = std::min(d.batch, d.nframes), dup = (b + world - 1) / world * world - b;
+        std::cout << "warning: validation_data.padded: " << d.name << ": batches of " << b << " frames over " << world
+                  << " ranks, " << dup << " frame(s) duplicated per batch; the validation metrics are skewed"
+                  << (dup > 0 ? "" : " (not at this batch size)")
+                  << ". Use validation_data.single_rank: true, or drop padded for exact metrics\n";
+      }
+  }
 
   for (const auto& p : model_.parameters()) params_.push_back(p);
   optimizer_ = std::make_unique<torch::optim::Adam>(
       params_, torch::optim::AdamOptions(c.learning_rate.at(0)).betas({0.9, 0.999}).weight_decay(0.0));
   if (!options_.restart.empty()) restore(options_.restart, true);
   else if (!options_.init_model.empty()) restore(options_.init_model, false);
-  else compute_statistics();
+  else if (root()) compute_statistics();
   for (auto& d : train_) d.env.clear();  // the packed pairs are all training needs from here on
+  if (world > 1) {
+    // Identical start state: rank 0's weights and statistics, broadcast once.
+    std::vector<torch::Tensor> state;
+    for (const auto& a : model_.named_attributes(false))
+      if (a.value.isTensor()) state.push_back(a.value.toTensor());
+    dist::broadcast_tensors(*comm_, state);
+  }
+  ddp_ = std::make_unique<dist::SimpleDDP>(params_, *comm_);
 
   int64_t nparams = 0;
   for (auto& p : params_) nparams += p.numel();
@@ -439,7 +547,8 @@ int Trainer::run() {
   bool has_virial = false;
   for (auto& d : train_) has_virial = has_virial || d.virial.defined();
   std::ofstream lcurve;
-  if (options_.restart.empty()) {
+  if (!root()) {
+  } else if (options_.restart.empty()) {
     lcurve.open(lcurve_path, std::ios::trunc);
     lcurve << "# step" << (has_val ? " rmse_val" : "") << " rmse_trn" << (has_val ? " rmse_e_val" : "") << " rmse_e_trn"
            << (has_val ? " rmse_f_val" : "") << " rmse_f_trn";
@@ -448,15 +557,17 @@ int Trainer::run() {
   } else {
     lcurve.open(lcurve_path, std::ios::app);
   }
-  if (!lcurve) throw Error(lcurve_path.string() + ": cannot write");
+  if (root() && !lcurve) throw Error(lcurve_path.string() + ": cannot write");
 
   g_interrupted = false;
   auto previous = std::signal(SIGINT, on_sigint);
-  const bool tty = ::isatty(STDOUT_FILENO);
+  const bool tty = root() && ::isatty(STDOUT_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t step = start_step_;
   int exit_code = 0;
   std::vector<double> step_ms;
+  double sync_seconds = 0, step_seconds = 0;
+  const int64_t reduces_before = comm_->all_reduces();
   double last_loss = 0;
   while (step < c.numb_steps) {
     const double lr = c.learning_rate.at(step);
@@ -466,21 +577,26 @@ int Trainer::run() {
     ErrorSums trn;
     const auto step_start = std::chrono::steady_clock::now();
     optimizer_->zero_grad();
-    evaluate(train_[batch.system], batch.frames, pref, true, trn);
+    evaluate(train_[batch.system], sampler_->shard(batch, comm_->rank()), pref, true, trn);
+    // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop flag
+    // (so that every rank stops after the same step when any of them got SIGINT).
+    std::vector<double> extras = {trn.loss, trn.e2_per_atom2, trn.f2, trn.v2_per_atom2, double(trn.frames),
+                                  double(trn.force_components), double(trn.virial_frames), g_interrupted ? 1.0 : 0.0};
+    const auto sync_start = std::chrono::steady_clock::now();
+    ddp_->sync(extras);
+    sync_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
+    trn.loss = extras[0], trn.e2_per_atom2 = extras[1], trn.f2 = extras[2], trn.v2_per_atom2 = extras[3];
+    trn.frames = int64_t(std::llround(extras[4])), trn.force_components = int64_t(std::llround(extras[5]));
+    trn.virial_frames = int64_t(std::llround(extras[6]));
+    const bool stop = extras[7] > 0;
     adam_step(*optimizer_);
+    step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (!options_.step_times.empty())
       step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     ++step;
     last_loss = trn.rmse();
     if (step == 1 || step % c.disp_freq == 0 || step == c.numb_steps) {
-      ErrorSums val;
-      if (has_val) {
-        const int64_t nb = c.validation_data->numb_btch;
-        for (int64_t b = 0; b < nb; ++b) {
-          const auto vb = val_sampler_->next();
-          evaluate(valid_[vb.system], vb.frames, pref, false, val);
-        }
-      }
+      const ErrorSums val = has_val ? validate(pref) : ErrorSums{};
       char line[512];
       std::string text;
       std::snprintf(line, sizeof(line), "%7ld", long(step));
@@ -501,8 +617,8 @@ int Trainer::run() {
       }
       std::snprintf(line, sizeof(line), "   %10.3e\n", lr);
       text += line;
-      lcurve << text << std::flush;
-      if (!tty) {
+      if (root()) lcurve << text << std::flush;
+      if (!tty && root()) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double rate = double(step - start_step_) / std::max(elapsed, 1e-9);
         std::printf("step %ld/%ld  lr %.3e  loss %.4e  rmse_e %.4e  rmse_f %.4e  %.1f steps/s  ETA %s\n", long(step),
@@ -520,26 +636,34 @@ int Trainer::run() {
                   format_duration(double(c.numb_steps - step) / rate).c_str());
       std::fflush(stdout);
     }
-    if (step % c.save_freq == 0 || step == c.numb_steps) save_checkpoint(step);
-    if (g_interrupted) {
-      if (step % c.save_freq != 0 && step != c.numb_steps) save_checkpoint(step);
-      std::printf("%sinterrupted at step %ld: saved %s\n", tty ? "\n" : "", long(step), ckpt_path(step).c_str());
+    if (root() && (step % c.save_freq == 0 || step == c.numb_steps)) save_checkpoint(step);
+    if (stop) {
+      if (root() && step % c.save_freq != 0 && step != c.numb_steps) save_checkpoint(step);
+      if (root()) std::printf("%sinterrupted at step %ld: saved %s\n", tty ? "\n" : "", long(step), ckpt_path(step).c_str());
       exit_code = 130;
       break;
     }
   }
   std::signal(SIGINT, previous);
-  if (!options_.step_times.empty()) {
+  if (root() && !options_.step_times.empty()) {
     std::ofstream times(options_.step_times);
     times << "# step ms (forward, backward and update of each step)\n";
     for (size_t k = 0; k < step_ms.size(); ++k) times << start_step_ + int64_t(k) + 1 << " " << step_ms[k] << "\n";
     if (!times) throw Error(options_.step_times + ": cannot write the step times");
   }
   if (tty) std::printf("\n");
-  if (exit_code == 0) {
+  if (exit_code == 0 && root()) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("finished %ld steps in %.1f s; checkpoint %s\n", long(step - start_step_), elapsed,
                 ckpt_path(step).c_str());
+  }
+  if (world > 1 && root()) {
+    const int64_t reduces = comm_->all_reduces() - reduces_before;
+    std::printf("communication (%s, %d ranks): %ld all-reduces = %ld gradient (one per step, %ld values) + %ld "
+                "validation; %.1f%% of the step time in the gradient all-reduce (%.3f of %.3f s)\n",
+                comm_->backend().c_str(), world, long(reduces), long(reduces - validation_reduces_),
+                long(ddp_->numel() + 8), long(validation_reduces_), 100.0 * sync_seconds / std::max(step_seconds, 1e-12),
+                sync_seconds, step_seconds);
   }
   return exit_code;
 }

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "dist/communicator.h"
+#include "dist/launch_env.h"
 #include "train/config.h"
 
 namespace mlip::train {
@@ -16,6 +18,12 @@ struct TrainOptions {
   std::string output_dir = ".";
   /// When set, the wall time of every step (forward, backward, update; ms) is written there.
   std::string step_times;
+  /// The ranks of a distributed run (distributed.md); nullptr: one process. Rank 0 computes the
+  /// statistics and writes lcurve, checkpoints and progress; gradients are synchronised by
+  /// SimpleDDP.
+  dist::Communicator* comm = nullptr;
+  /// How the run was launched, for the summary block (nullptr: not launched by a launcher).
+  const dist::LaunchEnv* launch = nullptr;
 };
 
 /// Runs the training of training.md. Returns the exit code: 0 when all steps ran, 130 when

@@ -1,0 +1,265 @@
+#include "dist/communicator.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef MLIP_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#ifdef MLIP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include <cstdlib>
+
+#include "error.h"
+
+namespace mlip::dist {
+
+template <typename F>
+void Communicator::timed(const char* what, F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  ++collectives_;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::string msg = "rank " + std::to_string(rank_) + ": the " + what + " over " + std::to_string(size_) +
+                      " ranks (" + backend() + ") failed: " + e.what();
+    if (const auto pos = msg.find("\nException raised from"); pos != std::string::npos) msg.resize(pos);
+    const std::string other = announced_failure();
+    if (!other.empty()) msg += "\n  the failure started at " + other;
+    else msg += "\n  another rank has probably died or failed (see its output), or stopped answering";
+    throw Error(msg);
+  }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Communicator::all_reduce_sum(at::Tensor& tensor) {
+  if (!tensor.is_contiguous()) throw Error("all_reduce_sum: expected a contiguous tensor");
+  ++all_reduces_;
+  timed("all-reduce", [&] { do_all_reduce(tensor); });
+}
+
+void Communicator::broadcast(at::Tensor& tensor, int root) {
+  if (!tensor.is_contiguous()) throw Error("broadcast: expected a contiguous tensor");
+  timed("broadcast", [&] { do_broadcast(tensor, root); });
+}
+
+void Communicator::barrier() {
+  timed("barrier", [&] { do_barrier(); });
+}
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator() : Communicator(0, 1) {}
+  std::string backend() const override { return "none"; }
+
+ protected:
+  void do_all_reduce(at::Tensor&) override {}
+  void do_broadcast(at::Tensor&, int) override {}
+  void do_barrier() override {}
+};
+
+/// The rendezvous store of the torchrun protocol: torchrun's agent hosts it when it sets
+/// TORCHELASTIC_USE_AGENT_STORE=True (every rank is a client, keys under
+/// /worker/attempt_<restart count>); otherwise rank 0 hosts it at MASTER_ADDR:MASTER_PORT.
+c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  if (env.master_addr.empty() || env.master_port <= 0 || env.master_port > 65535)
+    throw Error(std::string("distributed run under ") + launcher_name(env.launcher) +
+                ": the rendezvous needs MASTER_ADDR and MASTER_PORT (got '" + env.master_addr + "' and " +
+                std::to_string(env.master_port) + ")");
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent != nullptr && std::string(agent) == "True";
+  c10d::TCPStoreOptions o;
+  o.port = uint16_t(env.master_port);
+  o.isServer = !agent_store && env.rank == 0;
+  if (!agent_store) o.numWorkers = size_t(env.world_size);
+  o.waitWorkers = !agent_store;  // every rank counts itself in; the server waits for all
+  o.timeout = timeout;
+  try {
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    if (!agent_store) return tcp;
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    return c10::make_intrusive<c10d::PrefixStore>(std::string("/worker/attempt_") + (attempt ? attempt : "0"), tcp);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const auto pos = what.find("\nException raised from"); pos != std::string::npos) what.resize(pos);
+    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
+                std::to_string(env.master_port) + " failed: " + what);
+  }
+}
+
+/// A c10d process group (Gloo or NCCL) over the rendezvous store.
+class C10dCommunicator final : public Communicator {
+ public:
+  C10dCommunicator(const LaunchEnv& env, const CommOptions& options, bool nccl)
+      : Communicator(env.rank, env.world_size), timeout_(options.timeout), nccl_(nccl) {
+    store_ = make_store(env, timeout_);
+    try {
+      if (nccl_) {
+#ifdef MLIP_HAVE_NCCL
+        auto o = c10d::ProcessGroupNCCL::Options::create();
+        o->timeout = timeout_;
+        pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env.rank, env.world_size, o);
+#endif
+      } else {
+        auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
+        const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+        o->devices.push_back(ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                    : c10d::ProcessGroupGloo::createDefaultDevice());
+        pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size, o);
+      }
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      if (const auto pos = what.find("\nException raised from"); pos != std::string::npos) what.resize(pos);
+      throw Error("rank " + std::to_string(env.rank) + ": creating the " + backend() + " process group failed: " + what);
+    }
+  }
+
+  std::string backend() const override { return nccl_ ? "nccl" : "gloo"; }
+
+  void announce_failure(const std::string& what) override {
+    try {
+      const std::string text = "rank " + std::to_string(rank()) + ": " + what;
+      store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
+    } catch (...) {
+    }
+  }
+
+ protected:
+  std::string announced_failure() override {
+    try {
+      store_->setTimeout(std::chrono::seconds(3));
+      if (!store_->check({"mlip/failed"})) return "";
+      const auto v = store_->get("mlip/failed");
+      return std::string(v.begin(), v.end());
+    } catch (...) {
+      return "";
+    }
+  }
+
+  void do_all_reduce(at::Tensor& tensor) override {
+    run(tensor, [&](std::vector<at::Tensor>& v) { return pg_->allreduce(v); });
+  }
+  void do_broadcast(at::Tensor& tensor, int root) override {
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    run(tensor, [&](std::vector<at::Tensor>& v) { return pg_->broadcast(v, o); });
+  }
+  void do_barrier() override { pg_->barrier()->wait(timeout_); }
+
+ private:
+  template <typename F>
+  void run(at::Tensor& tensor, F&& op) {
+    // NCCL needs device tensors: the trainer's gradients live on the host, so copy there and back.
+    std::vector<at::Tensor> v{nccl_ ? tensor.to(at::kCUDA) : tensor};
+    op(v)->wait(timeout_);
+    if (nccl_) tensor.copy_(v[0]);
+  }
+
+  std::chrono::milliseconds timeout_;
+  bool nccl_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+};
+
+#ifdef MLIP_HAVE_MPI
+/// MPI_COMM_WORLD. mpirun ends the whole job when one rank dies, and announce_failure aborts it.
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const LaunchEnv& env) : Communicator(env.rank, env.world_size) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      owner_ = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank != env.rank || size != env.world_size)
+      throw Error("mpirun: MPI says rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                  ", the environment says " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owner_ && !finalized) MPI_Finalize();
+  }
+  std::string backend() const override { return "mpi"; }
+  void announce_failure(const std::string&) override { MPI_Abort(MPI_COMM_WORLD, 1); }
+
+ protected:
+  void do_all_reduce(at::Tensor& t) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), type(t), MPI_SUM, MPI_COMM_WORLD));
+  }
+  void do_broadcast(at::Tensor& t, int root) override {
+    check(MPI_Bcast(t.data_ptr(), int(t.numel()), type(t), root, MPI_COMM_WORLD));
+  }
+  void do_barrier() override { check(MPI_Barrier(MPI_COMM_WORLD)); }
+
+ private:
+  static MPI_Datatype type(const at::Tensor& t) {
+    switch (t.scalar_type()) {
+      case at::kDouble: return MPI_DOUBLE;
+      case at::kFloat: return MPI_FLOAT;
+      case at::kLong: return MPI_INT64_T;
+      default: throw Error(std::string("mpi: unsupported dtype ") + c10::toString(t.scalar_type()));
+    }
+  }
+  static void check(int rc) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw Error(std::string(text, size_t(len)));
+  }
+  bool owner_ = false;
+};
+#endif
+
+}  // namespace
+
+bool have_mpi() {
+#ifdef MLIP_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool have_nccl() {
+#ifdef MLIP_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, const CommOptions& options) {
+  if (env.world_size <= 1) return std::make_unique<LocalCommunicator>();
+  std::string backend = options.backend;
+  if (backend == "auto") backend = env.launcher == Launcher::kMpi && have_mpi() ? "mpi" : "gloo";
+  if (backend == "gloo") return std::make_unique<C10dCommunicator>(env, options, false);
+  if (backend == "nccl") {
+    if (!have_nccl())
+      throw Error("--backend nccl: this build has no NCCL (it needs a LibTorch with CUDA; see the feature summary)");
+    return std::make_unique<C10dCommunicator>(env, options, true);
+  }
+  if (backend == "mpi") {
+#ifdef MLIP_HAVE_MPI
+    if (env.launcher != Launcher::kMpi)
+      throw Error(std::string("--backend mpi: expected a run started by mpirun, found ") + launcher_name(env.launcher));
+    return std::make_unique<MpiCommunicator>(env);
+#else
+    throw Error("--backend mpi: this build has no MPI (install libopenmpi-dev and reconfigure)");
+#endif
+  }
+  throw Error("--backend: expected one of auto, gloo, mpi, nccl, got '" + options.backend + "'");
+}
+
+}  // namespace mlip::dist

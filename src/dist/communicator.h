@@ -1,0 +1,78 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dist/launch_env.h"
+
+namespace mlip::dist {
+
+/// Collectives over the ranks of one run (distributed.md). Implementations: c10d's Gloo process
+/// group with a TCPStore rendezvous (the torchrun protocol; CPU tensors), MPI when started by
+/// mpirun (Debian's LibTorch is built without c10d's MPI group, so the MPI library is called
+/// directly), c10d's NCCL group when built against a CUDA LibTorch, and a one-rank no-op.
+/// Every collective is blocking; a failed or timed-out one throws mlip::Error naming this rank,
+/// the operation and, when another rank announced its failure, that rank and its message.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// "none", "gloo", "mpi" or "nccl".
+  virtual std::string backend() const = 0;
+
+  /// Sums a contiguous tensor (float64, float32 or int64) over all ranks, in place.
+  void all_reduce_sum(at::Tensor& tensor);
+  /// Copies rank `root`'s tensor into every rank's (same shape and dtype on all), in place.
+  void broadcast(at::Tensor& tensor, int root = 0);
+  /// Waits until every rank has arrived.
+  void barrier();
+
+  /// Tells the other ranks (best effort) that this rank is about to exit with `what`.
+  virtual void announce_failure(const std::string& what) { (void)what; }
+
+  /// Collectives issued so far (all-reduces, broadcasts, barriers), and the all-reduces alone.
+  int64_t collectives() const { return collectives_; }
+  int64_t all_reduces() const { return all_reduces_; }
+  /// Wall seconds spent inside collectives so far.
+  double seconds() const { return seconds_; }
+
+ protected:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+  virtual void do_all_reduce(at::Tensor& tensor) = 0;
+  virtual void do_broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void do_barrier() = 0;
+  /// The failure another rank announced, or "" (best effort, bounded wait).
+  virtual std::string announced_failure() { return ""; }
+
+ private:
+  template <typename F>
+  void timed(const char* what, F&& f);
+
+  int rank_ = 0, size_ = 1;
+  int64_t collectives_ = 0, all_reduces_ = 0;
+  double seconds_ = 0;
+};
+
+struct CommOptions {
+  /// "auto" (mpi under mpirun when built with MPI, nccl for CUDA, else gloo), "gloo", "mpi", "nccl".
+  std::string backend = "auto";
+  /// A collective (or the rendezvous) that waits longer than this fails with an error.
+  std::chrono::seconds timeout{240};
+};
+
+/// Whether this build has the MPI backend / the NCCL backend.
+bool have_mpi();
+bool have_nccl();
+
+/// The communicator for `env`: a one-rank no-op when env.world_size is 1, else the backend of
+/// `options` (rendezvous at env.master_addr:master_port for gloo and nccl). Throws mlip::Error
+/// for a backend this build lacks or a rendezvous that fails.
+std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, const CommOptions& options);
+
+}  // namespace mlip::dist

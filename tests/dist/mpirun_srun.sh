@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# ctest (distributed.md "Ranks and launchers"): the water example (reference settings, a few
+# steps) under the real OpenMPI mpirun -np 2 and, when the Slurm packages are there, under srun
+# -n 2 on a real one-node Slurm cluster that this script starts and stops: both must match
+# torchrun's result (same lcurve, same weights).
+# usage: mpirun_srun.sh <mlip> mpirun|srun
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+sed -e "s#systems: \[data/train\]#systems: [$EXAMPLE/train]#" -e "s#systems: \[data/valid\]#systems: [$EXAMPLE/valid]#" \
+    -e "s/batch_size: auto/batch_size: 1/" -e "s/numb_steps: 1000000/numb_steps: 6/" -e "s/disp_freq: 100/disp_freq: 3/" \
+    -e "s/save_freq: 1000/save_freq: 6/" "$ROOT/examples/water/input.yaml" > input.yaml
+"$TORCHRUN" --nproc-per-node=2 --no-python "$MLIP" train input.yaml -o torchrun > torchrun.log 2>&1 ||
+  { cat torchrun.log; fail "torchrun exited non-zero"; }
+case "$2" in
+  mpirun)
+    "${MPIRUN[@]}" -np 2 "$MLIP" train input.yaml -o other > other.log 2>&1 || { cat other.log; fail "mpirun exited non-zero"; }
+    grep -q "distributed:  yes (mpirun)" other.log || { cat other.log; fail "not detected as mpirun"; } ;;
+  srun)
+    CLUSTER="$WORK/slurm"
+    rc=0; bash "$DIST_DIR/slurm_cluster.sh" start "$CLUSTER" > slurm.log 2>&1 || rc=$?
+    [ "$rc" = 77 ] && { cat slurm.log; exit 77; }
+    trap 'bash "$DIST_DIR/slurm_cluster.sh" stop "$CLUSTER" > /dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+    [ "$rc" = 0 ] || { cat slurm.log; fail "could not start the Slurm cluster"; }
+    SLURM_CONF="$CLUSTER/slurm.conf" timeout 240 srun -n 2 "$MLIP" train input.yaml -o other > other.log 2>&1 ||
+      { cat other.log; fail "srun exited non-zero"; }
+    grep -q "distributed:  yes (srun)" other.log || { cat other.log; fail "not detected as srun"; }
+    grep -q "node list:    $(hostname)" other.log || fail "no node list in the summary" ;;
+  *) fail "expected mpirun or srun, got '$2'" ;;
+esac
+grep -q "world size:   2" other.log || fail "expected world size 2"
+same_lcurve torchrun/lcurve.out other/lcurve.out
+same_weights torchrun/model.ckpt-6.pt other/model.ckpt-6.pt 1e-10
+echo "ok: $2 with 2 ranks == torchrun --nproc-per-node=2"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# ctest (distributed.md "Rank-0 duties, failure"): in a 2-rank run (the torchrun environment
+# protocol, started without torchrun's agent so that nothing else ends the survivor), a rank
+# killed with SIGKILL makes the other exit non-zero within seconds, with a message; a rank that
+# stops answering (SIGSTOP) makes the other exit non-zero after --timeout.
+# usage: rank_failure.sh <mlip>
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+small_input input.yaml 1
+sed -i "s/numb_steps: 20/numb_steps: 10000000/" input.yaml
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_ranks() {  # start_ranks <dir> <timeout s>
+  mkdir -p "$1"
+  for r in 0 1; do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
+      "$MLIP" train input.yaml -o "$1" --timeout "$2" > "$1/out$r.txt" 2>&1 &
+    echo $! > "$1/pid$r"
+  done
+  for _ in $(seq 600); do [ -s "$1/lcurve.out" ] && [ "$(wc -l < "$1/lcurve.out")" -ge 3 ] && return 0; sleep 0.1; done
+  fail "the 2-rank run did not start training"
+}
+survivor_exits() {  # survivor_exits <dir> <rank> <limit s>: waits, checks rc != 0 and the time
+  local pid t0 rc=0
+  pid=$(cat "$1/pid$2"); t0=$(date +%s)
+  for _ in $(seq $(( $3 * 10 ))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; fail "rank $2 still running $3 s after the failure"; fi
+  wait "$pid" || rc=$?
+  [ "$rc" != 0 ] || fail "rank $2 exited with 0 after its partner failed"
+  cat "$1/out$2.txt" | tail -n 3
+  echo "ok: rank $2 exited with $rc after $(( $(date +%s) - t0 )) s"
+}
+# SIGKILL of rank 1: rank 0 must notice at its next all-reduce.
+PORT=$PORT start_ranks killed 240
+kill -9 "$(cat killed/pid1)"; wait "$(cat killed/pid1)" 2>/dev/null || true
+survivor_exits killed 0 60
+grep -q "failed" killed/out0.txt || fail "no message from the survivor"
+# SIGKILL of rank 0 (which also hosts the rendezvous store).
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_ranks killed0 240
+kill -9 "$(cat killed0/pid0)"; wait "$(cat killed0/pid0)" 2>/dev/null || true
+survivor_exits killed0 1 60
+# SIGSTOP of rank 1: alive but silent; rank 0 gives up after --timeout 5.
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_ranks stopped 5
+kill -STOP "$(cat stopped/pid1)"
+survivor_exits stopped 0 60
+kill -9 "$(cat stopped/pid1)" 2>/dev/null || true
+grep -qi "timed out\|timeout" stopped/out0.txt || fail "the survivor of a silent rank does not say it timed out"
+# A rank that raises an error (here: rank 1 is given an input whose data is missing): the other
+# exits non-zero too, naming the rank that failed and its message.
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed "s#$EXAMPLE/train#$WORK/no-such-system#" input.yaml > broken.yaml
+mkdir -p raised
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$MLIP" train input.yaml -o raised > raised/out0.txt 2>&1 &
+echo $! > raised/pid0
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "$MLIP" train broken.yaml -o raised > raised/out1.txt 2>&1 &
+echo $! > raised/pid1
+survivor_exits raised 1 60
+survivor_exits raised 0 60
+grep -q "the failure started at rank 1: .*no-such-system" raised/out0.txt || { cat raised/out0.txt; fail "rank 0 does not name rank 1's failure"; }
+echo "ok: every failure ends the other rank, in bounded time"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# ctest (distributed.md "SimpleDDP"): the real torchrun with W ranks and per-rank batch 1 gives,
+# after 20 steps, the same weights (relative 1e-10, float64) and the same lcurve numbers as one
+# rank with batch W over the same frames; exactly one gradient all-reduce per step.
+# usage: torchrun_equivalence.sh <mlip> <W>
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+W="$2"
+small_input one.yaml "$W"
+small_input ranks.yaml 1
+"$MLIP" train one.yaml -o one > one.log
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o ranks > ranks.log 2>&1 ||
+  { cat ranks.log; fail "torchrun exited non-zero"; }
+grep -q "world size:   $W" ranks.log || { cat ranks.log; fail "no summary block with world size $W"; }
+grep -q "backend:      gloo" ranks.log || fail "expected the gloo backend"
+same_lcurve one/lcurve.out ranks/lcurve.out
+same_weights one/model.ckpt-20.pt ranks/model.ckpt-20.pt 1e-10
+# 20 steps, validation at steps 1, 5, 10, 15, 20: 25 all-reduces, 20 of them for gradients.
+grep -q "communication (gloo, $W ranks): 25 all-reduces = 20 gradient (one per step" ranks.log ||
+  { grep communication ranks.log; fail "expected 25 all-reduces, one gradient all-reduce per step"; }
+# Only rank 0 writes: one lcurve, one set of checkpoints, no rank logs.
+[ "$(ls ranks | grep -c 'model.ckpt-.*\.pt')" = 1 ] || fail "expected one checkpoint"
+echo "ok: $W ranks x batch 1 == 1 rank x batch $W"
+# --restart of a multi-rank run continues exactly: 20 steps == 10 + restart + 10.
+sed -i "s/save_freq: 20/save_freq: 10/" ranks.yaml
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o full > full.log 2>&1 || { cat full.log; fail "torchrun"; }
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o again --restart full/model.ckpt-10.pt \
+  > again.log 2>&1 || { cat again.log; fail "torchrun --restart"; }
+grep -q "restarted from .*model.ckpt-10.pt at step 10" again.log || { cat again.log; fail "no restart message"; }
+same_weights full/model.ckpt-20.pt again/model.ckpt-20.pt 0
+diff <(awk '$1 > 10' full/lcurve.out) <(grep -v '^#' again/lcurve.out) || fail "lcurve after the restart differs"
+echo "ok: $W ranks: 20 steps == 10 + restart + 10 (bit for bit)"
