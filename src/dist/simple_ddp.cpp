@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <map>
 
 #include "error.h"
@@ -21,27 +22,34 @@ void SimpleDDP::sync(std::vector<double>& extras) {
   if (comm_.size() <= 1) return;
   const int64_t total = numel_ + int64_t(extras.size());
   if (!flat_.defined() || flat_.numel() != total)
-    flat_ = at::empty({total}, params_.empty() ? at::TensorOptions(at::kDouble) : params_[0].options().requires_grad(false));
+    flat_ = at::zeros({total}, params_.empty() ? at::TensorOptions(at::kDouble) : params_[0].options().requires_grad(false));
+  // The gradients live in the flat buffer: after the first step each parameter's grad is a view
+  // of its segment (zero_grad zeroes in place, the backward accumulates in place), so nothing
+  // is copied. A gradient found elsewhere (new, replaced, or absent) is copied in (zeros when
+  // absent) and re-pointed at its segment.
   int64_t offset = 0;
-  for (const auto& p : params_) {
-    auto segment = flat_.narrow(0, offset, p.numel());
-    if (p.grad().defined()) segment.copy_(p.grad().reshape({-1}));
-    else segment.zero_();
-    offset += p.numel();
-  }
-  for (size_t k = 0; k < extras.size(); ++k) flat_[numel_ + int64_t(k)].fill_(extras[k]);
-  comm_.all_reduce_sum(flat_);
-  offset = 0;
-  const double inv = 1.0 / double(comm_.size());
   for (auto& p : params_) {
     auto segment = flat_.narrow(0, offset, p.numel()).view(p.sizes());
-    segment.mul_(inv);
-    if (p.grad().defined()) p.mutable_grad().copy_(segment);
-    else p.mutable_grad() = segment.clone();
+    at::Tensor& g = p.mutable_grad();
+    if (!g.defined()) {
+      segment.zero_();
+      g = segment;
+    } else if (g.data_ptr() != segment.data_ptr() || !g.is_contiguous()) {
+      segment.copy_(g);
+      g = segment;
+    }
     offset += p.numel();
   }
-  auto tail = flat_.narrow(0, numel_, int64_t(extras.size())).to(at::kDouble);
-  for (size_t k = 0; k < extras.size(); ++k) extras[k] = tail[int64_t(k)].item<double>();
+  auto tail = flat_.narrow(0, numel_, int64_t(extras.size()));
+  if (flat_.scalar_type() == at::kDouble) {
+    std::copy(extras.begin(), extras.end(), tail.data_ptr<double>());
+  } else {
+    for (size_t k = 0; k < extras.size(); ++k) tail[int64_t(k)].fill_(extras[k]);
+  }
+  comm_.all_reduce_sum(flat_);
+  flat_.narrow(0, 0, numel_).mul_(1.0 / double(comm_.size()));
+  const auto summed = tail.to(at::kDouble).contiguous();
+  std::copy(summed.data_ptr<double>(), summed.data_ptr<double>() + extras.size(), extras.begin());
 }
 
 void broadcast_tensors(Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {

@@ -9,10 +9,12 @@
 namespace mlip::dist {
 
 /// Gradient synchronisation after the complete local backward (distributed.md "SimpleDDP"):
-/// every parameter gradient, in one fixed order (the same on every rank), is copied into ONE
-/// flat buffer of the parameters' dtype (zeros for a parameter without gradient), followed by
-/// the caller's extra values; ONE all-reduce sums the buffer; the gradients are divided by the
-/// world size and copied back, the extras come back summed. Exactly one collective per call.
+/// every parameter gradient, in one fixed order (the same on every rank), sits in ONE flat
+/// buffer of the parameters' dtype (zeros for a parameter without gradient), followed by the
+/// caller's extra values; ONE all-reduce sums the buffer; the gradients are divided by the
+/// world size, the extras come back summed. Exactly one collective per call. To save two
+/// copies of the buffer per step, sync leaves every parameter's grad as a view of its segment
+/// of the buffer (a grad found elsewhere is copied in first, so any grad works).
 class SimpleDDP {
  public:
   /// `params`: the parameters, all of one floating dtype, in the same order on every rank.

@@ -576,7 +576,10 @@ int Trainer::run() {
     const auto batch = sampler_->next();
     ErrorSums trn;
     const auto step_start = std::chrono::steady_clock::now();
-    optimizer_->zero_grad();
+    // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
+    // zero_grad cannot detach).
+    for (auto& p : params_)
+      if (p.grad().defined()) p.mutable_grad().zero_();
     evaluate(train_[batch.system], sampler_->shard(batch, comm_->rank()), pref, true, trn);
     // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop flag
     // (so that every rank stops after the same step when any of them got SIGINT).
