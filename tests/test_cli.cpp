@@ -33,6 +33,27 @@ TEST(Cli, UnknownCommandOrFlagPrintsUsageAndExits2) {
   }
 }
 
+TEST(Cli, DistributedOptionsAreChecked) {
+  const std::string input = std::string(MLIP_SOURCE_DIR) + "/examples/water/input.yaml";
+  for (const char* args : {" --distributed maybe", " --backend carrier-pigeon", " --log-mode loud", " --timeout -5"}) {
+    SCOPED_TRACE(args);
+    auto r = run_command(kMlip + " train " + input + args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("expected"), std::string::npos) << r.err;
+  }
+  // --distributed on outside a launcher names what is missing.
+  auto r = run_command("env -u RANK -u WORLD_SIZE -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK -u PMI_RANK " + kMlip +
+                       " train " + input + " --distributed on");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--distributed on: no launcher environment found"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("MASTER_ADDR"), std::string::npos) << r.err;
+  // A launcher's environment without the rendezvous address is an error, not a hang.
+  r = run_command("env RANK=0 WORLD_SIZE=2 " + kMlip + " train " + input);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("torchrun with 2 ranks, but the environment lacks MASTER_ADDR, MASTER_PORT"), std::string::npos)
+      << r.err;
+}
+
 TEST(Cli, NeighborStatOnAnExtxyzFile) {
   mlip::test::TempDir dir;
   // Two water molecules, non-periodic.

@@ -29,3 +29,19 @@ grep -q "restarted from .*model.ckpt-10.pt at step 10" again.log || { cat again.
 same_weights full/model.ckpt-20.pt again/model.ckpt-20.pt 0
 diff <(awk '$1 > 10' full/lcurve.out) <(grep -v '^#' again/lcurve.out) || fail "lcurve after the restart differs"
 echo "ok: $W ranks: 20 steps == 10 + restart + 10 (bit for bit)"
+# --log-mode: collect prefixes the other ranks' lines, workers writes them to files; master (the
+# default, above) prints rank 0 only.
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o collect --log-mode collect > collect.log 2>&1 ||
+  { cat collect.log; fail "--log-mode collect"; }
+grep -q "^\[rank $((W - 1))\] training data: " collect.log || { cat collect.log; fail "no [rank $((W - 1))] lines in collect mode"; }
+if grep -q "^\[rank" ranks.log; then fail "master mode printed other ranks' lines"; fi
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o workers --log-mode workers > workers.log 2>&1 ||
+  { cat workers.log; fail "--log-mode workers"; }
+grep -q "training data: " "workers/train.rank$((W - 1)).log" || fail "no log file of rank $((W - 1)) in workers mode"
+# `mlip test` under a launcher: rank 0 works, the others leave cleanly.
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" test -m full/model.ckpt-20.pt -s "$EXAMPLE/valid" -n 2 > test.log 2>&1 ||
+  { cat test.log; fail "mlip test under torchrun"; }
+[ "$(grep -c "Force  RMSE" test.log)" -ge 1 ] || { cat test.log; fail "no test output"; }
+[ "$(grep -c "number of test data" test.log)" = "$(grep -c "number of test data" <("$MLIP" test -m full/model.ckpt-20.pt -s "$EXAMPLE/valid" -n 2))" ] ||
+  fail "mlip test ran on more than one rank"
+echo "ok: log modes; mlip test runs on rank 0 only"
