@@ -12,6 +12,11 @@ small_input ranks.yaml 1
   { cat ranks.log; fail "torchrun exited non-zero"; }
 grep -q "world size:   $W" ranks.log || { cat ranks.log; fail "no summary block with world size $W"; }
 grep -q "backend:      gloo" ranks.log || fail "expected the gloo backend"
+# Padding as DistributedSampler, announced once per system: 190 frames over W ranks.
+pad=$(( (190 + W - 1) / W * W - 190 ))
+if [ "$pad" -gt 0 ]; then
+  grep -q "train: 190 frames over $W ranks, $pad frame(s) duplicated per pass" ranks.log || { cat ranks.log; fail "no padding announcement"; }
+elif grep -q "duplicated per pass" ranks.log; then fail "padding announced where there is none"; fi
 same_lcurve one/lcurve.out ranks/lcurve.out
 same_weights one/model.ckpt-20.pt ranks/model.ckpt-20.pt 1e-10
 # 20 steps, validation at steps 1, 5, 10, 15, 20: 25 all-reduces, 20 of them for gradients.
@@ -31,10 +36,14 @@ diff <(awk '$1 > 10' full/lcurve.out) <(grep -v '^#' again/lcurve.out) || fail "
 echo "ok: $W ranks: 20 steps == 10 + restart + 10 (bit for bit)"
 # --log-mode: collect prefixes the other ranks' lines, workers writes them to files; master (the
 # default, above) prints rank 0 only.
-"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o collect --log-mode collect > collect.log 2>&1 ||
+# learning_rate.scale_by_worker: linear multiplies start_lr by W (lcurve's lr column at step 1).
+sed "s/scale_by_worker: none/scale_by_worker: linear/" ranks.yaml > linear.yaml
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train linear.yaml -o collect --log-mode collect > collect.log 2>&1 ||
   { cat collect.log; fail "--log-mode collect"; }
 grep -q "^\[rank $((W - 1))\] training data: " collect.log || { cat collect.log; fail "no [rank $((W - 1))] lines in collect mode"; }
 if grep -q "^\[rank" ranks.log; then fail "master mode printed other ranks' lines"; fi
+lr=$(awk '$1 == 1 { print $NF }' collect/lcurve.out)
+[ "$lr" = "$(printf "%.3e" "$W.0e-3")" ] || fail "scale_by_worker linear: lr at step 1 is $lr, expected $W.000e-03"
 "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o workers --log-mode workers > workers.log 2>&1 ||
   { cat workers.log; fail "--log-mode workers"; }
 grep -q "training data: " "workers/train.rank$((W - 1)).log" || fail "no log file of rank $((W - 1)) in workers mode"
