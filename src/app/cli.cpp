@@ -128,7 +128,7 @@ const char* kTrainUsage =
     "Trains the model of the input file (training.md; DeePMD's input.json works unchanged).\n"
     "Writes lcurve.out and the checkpoints <save_ckpt>-<step>.pt (plus the link <save_ckpt>.pt\n"
     "and the pointer file 'checkpoint') into the output folder. Ctrl-C saves a checkpoint and\n"
-    "stops (exit code 130).\n"
+    "stops (exit code 130); so does SIGTERM (exit code 143; Slurm's time limit, scancel).\n"
     "\n"
     "options:\n"
     "  --restart <ckpt>     continue that run exactly (weights, optimiser, step, sampler)\n"

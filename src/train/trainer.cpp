@@ -39,7 +39,11 @@ namespace mlip::train {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted = true; }
+std::atomic<int> g_signal{0};
+extern "C" void on_sigint(int sig) {
+  g_signal = sig;
+  g_interrupted = true;
+}
 
 /// Labels and cached environment matrices of one system (training frames do not move, so the
 /// Kokkos rows and derivatives are computed once).
@@ -560,7 +564,11 @@ int Trainer::run() {
   if (root() && !lcurve) throw Error(lcurve_path.string() + ": cannot write");
 
   g_interrupted = false;
+  g_signal = 0;
+  // SIGINT (Ctrl-C) and SIGTERM (torchrun's agent stopping its workers, Slurm at the time
+  // limit or on scancel) both save a checkpoint and stop after the current step.
   auto previous = std::signal(SIGINT, on_sigint);
+  auto previous_term = std::signal(SIGTERM, on_sigint);
   const bool tty = root() && ::isatty(STDOUT_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t step = start_step_;
@@ -582,7 +590,7 @@ int Trainer::run() {
       if (p.grad().defined()) p.mutable_grad().zero_();
     evaluate(train_[batch.system], sampler_->shard(batch, comm_->rank()), pref, true, trn);
     // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop flag
-    // (so that every rank stops after the same step when any of them got SIGINT).
+    // (so that every rank stops after the same step when any of them got SIGINT or SIGTERM).
     std::vector<double> extras = {trn.loss, trn.e2_per_atom2, trn.f2, trn.v2_per_atom2, double(trn.frames),
                                   double(trn.force_components), double(trn.virial_frames), g_interrupted ? 1.0 : 0.0};
     const auto sync_start = std::chrono::steady_clock::now();
@@ -643,11 +651,12 @@ int Trainer::run() {
     if (stop) {
       if (root() && step % c.save_freq != 0 && step != c.numb_steps) save_checkpoint(step);
       if (root()) std::printf("%sinterrupted at step %ld: saved %s\n", tty ? "\n" : "", long(step), ckpt_path(step).c_str());
-      exit_code = 130;
+      exit_code = g_signal == SIGTERM ? 143 : 130;
       break;
     }
   }
   std::signal(SIGINT, previous);
+  std::signal(SIGTERM, previous_term);
   if (root() && !options_.step_times.empty()) {
     std::ofstream times(options_.step_times);
     times << "# step ms (forward, backward and update of each step)\n";

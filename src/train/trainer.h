@@ -27,7 +27,8 @@ struct TrainOptions {
 };
 
 /// Runs the training of training.md. Returns the exit code: 0 when all steps ran, 130 when
-/// interrupted by SIGINT (after saving a checkpoint). Throws mlip::Error for bad input.
+/// interrupted by SIGINT and 143 by SIGTERM (after saving a checkpoint; every rank stops after
+/// the same step). Throws mlip::Error for bad input.
 int train(const TrainConfig& config, const TrainOptions& options);
 
 }  // namespace mlip::train

@@ -58,3 +58,16 @@ survivor_exits raised 1 60
 survivor_exits raised 0 60
 grep -q "the failure started at rank 1: .*no-such-system" raised/out0.txt || { cat raised/out0.txt; fail "rank 0 does not name rank 1's failure"; }
 echo "ok: every failure ends the other rank, in bounded time"
+# SIGTERM to one rank (Slurm's time limit, scancel): every rank stops after the same step, rank 0
+# saves a checkpoint of that step, and both exit non-zero (143 for the signalled rank).
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_ranks termed 240
+kill -TERM "$(cat termed/pid1)"
+rc0=0; rc1=0
+wait "$(cat termed/pid1)" || rc1=$?
+wait "$(cat termed/pid0)" || rc0=$?
+[ "$rc1" = 143 ] || fail "the rank given SIGTERM exited with $rc1, expected 143"
+[ "$rc0" != 0 ] || fail "rank 0 exited with 0 after its partner got SIGTERM"
+step=$(sed -n 's/^interrupted at step \([0-9]*\): saved .*/\1/p' termed/out0.txt)
+[ -n "$step" ] && [ -f "termed/model.ckpt-$step.pt" ] || { cat termed/out0.txt; fail "no checkpoint of the last step"; }
+echo "ok: SIGTERM on rank 1: both ranks stopped after step $step (exit codes $rc0, $rc1), checkpoint saved"
