@@ -102,14 +102,14 @@ class C10dCommunicator final : public Communicator {
 #ifdef MLIP_HAVE_NCCL
         auto o = c10d::ProcessGroupNCCL::Options::create();
         o->timeout = timeout_;
-        pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env.rank, env.world_size, o);
+        nccl_pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env.rank, env.world_size, o);
 #endif
       } else {
         auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
         const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
         o->devices.push_back(ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
                                     : c10d::ProcessGroupGloo::createDefaultDevice());
-        pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size, o);
+        gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size, o);
       }
     } catch (const std::exception& e) {
       std::string what = e.what();
@@ -141,28 +141,48 @@ class C10dCommunicator final : public Communicator {
   }
 
   void do_all_reduce(at::Tensor& tensor) override {
-    run(tensor, [&](std::vector<at::Tensor>& v) { return pg_->allreduce(v); });
+    run(tensor, [&](auto& pg, std::vector<at::Tensor>& v) { return pg->allreduce(v); });
   }
   void do_broadcast(at::Tensor& tensor, int root) override {
     c10d::BroadcastOptions o;
     o.rootRank = root;
-    run(tensor, [&](std::vector<at::Tensor>& v) { return pg_->broadcast(v, o); });
+    run(tensor, [&](auto& pg, std::vector<at::Tensor>& v) { return pg->broadcast(v, o); });
   }
-  void do_barrier() override { pg_->barrier()->wait(timeout_); }
+  void do_barrier() override {
+#ifdef MLIP_HAVE_NCCL
+    if (nccl_) {
+      nccl_pg_->barrier()->wait(timeout_);
+      return;
+    }
+#endif
+    gloo_->barrier()->wait(timeout_);
+  }
 
  private:
+  // The groups are held by their own types: in LibTorch 1.13 they derive from c10d::ProcessGroup,
+  // in 2.x from c10d::Backend; both have the same allreduce/broadcast/barrier.
   template <typename F>
   void run(at::Tensor& tensor, F&& op) {
-    // NCCL needs device tensors: the trainer's gradients live on the host, so copy there and back.
-    std::vector<at::Tensor> v{nccl_ ? tensor.to(at::kCUDA) : tensor};
-    op(v)->wait(timeout_);
-    if (nccl_) tensor.copy_(v[0]);
+#ifdef MLIP_HAVE_NCCL
+    if (nccl_) {
+      // NCCL needs device tensors: the trainer's gradients live on the host, so copy there and back.
+      std::vector<at::Tensor> v{tensor.to(at::kCUDA)};
+      op(nccl_pg_, v)->wait(timeout_);
+      tensor.copy_(v[0]);
+      return;
+    }
+#endif
+    std::vector<at::Tensor> v{tensor};
+    op(gloo_, v)->wait(timeout_);
   }
 
   std::chrono::milliseconds timeout_;
   bool nccl_;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
+#ifdef MLIP_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_pg_;
+#endif
 };
 
 #ifdef MLIP_HAVE_MPI
