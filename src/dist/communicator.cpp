@@ -4,13 +4,20 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef MLIP_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #ifdef MLIP_HAVE_MPI
 #include <mpi.h>
 #endif
 
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
 #include "error.h"
 
@@ -28,7 +35,9 @@ void Communicator::timed(const char* what, F&& f) {
     if (const auto pos = msg.find("\nException raised from"); pos != std::string::npos) msg.resize(pos);
     const std::string other = announced_failure();
     if (!other.empty()) msg += "\n  the failure started at " + other;
-    else msg += "\n  another rank has probably died or failed (see its output), or stopped answering";
+    else
+      msg += "\n  another rank has probably died or failed (see its output), or stopped answering (a rank that "
+             "waits longer than --timeout fails; raise it if a rank legitimately works longer alone)";
     throw Error(msg);
   }
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -97,9 +106,19 @@ class C10dCommunicator final : public Communicator {
   C10dCommunicator(const LaunchEnv& env, const CommOptions& options, bool nccl)
       : Communicator(env.rank, env.world_size), timeout_(options.timeout), nccl_(nccl) {
     store_ = make_store(env, timeout_);
+    const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+    hosts_store_ = env.rank == 0 && !(agent != nullptr && std::string(agent) == "True");
     try {
       if (nccl_) {
 #ifdef MLIP_HAVE_NCCL
+        // One process drives one device: the local rank's GPU. Blocking waits make the timeout
+        // apply (1.13 reads NCCL_BLOCKING_WAIT, 2.x TORCH_NCCL_BLOCKING_WAIT).
+        const int count = int(c10::cuda::device_count());
+        if (count == 0) throw Error("--backend nccl: no CUDA device visible");
+        device_ = at::Device(at::kCUDA, c10::DeviceIndex(env.local_rank % count));
+        c10::cuda::set_device(device_.index());
+        ::setenv("NCCL_BLOCKING_WAIT", "1", 0);
+        ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
         auto o = c10d::ProcessGroupNCCL::Options::create();
         o->timeout = timeout_;
         nccl_pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env.rank, env.world_size, o);
@@ -124,6 +143,13 @@ class C10dCommunicator final : public Communicator {
     try {
       const std::string text = "rank " + std::to_string(rank()) + ": " + what;
       store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
+      if (!hosts_store_) return;
+      // The store lives in this process: close the group so that the others fail at once,
+      // and keep the store up until they have read the message (at most 5 s).
+      gloo_.reset();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (store_->add("mlip/failed_seen", 0) < size() - 1 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     } catch (...) {
     }
   }
@@ -134,6 +160,7 @@ class C10dCommunicator final : public Communicator {
       store_->setTimeout(std::chrono::seconds(3));
       if (!store_->check({"mlip/failed"})) return "";
       const auto v = store_->get("mlip/failed");
+      store_->add("mlip/failed_seen", 1);
       return std::string(v.begin(), v.end());
     } catch (...) {
       return "";
@@ -166,7 +193,7 @@ class C10dCommunicator final : public Communicator {
 #ifdef MLIP_HAVE_NCCL
     if (nccl_) {
       // NCCL needs device tensors: the trainer's gradients live on the host, so copy there and back.
-      std::vector<at::Tensor> v{tensor.to(at::kCUDA)};
+      std::vector<at::Tensor> v{tensor.to(device_)};
       op(nccl_pg_, v)->wait(timeout_);
       tensor.copy_(v[0]);
       return;
@@ -178,6 +205,8 @@ class C10dCommunicator final : public Communicator {
 
   std::chrono::milliseconds timeout_;
   bool nccl_;
+  bool hosts_store_ = false;
+  at::Device device_{at::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
 #ifdef MLIP_HAVE_NCCL
@@ -189,7 +218,8 @@ class C10dCommunicator final : public Communicator {
 /// MPI_COMM_WORLD. mpirun ends the whole job when one rank dies, and announce_failure aborts it.
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(const LaunchEnv& env) : Communicator(env.rank, env.world_size) {
+  MpiCommunicator(const LaunchEnv& env, std::chrono::milliseconds timeout)
+      : Communicator(env.rank, env.world_size), timeout_(timeout) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -204,8 +234,15 @@ class MpiCommunicator final : public Communicator {
     if (rank != env.rank || size != env.world_size)
       throw Error("mpirun: MPI says rank " + std::to_string(rank) + " of " + std::to_string(size) +
                   ", the environment says " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));
+    watchdog_ = std::thread([this] { watchdog(); });
   }
   ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owner_ && !finalized) MPI_Finalize();
@@ -214,13 +251,20 @@ class MpiCommunicator final : public Communicator {
   void announce_failure(const std::string&) override { MPI_Abort(MPI_COMM_WORLD, 1); }
 
  protected:
+  // Blocking collectives (OpenMPI's tuned algorithms; its non-blocking ones were 5 ms slower per
+  // step here), watched by a thread: a rank that stops answering ends the job after --timeout.
   void do_all_reduce(at::Tensor& t) override {
+    Watch w(*this, "all-reduce");
     check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), type(t), MPI_SUM, MPI_COMM_WORLD));
   }
   void do_broadcast(at::Tensor& t, int root) override {
+    Watch w(*this, "broadcast");
     check(MPI_Bcast(t.data_ptr(), int(t.numel()), type(t), root, MPI_COMM_WORLD));
   }
-  void do_barrier() override { check(MPI_Barrier(MPI_COMM_WORLD)); }
+  void do_barrier() override {
+    Watch w(*this, "barrier");
+    check(MPI_Barrier(MPI_COMM_WORLD));
+  }
 
  private:
   static MPI_Datatype type(const at::Tensor& t) {
@@ -231,6 +275,35 @@ class MpiCommunicator final : public Communicator {
       default: throw Error(std::string("mpi: unsupported dtype ") + c10::toString(t.scalar_type()));
     }
   }
+  /// Marks the time a collective is in flight, for the watchdog.
+  struct Watch {
+    Watch(MpiCommunicator& c, const char* what) : c_(c) {
+      c_.what_ = what;
+      c_.since_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+    }
+    ~Watch() { c_.since_ns_ = 0; }
+    MpiCommunicator& c_;
+  };
+
+  /// Ends this process (non-zero, so mpirun ends the job) when a collective has waited longer
+  /// than the timeout. It makes no MPI call: the main thread is inside one.
+  void watchdog() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(200));
+      const int64_t since = since_ns_;
+      if (stop_ || since == 0) continue;
+      const auto waited = std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(since);
+      if (waited < timeout_) continue;
+      std::fprintf(stderr,
+                   "mlip: error: rank %d: the %s over %d ranks (mpi) timed out after %ld s\n  another rank has "
+                   "probably died or failed (see its output), or stopped answering (raise --timeout if a rank "
+                   "legitimately works longer alone)\n",
+                   rank(), what_.load(), size(), long(timeout_.count() / 1000));
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
   static void check(int rc) {
     if (rc == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
@@ -238,7 +311,14 @@ class MpiCommunicator final : public Communicator {
     MPI_Error_string(rc, text, &len);
     throw Error(std::string(text, size_t(len)));
   }
+  std::chrono::milliseconds timeout_;
   bool owner_ = false;
+  std::atomic<int64_t> since_ns_{0};
+  std::atomic<const char*> what_{""};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 #endif
 
@@ -262,6 +342,9 @@ bool have_nccl() {
 
 std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, const CommOptions& options) {
   if (env.world_size <= 1) return std::make_unique<LocalCommunicator>();
+  // Gloo writes to its peers with writev, which cannot ask for no SIGPIPE: writing to a rank
+  // that died must give an error (and a message), not kill this process silently.
+  std::signal(SIGPIPE, SIG_IGN);
   std::string backend = options.backend;
   if (backend == "auto") backend = env.launcher == Launcher::kMpi && have_mpi() ? "mpi" : "gloo";
   if (backend == "gloo") return std::make_unique<C10dCommunicator>(env, options, false);
@@ -274,7 +357,7 @@ std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, const Comm
 #ifdef MLIP_HAVE_MPI
     if (env.launcher != Launcher::kMpi)
       throw Error(std::string("--backend mpi: expected a run started by mpirun, found ") + launcher_name(env.launcher));
-    return std::make_unique<MpiCommunicator>(env);
+    return std::make_unique<MpiCommunicator>(env, options.timeout);
 #else
     throw Error("--backend mpi: this build has no MPI (install libopenmpi-dev and reconfigure)");
 #endif

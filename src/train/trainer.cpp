@@ -473,14 +473,16 @@ int Trainer::run() {
               << c.scale_by_worker << ", " << world << " ranks); batch_size is per rank\n";
   load_data();
   build_model();
+  // Only rank 0 of a fresh run computes statistics: the others keep no environment matrices.
+  const int64_t statistics_batches = root() && options_.restart.empty() && options_.init_model.empty() ? 10 * world : 0;
   const models::SeAConfig& params = model_config_;
   const int ntypes = int(c.type_map.size());
   int64_t truncated = 0;
   if (dtype_ == torch::kFloat32) {
-    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", 10 * world, truncated);
+    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated);
     if (c.validation_data) valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated);
   } else {
-    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", 10 * world, truncated);
+    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated);
     if (c.validation_data) valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated);
   }
   if (truncated > 0)
@@ -493,7 +495,8 @@ int Trainer::run() {
     for (const auto& d : set) {
       frames.push_back(d.nframes);
       batch.push_back(d.batch);
-      nbatch.push_back((d.nframes + d.batch - 1) / d.batch);
+      // Batches per pass of the global batch (batch_size x ranks), as one rank with that batch.
+      nbatch.push_back((d.nframes + d.batch * ranks - 1) / (d.batch * ranks));
     }
     return std::make_unique<SystemSampler>(frames, batch, system_probabilities(nbatch, data.auto_prob, data.sys_probs, key),
                                            seed, ranks);
@@ -567,8 +570,15 @@ int Trainer::run() {
   g_signal = 0;
   // SIGINT (Ctrl-C) and SIGTERM (torchrun's agent stopping its workers, Slurm at the time
   // limit or on scancel) both save a checkpoint and stop after the current step.
-  auto previous = std::signal(SIGINT, on_sigint);
-  auto previous_term = std::signal(SIGTERM, on_sigint);
+  // The previous handlers come back however this function ends.
+  struct SignalGuard {
+    void (*previous_int)(int) = std::signal(SIGINT, on_sigint);
+    void (*previous_term)(int) = std::signal(SIGTERM, on_sigint);
+    ~SignalGuard() {
+      std::signal(SIGINT, previous_int);
+      std::signal(SIGTERM, previous_term);
+    }
+  } signal_guard;
   const bool tty = root() && ::isatty(STDOUT_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
   int64_t step = start_step_;
@@ -591,15 +601,15 @@ int Trainer::run() {
     evaluate(train_[batch.system], sampler_->shard(batch, comm_->rank()), pref, true, trn);
     // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop flag
     // (so that every rank stops after the same step when any of them got SIGINT or SIGTERM).
-    std::vector<double> extras = {trn.loss, trn.e2_per_atom2, trn.f2, trn.v2_per_atom2, double(trn.frames),
-                                  double(trn.force_components), double(trn.virial_frames), g_interrupted ? 1.0 : 0.0};
+    // The counts need no communication: every rank has a shard of the same size of the same
+    // system, so the global counts are the local ones times the ranks (exact in any dtype).
+    std::vector<double> extras = {trn.loss, trn.e2_per_atom2, trn.f2, trn.v2_per_atom2, g_interrupted ? 1.0 : 0.0};
     const auto sync_start = std::chrono::steady_clock::now();
     ddp_->sync(extras);
     sync_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
     trn.loss = extras[0], trn.e2_per_atom2 = extras[1], trn.f2 = extras[2], trn.v2_per_atom2 = extras[3];
-    trn.frames = int64_t(std::llround(extras[4])), trn.force_components = int64_t(std::llround(extras[5]));
-    trn.virial_frames = int64_t(std::llround(extras[6]));
-    const bool stop = extras[7] > 0;
+    trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
+    const bool stop = extras[4] > 0;
     adam_step(*optimizer_);
     step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (!options_.step_times.empty())
@@ -655,8 +665,6 @@ int Trainer::run() {
       break;
     }
   }
-  std::signal(SIGINT, previous);
-  std::signal(SIGTERM, previous_term);
   if (root() && !options_.step_times.empty()) {
     std::ofstream times(options_.step_times);
     times << "# step ms (forward, backward and update of each step)\n";
@@ -674,7 +682,7 @@ int Trainer::run() {
     std::printf("communication (%s, %d ranks): %ld all-reduces = %ld gradient (one per step, %ld values) + %ld "
                 "validation; %.1f%% of the step time in the gradient all-reduce (%.3f of %.3f s)\n",
                 comm_->backend().c_str(), world, long(reduces), long(reduces - validation_reduces_),
-                long(ddp_->numel() + 8), long(validation_reduces_), 100.0 * sync_seconds / std::max(step_seconds, 1e-12),
+                long(ddp_->numel() + 5), long(validation_reduces_), 100.0 * sync_seconds / std::max(step_seconds, 1e-12),
                 sync_seconds, step_seconds);
   }
   return exit_code;

@@ -57,6 +57,33 @@ echo $! > raised/pid1
 survivor_exits raised 1 60
 survivor_exits raised 0 60
 grep -q "the failure started at rank 1: .*no-such-system" raised/out0.txt || { cat raised/out0.txt; fail "rank 0 does not name rank 1's failure"; }
+# The same with the error on rank 0, which hosts the rendezvous store: rank 1 still names it.
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p raised0
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$MLIP" train broken.yaml -o raised0 > raised0/out0.txt 2>&1 &
+echo $! > raised0/pid0
+MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "$MLIP" train input.yaml -o raised0 > raised0/out1.txt 2>&1 &
+echo $! > raised0/pid1
+survivor_exits raised0 0 60
+survivor_exits raised0 1 60
+grep -q "the failure started at rank 0: .*no-such-system" raised0/out1.txt || { cat raised0/out1.txt; fail "rank 1 does not name rank 0's failure"; }
+# Under mpirun (MPI backend), a silent rank also ends the job after --timeout.
+if command -v mpirun > /dev/null; then
+  mkdir -p mpistop
+  "${MPIRUN[@]}" -np 2 "$MLIP" train input.yaml -o mpistop --timeout 5 > mpistop/out.txt 2>&1 &
+  mpid=$!
+  for _ in $(seq 600); do [ -s mpistop/lcurve.out ] && [ "$(wc -l < mpistop/lcurve.out)" -ge 3 ] && break; sleep 0.1; done
+  victim=$(pgrep -f -n "^$MLIP train input.yaml -o mpistop") || fail "no mpirun rank found"
+  kill -STOP "$victim"
+  t0=$(date +%s); rc=0
+  for _ in $(seq 600); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$mpid" 2>/dev/null; then kill -9 "$mpid" "$victim"; fail "mpirun still running 60 s after a rank stopped"; fi
+  wait "$mpid" || rc=$?
+  kill -9 "$victim" 2>/dev/null || true
+  [ "$rc" != 0 ] || fail "mpirun exited with 0 after a rank stopped"
+  grep -q "timed out after 5 s" mpistop/out.txt || { cat mpistop/out.txt; fail "no timeout message under mpirun"; }
+  echo "ok: mpirun with a stopped rank ended after $(( $(date +%s) - t0 )) s (exit $rc)"
+fi
 echo "ok: every failure ends the other rank, in bounded time"
 # SIGTERM to one rank (Slurm's time limit, scancel): every rank stops after the same step, rank 0
 # saves a checkpoint of that step, and both exit non-zero (143 for the signalled rank).
