@@ -9,6 +9,7 @@
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/env_matrix.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace {
@@ -40,42 +41,12 @@ Frame random_frame(int n, bool periodic, unsigned seed) {
   return mlip::test::random_frame(n, periodic, seed, 6.5, {0.8, -0.5, 0.4}, 0.9, 0.4);
 }
 
-torch::Dtype dtype_of(const SeAConfig& c) { return c.dtype(); }
-
-/// The deploy.md input dictionary, with the edges of the Kokkos neighbour list.
-c10::Dict<std::string, torch::Tensor> deploy_input(const Frame& f, const SeAConfig& c) {
-  auto nl = build_neighbor_list<double>(f.pos.data(), f.natoms(), f.cell.empty() ? nullptr : f.cell.data(), f.pbc, c.rcut);
-  const int64_t e = nl.npairs();
-  auto edge_index = torch::empty({2, e}, torch::kInt64);
-  auto shift = torch::empty({e, 3}, torch::kFloat64);
-  for (int i = 0; i < f.natoms(); ++i)
-    for (int64_t p = nl.offsets(i); p < nl.offsets(i + 1); ++p) {
-      edge_index[0][p] = int64_t(i);
-      edge_index[1][p] = int64_t(nl.neighbor(p));
-      for (int k = 0; k < 3; ++k) shift[p][k] = double(nl.shift(p, k));
-    }
-  c10::Dict<std::string, torch::Tensor> d;
-  d.insert("pos", torch::tensor(f.pos, torch::kFloat64).reshape({-1, 3}).to(dtype_of(c)));
-  d.insert("atom_types", torch::tensor(std::vector<int64_t>(f.types.begin(), f.types.end()), torch::kInt64));
-  d.insert("edge_index", edge_index);
-  d.insert("cell", (f.cell.empty() ? torch::zeros({3, 3}, torch::kFloat64) : torch::tensor(f.cell, torch::kFloat64).reshape({3, 3})).to(dtype_of(c)));
-  d.insert("edge_cell_shift", shift.to(dtype_of(c)));
-  return d;
-}
-
-struct Result {
-  double energy;
-  torch::Tensor forces;  // [N, 3] float64
-  torch::Tensor virial;  // [3, 3] float64
-};
+using Result = mlip::test::ModelResult;
+using mlip::test::random_rotation;
+using mlip::test::transform;
 
 Result run_deploy(torch::jit::Module& model, const Frame& f, const SeAConfig& c) {
-  auto out = model.forward({deploy_input(f, c)}).toGenericDict();
-  Result r;
-  r.energy = out.at("total_energy").toTensor().item<double>();
-  r.forces = out.at("forces").toTensor().to(torch::kFloat64);
-  r.virial = out.at("virial").toTensor().to(torch::kFloat64).reshape({3, 3});
-  return r;
+  return mlip::test::run_deploy(model, f, c.rcut, c.dtype());
 }
 
 template <typename Real>
@@ -176,24 +147,6 @@ TEST(SeA, VirialIsMinusStrainDerivative) {
       const double fd = -(strained(h) - strained(-h)) / (2 * h);
       EXPECT_NEAR(r.virial[a][b].item<double>(), fd, 1e-6 * std::max(1.0, std::abs(fd))) << a << b;
     }
-}
-
-torch::Tensor random_rotation(std::mt19937& rng, bool reflect) {
-  std::normal_distribution<double> g(0, 1);
-  auto m = torch::empty({3, 3}, torch::kFloat64);
-  for (int a = 0; a < 3; ++a)
-    for (int b = 0; b < 3; ++b) m[a][b] = g(rng);
-  auto qr = torch::linalg_qr(m);
-  auto q = std::get<0>(qr);
-  if (q.det().item<double>() < 0) q = -q;
-  if (reflect) q = q.matmul(torch::diag(torch::tensor({1.0, 1.0, -1.0}, torch::kFloat64)));
-  return q;
-}
-
-std::vector<double> transform(const std::vector<double>& v, const torch::Tensor& rot) {
-  if (v.empty()) return v;
-  auto t = torch::tensor(v, torch::kFloat64).reshape({-1, 3}).matmul(rot.t()).contiguous();
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
 TEST(SeA, InvariantUnderRotationTranslationPermutation) {

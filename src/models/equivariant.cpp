@@ -1,0 +1,268 @@
+#include "models/equivariant.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "error.h"
+#include "models/spherical.h"
+
+namespace mlip::models {
+namespace {
+
+std::string literal(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+/// An irreducible representation: angular momentum l and parity p (+1 even, -1 odd; 0 when
+/// the model ignores parity).
+struct Irrep {
+  int64_t l = 0;
+  int p = 1;
+  std::string name() const { return std::to_string(l) + (p == 0 ? "" : (p > 0 ? "e" : "o")); }
+  bool operator<(const Irrep& o) const { return l != o.l ? l < o.l : p > o.p; }
+  bool operator==(const Irrep& o) const { return l == o.l && p == o.p; }
+};
+
+/// One tensor-product path: input irrep x harmonic l2 -> output irrep.
+struct Path {
+  Irrep in;
+  int64_t l2;
+  Irrep out;
+};
+
+/// The plan of one interaction block: its input irreps, paths and output irreps.
+struct Block {
+  std::vector<Irrep> in, out;
+  std::vector<Path> paths;
+  std::vector<int64_t> paths_to(const Irrep& o) const {
+    std::vector<int64_t> k;
+    for (size_t p = 0; p < paths.size(); ++p)
+      if (paths[p].out == o) k.push_back(int64_t(p));
+    return k;
+  }
+  std::vector<Irrep> gated() const {  // outputs with l > 0 get a gate
+    std::vector<Irrep> g;
+    for (const auto& o : out)
+      if (o.l > 0) g.push_back(o);
+    return g;
+  }
+};
+
+std::vector<Block> plan(const EquivariantConfig& c) {
+  const int even = c.parity ? 1 : 0;
+  std::vector<Block> blocks;
+  std::vector<Irrep> current = {{0, even}};
+  for (int64_t k = 0; k < c.num_layers; ++k) {
+    const bool last = k == c.num_layers - 1;
+    Block b;
+    b.in = current;
+    std::map<Irrep, bool> outs;
+    for (const auto& in : b.in)
+      for (int64_t l2 = 0; l2 <= c.l_max; ++l2)
+        for (int64_t l3 = std::abs(in.l - l2); l3 <= std::min(in.l + l2, c.l_max); ++l3) {
+          const Irrep out{l3, c.parity ? in.p * (l2 % 2 ? -1 : 1) : 0};
+          if (last && !(out == Irrep{0, even})) continue;  // the readout needs the even scalars only
+          b.paths.push_back({in, l2, out});
+          outs[out] = true;
+        }
+    for (const auto& [o, _] : outs) b.out.push_back(o);
+    current = b.out;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+}  // namespace
+
+void EquivariantConfig::validate() const {
+  auto bad = [](const std::string& key, const std::string& expected, const std::string& got) {
+    throw Error("model." + key + ": expected " + expected + ", got " + got);
+  };
+  if (type_map.empty()) bad("type_map", "at least one type", "none");
+  if (!(r_max > 0)) bad("r_max", "a positive number (Å)", std::to_string(r_max));
+  if (num_features < 1) bad("num_features", "a positive integer", std::to_string(num_features));
+  if (l_max < 0 || l_max > kMaxL) bad("l_max", "an integer from 0 to " + std::to_string(kMaxL), std::to_string(l_max));
+  if (num_layers < 1) bad("num_layers", "a positive integer", std::to_string(num_layers));
+  if (num_bessels < 1) bad("num_bessels", "a positive integer", std::to_string(num_bessels));
+  if (!(polynomial_p >= 2)) bad("polynomial_p", "a number >= 2", std::to_string(polynomial_p));
+  if (radial_width < 1) bad("radial_width", "a positive integer", std::to_string(radial_width));
+  if (radial_depth < 1) bad("radial_depth", "a positive integer", std::to_string(radial_depth));
+  if (!(avg_num_neighbors > 0)) bad("avg_num_neighbors", "a positive number", std::to_string(avg_num_neighbors));
+  if (precision != "float64" && precision != "float32") bad("precision", "\"float64\" or \"float32\"", "\"" + precision + "\"");
+}
+
+torch::Dtype EquivariantConfig::dtype() const { return precision == "float32" ? torch::kFloat32 : torch::kFloat64; }
+
+std::string equivariant_source(const EquivariantConfig& c) {
+  c.validate();
+  const auto blocks = plan(c);
+  const int64_t f = c.num_features;
+  const double p = c.polynomial_p;
+  std::ostringstream o;
+  o << spherical_harmonics_source() << "\n";
+  o << "def atomic_energy(self, d: Tensor, i: Tensor, j: Tensor, atype: Tensor) -> Tensor:\n"
+       "    n = atype.size(0)\n"
+       "    r = torch.sqrt((d * d).sum(1))\n"
+       "    x = r / " << literal(c.r_max) << "\n"
+       // Polynomial cutoff u(x) (equivariant.md), zero from r_max on.
+       "    cut = 1.0 - " << literal((p + 1) * (p + 2) / 2) << " * torch.pow(x, " << literal(p) << ") + "
+    << literal(p * (p + 2)) << " * torch.pow(x, " << literal(p + 1) << ") - " << literal(p * (p + 1) / 2)
+    << " * torch.pow(x, " << literal(p + 2) << ")\n"
+       "    cut = torch.where(x < 1.0, cut, torch.zeros_like(cut))\n"
+       "    nb = torch.arange(1, " << c.num_bessels + 1 << ", dtype=d.dtype, device=d.device)\n"
+       "    basis = " << literal(2.0 / c.r_max) << " * torch.sin(nb.unsqueeze(0) * " << literal(M_PI / c.r_max)
+    << " * r.unsqueeze(1)) / r.unsqueeze(1) * cut.unsqueeze(1)\n"
+       "    y = self.spherical_harmonics(d / r.unsqueeze(1), " << c.l_max << ")\n";
+  for (int64_t l = 0; l <= c.l_max; ++l) o << "    y" << l << " = y[:, " << l * l << ":" << (l + 1) * (l + 1) << "]\n";
+  const std::string even = Irrep{0, c.parity ? 1 : 0}.name();
+  o << "    x_" << even << " = self.embed.index_select(0, atype).unsqueeze(2)\n";
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const Block& b = blocks[k];
+    const std::string L = "l" + std::to_string(k) + "_";
+    // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
+    o << "    h = basis\n";
+    for (int64_t d = 0; d < c.radial_depth; ++d) {
+      const int64_t fan_in = d == 0 ? c.num_bessels : c.radial_width;
+      o << "    h = torch.matmul(h, self." << L << "r" << d << ") / " << literal(std::sqrt(double(fan_in))) << "\n"
+        << "    h = h * torch.sigmoid(h)\n";
+    }
+    o << "    w = torch.matmul(h, self." << L << "rout) / " << literal(std::sqrt(double(c.radial_width))) << "\n";
+    // Linear mixing of the input features per irrep; keep the input for the self-connection.
+    for (const auto& in : b.in)
+      o << "    s_" << in.name() << " = x_" << in.name() << "\n"
+        << "    x_" << in.name() << " = torch.einsum('nfm,fg->ngm', [x_" << in.name() << ", self." << L << "lin1_"
+        << in.name() << "]) / " << literal(std::sqrt(double(f))) << "\n";
+    for (const auto& in : b.in) o << "    xj_" << in.name() << " = x_" << in.name() << ".index_select(0, j)\n";
+    // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
+    for (const auto& out : b.out) {
+      const auto ps = b.paths_to(out);
+      o << "    parts_" << out.name() << ": List[Tensor] = []\n";
+      for (int64_t pi : ps) {
+        const Path& path = b.paths[size_t(pi)];
+        o << "    t = torch.einsum('eui,ej,ijk->euk', [xj_" << path.in.name() << ", y" << path.l2 << ", self." << L
+          << "cg" << pi << "]) * w[:, " << pi * f << ":" << (pi + 1) * f << "].unsqueeze(2)\n"
+          << "    parts_" << out.name() << ".append(torch.zeros([n, " << f << ", " << 2 * out.l + 1
+          << "], dtype=d.dtype, device=d.device).index_add(0, i, t))\n";
+      }
+      const bool gates_here = out == Irrep{0, c.parity ? 1 : 0} && !b.gated().empty();
+      const int64_t width_out = f * (gates_here ? 1 + int64_t(b.gated().size()) : 1);
+      o << "    m = torch.cat(parts_" << out.name() << ", 1) / " << literal(std::sqrt(c.avg_num_neighbors)) << "\n"
+        << "    z_" << out.name() << " = torch.einsum('ncm,cg->ngm', [m, self." << L << "lin2_" << out.name() << "]) / "
+        << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
+      (void)width_out;
+      const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
+      if (has_sc)
+        o << "    z_" << out.name() << " = z_" << out.name() << " + torch.einsum('nfm,nfg->ngm', [s_" << out.name()
+          << ", self." << L << "sc_" << out.name() << ".index_select(0, atype)]) / " << literal(std::sqrt(double(f)))
+          << "\n";
+    }
+    // Gates: even scalars through SiLU, odd scalars through tanh; every l > 0 channel times a
+    // sigmoid gate (extra even-scalar channels).
+    const auto gated = b.gated();
+    for (const auto& out : b.out) {
+      if (out.l > 0) continue;
+      const bool is_even = out.p >= 0;
+      if (out == Irrep{0, c.parity ? 1 : 0}) {
+        o << "    g = z_" << out.name() << "\n"
+          << "    x_" << out.name() << " = g[:, 0:" << f << "]\n"
+          << "    x_" << out.name() << " = x_" << out.name() << " * torch.sigmoid(x_" << out.name() << ")\n";
+        for (size_t q = 0; q < gated.size(); ++q)
+          o << "    x_" << gated[q].name() << " = z_" << gated[q].name() << " * torch.sigmoid(g[:, "
+            << f * int64_t(q + 1) << ":" << f * int64_t(q + 2) << "])\n";
+      } else {
+        o << "    x_" << out.name() << " = " << (is_even ? "z_" + out.name() + " * torch.sigmoid(z_" + out.name() + ")"
+                                                         : "torch.tanh(z_" + out.name() + ")")
+          << "\n";
+      }
+    }
+  }
+  o << "    e = torch.matmul(x_" << even << "[:, :, 0], self.readout)[:, 0] / " << literal(std::sqrt(double(f))) << "\n"
+    << "    return e * self.scale.index_select(0, atype) + self.shift.index_select(0, atype)\n\n";
+  o << "def set_scale_shift(self, scale: Tensor, shift: Tensor):\n"
+       "    self.scale = scale.to(self.scale.dtype)\n"
+       "    self.shift = shift.to(self.shift.dtype)\n\n";
+  o << "def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
+       "    pos = data['pos']\n"
+       "    atype = data['atom_types']\n"
+       "    edge_index = data['edge_index']\n"
+       "    n = pos.size(0)\n"
+       "    shift = data['edge_cell_shift'].to(pos.dtype)\n"
+       "    d_all = pos.index_select(0, edge_index[1]) - pos.index_select(0, edge_index[0]) + "
+       "torch.matmul(shift, data['cell'].to(pos.dtype))\n"
+       "    if not d_all.requires_grad:\n"
+       "        d_all.requires_grad_(True)\n"
+       "    r_all = torch.sqrt((d_all * d_all).sum(1))\n"
+       "    keep = torch.nonzero(r_all < " << literal(c.r_max) << ").squeeze(1)\n"
+       "    e = self.atomic_energy(d_all.index_select(0, keep), edge_index[0].index_select(0, keep), "
+       "edge_index[1].index_select(0, keep), atype)\n"
+       "    grads = torch.autograd.grad([e.sum()], [d_all], allow_unused=True)\n"
+       "    g = grads[0]\n"
+       "    if g is None:\n"
+       "        g = torch.zeros_like(d_all)\n"
+       "    f = torch.zeros([n, 3], dtype=pos.dtype, device=pos.device)\n"
+       "    f = f.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g)\n"
+       "    virial = -torch.matmul(d_all.detach().transpose(0, 1), g)\n"
+       "    out: Dict[str, Tensor] = {}\n"
+       "    out['atomic_energy'] = e.detach().unsqueeze(1)\n"
+       "    out['total_energy'] = e.detach().double().sum().reshape(1, 1)\n"
+       "    out['forces'] = f.detach()\n"
+       "    out['virial'] = virial.detach().reshape(1, 3, 3)\n"
+       "    return out\n";
+  return o.str();
+}
+
+torch::jit::Module build_equivariant(const EquivariantConfig& c) {
+  c.validate();
+  const auto dtype = c.dtype();
+  const int64_t ntypes = int64_t(c.type_map.size()), f = c.num_features;
+  auto gen = at::detail::createCPUGenerator(c.seed);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  // Drawn in float64 then cast: float32 and float64 models start from the same numbers.
+  auto param = [&](torch::jit::Module& m, const std::string& name, std::vector<int64_t> shape) {
+    m.register_parameter(name, at::randn(shape, gen, f64).to(dtype).requires_grad_(), false);
+  };
+  torch::jit::Module m("mlip_equivariant");
+  param(m, "embed", {ntypes, f});
+  const auto blocks = plan(c);
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const Block& b = blocks[k];
+    const std::string L = "l" + std::to_string(k) + "_";
+    for (int64_t d = 0; d < c.radial_depth; ++d)
+      param(m, L + "r" + std::to_string(d), {d == 0 ? c.num_bessels : c.radial_width, c.radial_width});
+    param(m, L + "rout", {c.radial_width, f * int64_t(b.paths.size())});
+    for (const auto& in : b.in) param(m, L + "lin1_" + in.name(), {f, f});
+    const auto gated = b.gated();
+    for (const auto& out : b.out) {
+      const bool gates_here = out == Irrep{0, c.parity ? 1 : 0} && !gated.empty();
+      const int64_t width_out = f * (gates_here ? 1 + int64_t(gated.size()) : 1);
+      param(m, L + "lin2_" + out.name(), {f * int64_t(b.paths_to(out).size()), width_out});
+      if (k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end())
+        param(m, L + "sc_" + out.name(), {ntypes, f, width_out});
+    }
+    for (size_t p = 0; p < b.paths.size(); ++p) {
+      const Path& path = b.paths[p];
+      // Scaled so that a unit-variance input gives a unit-variance output component.
+      const auto cg = wigner_3j(path.in.l, path.l2, path.out.l) * std::sqrt(double(2 * path.out.l + 1));
+      m.register_buffer(L + "cg" + std::to_string(p), cg.to(dtype));
+    }
+  }
+  param(m, "readout", {f, 1});
+  m.register_attribute("scale", c10::TensorType::get(), at::ones({ntypes}, torch::TensorOptions().dtype(dtype)));
+  m.register_attribute("shift", c10::TensorType::get(), at::zeros({ntypes}, torch::TensorOptions().dtype(dtype)));
+  try {
+    m.define(equivariant_source(c));
+  } catch (const c10::Error& e) {
+    throw Error(std::string("equivariant model: TorchScript compilation failed: ") + e.what_without_backtrace());
+  }
+  return m;
+}
+
+}  // namespace mlip::models

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlip::models {
+
+/// Hyperparameters of the NequIP-style E(3)-equivariant model (equivariant.md; defaults in
+/// brackets there).
+struct EquivariantConfig {
+  std::vector<std::string> type_map;
+  double r_max = 5.0;               ///< Å, cutoff of the neighbour pairs
+  int64_t num_features = 32;        ///< channels per irrep
+  int64_t l_max = 1;                ///< highest l of features and edge harmonics (<= 3)
+  bool parity = true;               ///< O(3) (even and odd irreps) instead of SO(3)
+  int64_t num_layers = 4;           ///< interaction blocks
+  int64_t num_bessels = 8;          ///< radial Bessel functions
+  double polynomial_p = 6.0;        ///< exponent p of the polynomial cutoff
+  int64_t radial_width = 64;        ///< hidden width of the radial MLP
+  int64_t radial_depth = 2;         ///< hidden layers of the radial MLP
+  double avg_num_neighbors = 1.0;   ///< messages are divided by its square root
+  std::string precision = "float64";
+  uint64_t seed = 1;
+
+  /// Throws mlip::Error naming the key (model.l_max, ...) that is invalid.
+  void validate() const;
+  torch::Dtype dtype() const;
+};
+
+/// The TorchScript source of the model, unrolled over layers, irreps and tensor-product paths.
+std::string equivariant_source(const EquivariantConfig& config);
+
+/// Builds the model as a TorchScript module (Module::define) with seeded parameters, the
+/// coupling coefficients as buffers, per-type scale 1 and shift 0. Methods:
+///
+/// - `atomic_energy(d [E,3], i [E] int64, j [E] int64, atype [N] int64) -> [N]`: atomic
+///   energies from the pair vectors d_ij = r_j - r_i (+ shift·cell) of centre i and neighbour
+///   j; pairs at r >= r_max contribute exactly zero.
+/// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the deploy.md interface, with
+///   forces and virial from autograd through the pair vectors.
+/// - `set_scale_shift(scale [ntypes], shift [ntypes])`: E_i = scale[t] e_i + shift[t].
+torch::jit::Module build_equivariant(const EquivariantConfig& config);
+
+}  // namespace mlip::models

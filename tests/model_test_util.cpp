@@ -1,0 +1,56 @@
+#include "model_test_util.h"
+
+#include "data/neighbor_list.h"
+
+namespace mlip::test {
+
+c10::Dict<std::string, torch::Tensor> deploy_input(const Frame& f, double rcut, torch::Dtype dtype) {
+  auto nl = data::build_neighbor_list<double>(f.pos.data(), f.natoms(), f.cell.empty() ? nullptr : f.cell.data(), f.pbc,
+                                              rcut);
+  const int64_t e = nl.npairs();
+  auto edge_index = torch::empty({2, e}, torch::kInt64);
+  auto shift = torch::empty({e, 3}, torch::kFloat64);
+  for (int i = 0; i < f.natoms(); ++i)
+    for (int64_t p = nl.offsets(i); p < nl.offsets(i + 1); ++p) {
+      edge_index[0][p] = int64_t(i);
+      edge_index[1][p] = int64_t(nl.neighbor(p));
+      for (int k = 0; k < 3; ++k) shift[p][k] = double(nl.shift(p, k));
+    }
+  c10::Dict<std::string, torch::Tensor> d;
+  d.insert("pos", torch::tensor(f.pos, torch::kFloat64).reshape({-1, 3}).to(dtype));
+  d.insert("atom_types", torch::tensor(std::vector<int64_t>(f.types.begin(), f.types.end()), torch::kInt64));
+  d.insert("edge_index", edge_index);
+  d.insert("cell", (f.cell.empty() ? torch::zeros({3, 3}, torch::kFloat64)
+                                   : torch::tensor(f.cell, torch::kFloat64).reshape({3, 3}))
+                       .to(dtype));
+  d.insert("edge_cell_shift", shift.to(dtype));
+  return d;
+}
+
+ModelResult run_deploy(torch::jit::Module& model, const Frame& f, double rcut, torch::Dtype dtype) {
+  auto out = model.forward({deploy_input(f, rcut, dtype)}).toGenericDict();
+  ModelResult r;
+  r.energy = out.at("total_energy").toTensor().item<double>();
+  r.forces = out.at("forces").toTensor().to(torch::kFloat64);
+  r.virial = out.at("virial").toTensor().to(torch::kFloat64).reshape({3, 3});
+  return r;
+}
+
+torch::Tensor random_rotation(std::mt19937& rng, bool reflect) {
+  std::normal_distribution<double> g(0, 1);
+  auto m = torch::empty({3, 3}, torch::kFloat64);
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) m[a][b] = g(rng);
+  auto q = std::get<0>(torch::linalg_qr(m));
+  if (q.det().item<double>() < 0) q = -q;
+  if (reflect) q = q.matmul(torch::diag(torch::tensor({1.0, 1.0, -1.0}, torch::kFloat64)));
+  return q;
+}
+
+std::vector<double> transform(const std::vector<double>& v, const torch::Tensor& rot) {
+  if (v.empty()) return v;
+  auto t = torch::tensor(v, torch::kFloat64).reshape({-1, 3}).matmul(rot.t()).contiguous();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+}  // namespace mlip::test
