@@ -154,7 +154,7 @@ std::string equivariant_source(const EquivariantConfig& c) {
       }
       const bool gates_here = out == Irrep{0, c.parity ? 1 : 0} && !b.gated().empty();
       const int64_t width_out = f * (gates_here ? 1 + int64_t(b.gated().size()) : 1);
-      o << "    m = torch.cat(parts_" << out.name() << ", 1) / " << literal(std::sqrt(c.avg_num_neighbors)) << "\n"
+      o << "    m = torch.cat(parts_" << out.name() << ", 1) / (self.avg_num_neighbors ** 0.5)\n"
         << "    z_" << out.name() << " = torch.einsum('ncm,cg->ngm', [m, self." << L << "lin2_" << out.name() << "]) / "
         << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
       (void)width_out;
@@ -255,6 +255,7 @@ torch::jit::Module build_equivariant(const EquivariantConfig& c) {
     }
   }
   param(m, "readout", {f, 1});
+  m.register_attribute("avg_num_neighbors", c10::FloatType::get(), c.avg_num_neighbors);
   m.register_attribute("scale", c10::TensorType::get(), at::ones({ntypes}, torch::TensorOptions().dtype(dtype)));
   m.register_attribute("shift", c10::TensorType::get(), at::zeros({ntypes}, torch::TensorOptions().dtype(dtype)));
   try {

@@ -42,6 +42,8 @@ std::string equivariant_source(const EquivariantConfig& config);
 /// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the deploy.md interface, with
 ///   forces and virial from autograd through the pair vectors.
 /// - `set_scale_shift(scale [ntypes], shift [ntypes])`: E_i = scale[t] e_i + shift[t].
+/// - attribute `avg_num_neighbors` (float; config value at build, set from the data by the
+///   trainer): messages are divided by its square root.
 torch::jit::Module build_equivariant(const EquivariantConfig& config);
 
 }  // namespace mlip::models
