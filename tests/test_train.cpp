@@ -240,6 +240,46 @@ TEST_F(TrainTest, InitModelFreezeAndTest) {
   EXPECT_EQ(std::count(f_out.begin(), f_out.end(), '\n'), 31);
 }
 
+// model.type: equivariant through the same commands: statistics, training (autograd with the
+// force loss), an exact restart, freeze and test (frozen == checkpoint).
+TEST_F(TrainTest, EquivariantModelTrainsRestartsFreezesAndTests) {
+  std::string text = std::regex_replace(input_yaml(20), std::regex("model:\n(  .*\n)+"),
+                                        "model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 4, "
+                                        "l_max: 1, num_layers: 2, radial_width: 8, seed: 4}\n");
+  text = std::regex_replace(text, std::regex("max_ckpt_keep: 2"), "max_ckpt_keep: 10");
+  write_text(dir_ / "input.yaml", text);
+  auto full = mlip("train input.yaml -o full");
+  ASSERT_EQ(full.exit_code, 0) << full.err << full.out;
+  EXPECT_NE(full.out.find("model: equivariant, float64, r_max 4 Å, l_max 1 with parity"), std::string::npos) << full.out;
+  EXPECT_NE(full.out.find("avg_num_neighbors"), std::string::npos) << full.out;
+  auto part = mlip("train input.yaml -o part --restart full/model.ckpt-10.pt");
+  ASSERT_EQ(part.exit_code, 0) << part.err;
+  auto a = parameters_of(dir_ / "full/model.ckpt-20.pt"), b = parameters_of(dir_ / "part/model.ckpt-20.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(torch::equal(a[k], b[k])) << "parameter " << k;
+  const std::string lf = read("full/lcurve.out"), lp = read("part/lcurve.out");
+  ASSERT_NE(lp.find("     15 "), std::string::npos) << lp;
+  EXPECT_EQ(lf.substr(lf.find("\n     15 ") + 1), lp.substr(lp.find("     15 "))) << "lcurve after the restart";
+  // The statistics (scale, shift, avg_num_neighbors) travel with the checkpoint and the frozen file.
+  auto m = torch::jit::load(dir_ / "full/model.ckpt-20.pt");
+  EXPECT_GT(m.attr("avg_num_neighbors").toDouble(), 1.0);
+  EXPECT_NE(m.attr("shift").toTensor()[0].item<double>(), 0.0);
+  ASSERT_EQ(mlip("freeze -c full -o frozen.pt").exit_code, 0);
+  torch::jit::ExtraFilesMap extra{{"model_type", ""}};
+  torch::jit::load(dir_ / "frozen.pt", torch::kCPU, extra);
+  EXPECT_EQ(extra["model_type"], "equivariant");
+  auto t1 = mlip("test -m frozen.pt -s data/sys_v");
+  auto t2 = mlip("test -m full/model.ckpt-20.pt -s data/sys_v");
+  ASSERT_EQ(t1.exit_code, 0) << t1.err;
+  EXPECT_EQ(t1.out.substr(t1.out.find("# number of test data")), t2.out.substr(t2.out.find("# number of test data")));
+  // A misspelled key of this model is named, with the nearest known one.
+  write_text(dir_ / "bad.yaml", std::regex_replace(text, std::regex("num_layers"), "num_layer"));
+  auto bad = mlip("train bad.yaml -o bad");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("model.num_layer: unknown key"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("num_layers"), std::string::npos) << bad.err;
+}
+
 TEST_F(TrainTest, BadInputIsAClearErrorWithExitCode1) {
   write_text(dir_ / "input.yaml", input_yaml(10, "  numb_step: 3\n"));
   auto r = mlip("train input.yaml");

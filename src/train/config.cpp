@@ -498,8 +498,7 @@ void read_fitting_net(const Section& f, TrainConfig& c) {
   if (f.has_value("rcond")) f.number("rcond", 0.0);  // accepted for DeePMD inputs; not used
 }
 
-void read_model(const Section& m, TrainConfig& c) {
-  m.require({"type_map", "descriptor", "fitting_net"});
+void read_type_map(const Section& m, TrainConfig& c) {
   c.type_map = m.texts("type_map");
   for (size_t i = 0; i < c.type_map.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
@@ -508,6 +507,37 @@ void read_model(const Section& m, TrainConfig& c) {
       }
     }
   }
+}
+
+/// model: {type: equivariant, ...}: the NequIP-style model.
+void read_equivariant_model(const Section& m, TrainConfig& c) {
+  m.require({"type_map"});
+  c.model_type = "equivariant";
+  read_type_map(m, c);
+  EquivariantSettings& e = c.equivariant;
+  e.r_max = m.number("r_max", e.r_max, Bound::kPositive);
+  e.num_features = m.integer("num_features", e.num_features);
+  e.l_max = m.integer("l_max", e.l_max, Bound::kNonNegative);
+  if (e.l_max > 3) expected(m.path_of("l_max"), "an integer from 0 to 3", m.get("l_max"));
+  e.parity = m.flag("parity", e.parity);
+  e.num_layers = m.integer("num_layers", e.num_layers);
+  e.num_bessels = m.integer("num_bessels", e.num_bessels);
+  e.polynomial_p = m.number("polynomial_p", e.polynomial_p, Bound::kPositive);
+  if (e.polynomial_p < 2) expected(m.path_of("polynomial_p"), "a number >= 2", m.get("polynomial_p"));
+  e.radial_width = m.integer("radial_width", e.radial_width);
+  e.radial_depth = m.integer("radial_depth", e.radial_depth);
+  if (m.has_value("avg_num_neighbors") && !(is_plain(m.get("avg_num_neighbors")) && m.get("avg_num_neighbors").Scalar() == "auto"))
+    e.avg_num_neighbors = m.number("avg_num_neighbors", 1.0, Bound::kPositive);
+  c.precision = m.choice("precision", c.precision, {"float64", "float32"}, {{"default", "float64"}});
+  c.fitting_precision = c.precision;
+  c.descriptor_seed = m.seed("seed", c.descriptor_seed);
+  c.rcut = e.r_max;
+}
+
+void read_model(const Section& m, TrainConfig& c) {
+  m.choice("type", "standard", {"standard", "equivariant"});
+  m.require({"type_map", "descriptor", "fitting_net"});
+  read_type_map(m, c);
   for (const char* key : {"descriptor", "fitting_net"}) {
     if (!m.get(key).IsMap()) expected(m.path_of(key), "a mapping", m.get(key));
   }
@@ -625,9 +655,17 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
   for (const char* key : {"model", "training"}) {
     if (!top.get(key).IsMap()) expected(key, "a mapping", top.get(key));
   }
-  read_model(top.section("model", {"type_map", "descriptor", "fitting_net", "data_stat_nbatch",
-                                   "data_stat_protect"}),
-             c);
+  const YAML::Node model_type = top.get("model")["type"];
+  if (model_type && is_plain(model_type) && model_type.Scalar() == "equivariant") {
+    read_equivariant_model(top.section("model", {"type", "type_map", "r_max", "num_features", "l_max", "parity",
+                                                 "num_layers", "num_bessels", "polynomial_p", "radial_width",
+                                                 "radial_depth", "avg_num_neighbors", "precision", "seed"}),
+                           c);
+  } else {
+    read_model(top.section("model", {"type", "type_map", "descriptor", "fitting_net", "data_stat_nbatch",
+                                     "data_stat_protect"}),
+               c);
+  }
   read_learning_rate(
       top.section("learning_rate", {"type", "start_lr", "stop_lr", "decay_steps", "decay_rate",
                                     "warmup_steps", "warmup_start_factor", "scale_by_worker"}),

@@ -47,10 +47,27 @@ struct DataConfig {
   bool padded = false;
 };
 
+/// model.type: equivariant, the NequIP-style model (equivariant.md; docs/input.md).
+struct EquivariantSettings {
+  double r_max = 5.0;
+  int64_t num_features = 32;
+  int64_t l_max = 1;
+  bool parity = true;
+  int64_t num_layers = 4;
+  int64_t num_bessels = 8;
+  double polynomial_p = 6.0;
+  int64_t radial_width = 64;
+  int64_t radial_depth = 2;
+  /// Absent or "auto": the mean number of neighbours within r_max in the training data.
+  std::optional<double> avg_num_neighbors;
+};
+
 /// Everything `mlip train input.yaml` reads (training.md "Input"; DeePMD key names). Defaults
 /// are DeePMD-kit's.
 struct TrainConfig {
   // model
+  std::string model_type = "se_e2_a";  ///< "se_e2_a" (model.descriptor) or "equivariant" (model.type)
+  EquivariantSettings equivariant;
   std::vector<std::string> type_map;
   std::string descriptor_type = "se_e2_a";
   SelSpec sel;

@@ -26,6 +26,7 @@
 #include "data/neighbor_stat.h"
 #include "error.h"
 #include "models/env_matrix.h"
+#include "models/equivariant.h"
 #include "models/se_e2_a.h"
 #include "models/se_e2_a_training.h"
 #include "train/adam_step.h"
@@ -56,12 +57,18 @@ struct SystemData {
   std::vector<models::PackedEnv> packed;    // per frame: the real pairs, for the training path
   torch::Tensor energy, force, virial;      // [nf] f64, [nf,N,3] f64, [nf,9] f64 (undefined if absent)
   std::vector<int64_t> type_count;          // atoms per type
+  /// Equivariant model, per frame: the pairs within r_max (frames do not move).
+  struct Edges {
+    torch::Tensor d;     // [E, 3] model dtype, d_ij = r_j - r_i + shift·cell
+    torch::Tensor i, j;  // [E] int64
+  };
+  std::vector<Edges> edges;
 };
 
 template <typename Real>
 std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
                                 const models::SeAConfig& model, int ntypes, const std::string& key,
-                                int64_t statistics_batches, int64_t& truncated_blocks) {
+                                int64_t statistics_batches, int64_t& truncated_blocks, double edge_cutoff = 0) {
   const models::EnvMatrixParams params{model.rcut, model.rcut_smth, model.sel};
   std::vector<SystemData> out;
   data::NeighborListBuilder<Real> builder;
@@ -85,6 +92,25 @@ std::vector<SystemData> prepare(const std::vector<data::System>& systems, const 
     for (int64_t f = 0; f < d.nframes; ++f) {
       const double* x = sys.frame_coord(f);
       for (size_t k = 0; k < pos.size(); ++k) pos[k] = Real(x[k]);
+      if (edge_cutoff > 0) {  // the equivariant model: pair vectors only
+        auto nl = builder.build(pos.data(), d.natoms, sys.frame_box(f), sys.pbc, edge_cutoff);
+        const int64_t e = nl.npairs();
+        SystemData::Edges g;
+        g.i = torch::empty({e}, torch::kInt64);
+        g.j = torch::empty({e}, torch::kInt64);
+        auto dd = torch::empty({e, 3}, torch::kFloat64);
+        auto ia = g.i.accessor<int64_t, 1>(), ja = g.j.accessor<int64_t, 1>();
+        auto da = dd.accessor<double, 2>();
+        for (int64_t a = 0; a < d.natoms; ++a)
+          for (int64_t p = nl.offsets(a); p < nl.offsets(a + 1); ++p) {
+            ia[p] = a;
+            ja[p] = nl.neighbor(p);
+            for (int k = 0; k < 3; ++k) da[p][k] = double(nl.vector(p, k));
+          }
+        g.d = dd.to(std::is_same_v<Real, float> ? torch::kFloat32 : torch::kFloat64);
+        d.edges.push_back(std::move(g));
+        continue;
+      }
       auto nl = builder.build(pos.data(), d.natoms, sys.frame_box(f), sys.pbc, params.rcut);
       models::EnvMatrix env = models::compute_env_matrix<Real>(nl, sys.types, params);
       truncated_blocks += env.truncated_blocks;
@@ -157,6 +183,13 @@ class Trainer {
   std::unique_ptr<dist::SimpleDDP> ddp_;
   int64_t validation_reduces_ = 0;
   bool root() const { return comm_->rank() == 0; }
+  bool equivariant() const { return config_.model_type == "equivariant"; }
+  void build_equivariant_model();
+  void equivariant_statistics();
+  /// Energy [B] f64, forces [B,N,3] and virial [B,3,3] of the equivariant model, through autograd
+  /// (create_graph when training, for the force loss).
+  void equivariant_predict(const SystemData& d, const std::vector<int64_t>& frames, bool training,
+                           torch::Tensor& energy, torch::Tensor& forces, torch::Tensor& virial);
   void print_summary() const;
   ErrorSums validate(const Prefactors& pref);
 };
@@ -229,80 +262,134 @@ void Trainer::load_data() {
   std::cout << "\n";
 }
 
+void Trainer::build_equivariant_model() {
+  const TrainConfig& c = config_;
+  const EquivariantSettings& e = c.equivariant;
+  models::EquivariantConfig m;
+  m.type_map = c.type_map;
+  m.r_max = e.r_max;
+  m.num_features = e.num_features;
+  m.l_max = e.l_max;
+  m.parity = e.parity;
+  m.num_layers = e.num_layers;
+  m.num_bessels = e.num_bessels;
+  m.polynomial_p = e.polynomial_p;
+  m.radial_width = e.radial_width;
+  m.radial_depth = e.radial_depth;
+  m.avg_num_neighbors = e.avg_num_neighbors.value_or(1.0);
+  m.precision = c.precision;
+  m.seed = c.descriptor_seed ? *c.descriptor_seed : (c.seed ? *c.seed : 1);
+  dtype_ = m.dtype();
+  model_ = models::build_equivariant(m);
+  model_config_.type_map = c.type_map;  // the se_e2_a fields stay unused
+  model_config_.rcut = e.r_max;
+  model_config_.precision = c.precision;
+  metadata_["model_type"] = "equivariant";
+}
+
 void Trainer::build_model() {
   const TrainConfig& c = config_;
-  if (c.fitting_precision != c.precision)
-    throw Error(c.input_path + ": model.fitting_net.precision: expected the descriptor's precision (\"" + c.precision +
-                "\"; one model has one precision), got \"" + c.fitting_precision + "\"");
-  model_config_.type_map = c.type_map;
-  model_config_.rcut = c.rcut;
-  model_config_.rcut_smth = c.rcut_smth;
-  model_config_.neuron = c.neuron;
-  model_config_.axis_neuron = c.axis_neuron;
-  model_config_.type_one_side = c.type_one_side;
-  model_config_.resnet_dt = c.resnet_dt;
-  model_config_.fitting_neuron = c.fitting_neuron;
-  model_config_.fitting_resnet_dt = c.fitting_resnet_dt;
-  model_config_.precision = c.precision;
-  model_config_.seed = c.descriptor_seed ? *c.descriptor_seed : (c.seed ? *c.seed : 1);
-  if (c.sel.automatic) {
-    auto stat = data::neighbor_stat(train_raw_, int(c.type_map.size()), c.rcut);
-    model_config_.sel.clear();
-    for (auto m : stat.max_neighbors)
-      model_config_.sel.push_back(4 * int64_t(std::ceil(double(m) * c.sel.ratio / 4.0)));
-    std::cout << "sel: auto:" << c.sel.ratio << " -> [";
-    for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
-    std::cout << "] (min neighbour distance " << stat.min_distance << " Å)\n";
+  if (equivariant()) {
+    build_equivariant_model();
   } else {
-    model_config_.sel = c.sel.values;
+    if (c.fitting_precision != c.precision)
+      throw Error(c.input_path + ": model.fitting_net.precision: expected the descriptor's precision (\"" + c.precision +
+                  "\"; one model has one precision), got \"" + c.fitting_precision + "\"");
+    model_config_.type_map = c.type_map;
+    model_config_.rcut = c.rcut;
+    model_config_.rcut_smth = c.rcut_smth;
+    model_config_.neuron = c.neuron;
+    model_config_.axis_neuron = c.axis_neuron;
+    model_config_.type_one_side = c.type_one_side;
+    model_config_.resnet_dt = c.resnet_dt;
+    model_config_.fitting_neuron = c.fitting_neuron;
+    model_config_.fitting_resnet_dt = c.fitting_resnet_dt;
+    model_config_.precision = c.precision;
+    model_config_.seed = c.descriptor_seed ? *c.descriptor_seed : (c.seed ? *c.seed : 1);
+    if (c.sel.automatic) {
+      auto stat = data::neighbor_stat(train_raw_, int(c.type_map.size()), c.rcut);
+      model_config_.sel.clear();
+      for (auto m : stat.max_neighbors)
+        model_config_.sel.push_back(4 * int64_t(std::ceil(double(m) * c.sel.ratio / 4.0)));
+      std::cout << "sel: auto:" << c.sel.ratio << " -> [";
+      for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
+      std::cout << "] (min neighbour distance " << stat.min_distance << " Å)\n";
+    } else {
+      model_config_.sel = c.sel.values;
+    }
+    dtype_ = model_config_.dtype();
+    model_ = models::build_se_e2_a(model_config_);
+    path_ = std::make_unique<models::SeATrainingPath>(model_config_, model_);
+    metadata_["model_type"] = "se_e2_a";
   }
-  dtype_ = model_config_.dtype();
-  model_ = models::build_se_e2_a(model_config_);
-  path_ = std::make_unique<models::SeATrainingPath>(model_config_, model_);
   metadata_["r_max"] = std::to_string(c.rcut);
   std::string names;
   for (auto& n : c.type_map) names += (names.empty() ? "" : " ") + n;
   metadata_["type_names"] = names;
   metadata_["num_types"] = std::to_string(c.type_map.size());
   metadata_["model_dtype"] = c.precision;
-  metadata_["model_type"] = "se_e2_a";
   metadata_["mlip_version"] = MLIP_VERSION;
   metadata_["config"] = c.input_text;
   metadata_["units"] = "eV Angstrom";
 }
 
-void Trainer::compute_statistics() {
-  // davg/dstd and the energy bias from up to 10 global batches (batch_size x ranks frames) of
-  // every training system: the same frames as one rank with the global batch would use.
-  const int ntypes = int(config_.type_map.size());
-  models::EnvStat stat(ntypes, model_config_.nslots());
-  std::vector<std::vector<double>> counts;
-  std::vector<double> energies, natoms;
-  for (const SystemData& d : train_) {
-    const int64_t n = std::min<int64_t>(d.nframes, 10 * d.batch * comm_->size());
+/// The per-type energy bias of the statistics frames (up to 10 global batches, batch_size x
+/// ranks frames, of every system: the frames one rank with the global batch would use), by
+/// minimum-norm least squares (SVD pseudo-inverse: well defined when the type counts are rank
+/// deficient, as in water, where O:H is always 1:2). Returns [ntypes] f64 and prints it with
+/// the per-atom RMSE of the fit.
+torch::Tensor energy_bias(const std::vector<SystemData>& systems, int ntypes, int64_t batches_per_system,
+                          const char* name) {
+  std::vector<double> counts, energies, natoms;
+  for (const SystemData& d : systems) {
+    const int64_t n = std::min<int64_t>(d.nframes, batches_per_system * d.batch);
     for (int64_t f = 0; f < n; ++f) {
-      stat.add(d.env[size_t(f)], d.types);
-      counts.emplace_back(d.type_count.begin(), d.type_count.end());
+      for (int t = 0; t < ntypes; ++t) counts.push_back(double(d.type_count[size_t(t)]));
       energies.push_back(d.energy[f].item<double>());
       natoms.push_back(double(d.natoms));
     }
   }
-  model_.setattr("davg", stat.davg().to(dtype_));
-  model_.setattr("dstd", stat.dstd().to(dtype_));
   const int64_t nf = int64_t(energies.size());
-  auto c = torch::empty({nf, ntypes}, torch::kFloat64);
-  for (int64_t f = 0; f < nf; ++f)
-    for (int t = 0; t < ntypes; ++t) c[f][t] = counts[size_t(f)][size_t(t)];
-  auto e = torch::tensor(energies, torch::kFloat64);
-  // Minimum-norm least squares (SVD pseudo-inverse): well defined when C is rank deficient,
-  // as in water, where O:H is always 1:2.
-  auto bias = torch::linalg_pinv(c).matmul(e);
-  auto residual = (c.matmul(bias) - e) / torch::tensor(natoms, torch::kFloat64);
-  model_.setattr("bias", bias.to(dtype_));
-  std::cout << "statistics from " << nf << " frame(s): energy bias [";
+  const auto c = torch::tensor(counts, torch::kFloat64).reshape({nf, ntypes});
+  const auto e = torch::tensor(energies, torch::kFloat64);
+  const auto bias = torch::linalg_pinv(c).matmul(e);
+  const auto residual = (c.matmul(bias) - e) / torch::tensor(natoms, torch::kFloat64);
+  std::cout << "statistics from " << nf << " frame(s): " << name << " [";
   for (int t = 0; t < ntypes; ++t) std::cout << (t ? ", " : "") << std::setprecision(10) << bias[t].item<double>();
   std::cout << "] eV; per-atom energy RMSE of the linear fit " << std::setprecision(4)
             << residual.pow(2).mean().sqrt().item<double>() << " eV/atom\n";
+  return bias;
+}
+
+void Trainer::compute_statistics() {
+  if (equivariant()) return equivariant_statistics();
+  // davg/dstd and the energy bias from the statistics frames (energy_bias).
+  const int ntypes = int(config_.type_map.size());
+  models::EnvStat stat(ntypes, model_config_.nslots());
+  for (const SystemData& d : train_)
+    for (const auto& env : d.env) stat.add(env, d.types);
+  model_.setattr("davg", stat.davg().to(dtype_));
+  model_.setattr("dstd", stat.dstd().to(dtype_));
+  model_.setattr("bias", energy_bias(train_, ntypes, 10 * comm_->size(), "energy bias").to(dtype_));
+}
+
+void Trainer::equivariant_statistics() {
+  // Per-type shift (least squares), scale = RMS of the force labels, and the mean number of
+  // neighbours within r_max (unless given).
+  const int ntypes = int(config_.type_map.size());
+  const auto shift = energy_bias(train_, ntypes, 10 * comm_->size(), "per-type energy shift");
+  double f2 = 0, nf = 0, pairs = 0, atoms = 0;
+  for (const SystemData& d : train_) {
+    const int64_t n = std::min<int64_t>(d.nframes, 10 * d.batch * comm_->size());
+    if (d.force.defined()) f2 += d.force.narrow(0, 0, n).pow(2).sum().item<double>(), nf += double(n * d.natoms * 3);
+    for (const auto& e : d.edges) pairs += double(e.i.numel()), atoms += double(d.natoms);
+  }
+  const double scale = nf > 0 && f2 > 0 ? std::sqrt(f2 / nf) : 1.0;
+  model_.run_method("set_scale_shift", torch::full({ntypes}, scale, torch::kFloat64), shift);
+  const double avg = config_.equivariant.avg_num_neighbors.value_or(atoms > 0 ? pairs / atoms : 1.0);
+  model_.setattr("avg_num_neighbors", avg);
+  std::cout << "scale " << std::setprecision(6) << scale << " (RMS of the force labels, eV/Å); avg_num_neighbors "
+            << avg << (config_.equivariant.avg_num_neighbors ? " (given)" : " (from the data)") << "\n";
 }
 
 Prefactors Trainer::prefactors(int64_t step) const {
@@ -312,22 +399,47 @@ Prefactors Trainer::prefactors(int64_t step) const {
           p(config_.start_pref_v, config_.limit_pref_v)};
 }
 
+void Trainer::equivariant_predict(const SystemData& d, const std::vector<int64_t>& frames, bool training,
+                                  torch::Tensor& energy, torch::Tensor& forces, torch::Tensor& virial) {
+  auto method = model_.get_method("atomic_energy");
+  std::vector<torch::Tensor> es, fs, vs;
+  for (int64_t f : frames) {
+    const auto& g = d.edges[size_t(f)];
+    const auto x = g.d.detach().requires_grad_(true);
+    const auto e = method({x, g.i, g.j, d.atype}).toTensor();
+    // Forces from the pair gradients: F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i).
+    const auto grad = torch::autograd::grad({e.sum()}, {x}, {}, training, training)[0];
+    es.push_back(e.to(torch::kFloat64).sum());
+    fs.push_back(torch::zeros({d.natoms, 3}, grad.options()).index_add(0, g.i, grad).index_add(0, g.j, -grad));
+    vs.push_back(-x.detach().t().matmul(grad));
+  }
+  energy = torch::stack(es);
+  forces = torch::stack(fs);
+  virial = torch::stack(vs);
+}
+
 double Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
                          ErrorSums& sums) {
-  models::SeATrainingPath::Output out;
-  if (frames.size() == 1) {
-    out = path_->forward(d.packed[size_t(frames[0])], d.types);
+  torch::Tensor energy, forces, virial;
+  if (equivariant()) {
+    // Autograd end to end: the force loss differentiates the forces again (create_graph).
+    equivariant_predict(d, frames, training, energy, forces, virial);
   } else {
-    std::vector<const models::PackedEnv*> parts;
-    for (int64_t f : frames) parts.push_back(&d.packed[size_t(f)]);
-    batch_ = models::PackedEnv::concat(parts);
-    out = path_->forward(batch_, d.types);
+    models::SeATrainingPath::Output out;
+    if (frames.size() == 1) {
+      out = path_->forward(d.packed[size_t(frames[0])], d.types);
+    } else {
+      std::vector<const models::PackedEnv*> parts;
+      for (int64_t f : frames) parts.push_back(&d.packed[size_t(f)]);
+      batch_ = models::PackedEnv::concat(parts);
+      out = path_->forward(batch_, d.types);
+    }
+    // The loss of training.md on leaf copies of the predictions: autograd gives d loss / d
+    // prediction, and the training path carries it to the parameters.
+    energy = out.energy.detach().requires_grad_(training);
+    forces = out.forces.detach().requires_grad_(training);
+    virial = out.virial.detach().requires_grad_(training);
   }
-  // The loss of training.md on leaf copies of the predictions: autograd gives d loss / d
-  // prediction, and the training path carries it to the parameters.
-  const auto energy = out.energy.detach().requires_grad_(training);
-  const auto forces = out.forces.detach().requires_grad_(training);
-  const auto virial = out.virial.detach().requires_grad_(training);
   const auto index = torch::tensor(frames, torch::kInt64);
   const double n = double(d.natoms);
   const auto de = energy - d.energy.index_select(0, index);
@@ -348,7 +460,9 @@ double Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames
   const double value = loss.item<double>();
   sums.loss += value * double(frames.size());
   sums.frames += int64_t(frames.size());
-  if (training) {
+  if (training && equivariant()) {
+    torch::autograd::backward({loss});
+  } else if (training) {
     const auto g = torch::autograd::grad({loss}, {energy, forces, virial}, {}, false, false, true);
     path_->backward(g[0], g[1], g[2]);
   }
@@ -398,10 +512,15 @@ void Trainer::restore(const std::string& given, bool full) {
   const std::string path = resolve_checkpoint(given);
   ExtraFiles extra;
   torch::jit::Module loaded = load_model(path, extra);
-  if (extra["model_type"] != "se_e2_a") throw Error(path + ": a " + extra["model_type"] + " model, the input asks for se_e2_a");
+  if (extra["model_type"] != config_.model_type)
+    throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + config_.model_type);
   // Copy weights and statistics into the freshly built model (same architecture required).
   auto mine = model_.named_attributes(false);
   for (const auto& item : loaded.named_attributes(false)) {
+    if (item.value.isDouble()) {  // e.g. the equivariant model's avg_num_neighbors
+      model_.setattr(item.name, item.value);
+      continue;
+    }
     if (!item.value.isTensor()) continue;
     bool matched = false;
     for (const auto& m : mine)
@@ -477,13 +596,18 @@ int Trainer::run() {
   const int64_t statistics_batches = root() && options_.restart.empty() && options_.init_model.empty() ? 10 * world : 0;
   const models::SeAConfig& params = model_config_;
   const int ntypes = int(c.type_map.size());
+  const double edge_cutoff = equivariant() ? c.equivariant.r_max : 0.0;
   int64_t truncated = 0;
   if (dtype_ == torch::kFloat32) {
-    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated);
-    if (c.validation_data) valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated);
+    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated,
+                            edge_cutoff);
+    if (c.validation_data)
+      valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated, edge_cutoff);
   } else {
-    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated);
-    if (c.validation_data) valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated);
+    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated,
+                            edge_cutoff);
+    if (c.validation_data)
+      valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated, edge_cutoff);
   }
   if (truncated > 0)
     std::cout << "warning: " << truncated << " (atom, neighbour type) blocks had more neighbours than sel; the "
@@ -536,17 +660,32 @@ int Trainer::run() {
   if (world > 1) {
     // Identical start state: rank 0's weights and statistics, broadcast once.
     std::vector<torch::Tensor> state;
-    for (const auto& a : model_.named_attributes(false))
+    std::vector<std::string> scalars;
+    for (const auto& a : model_.named_attributes(false)) {
       if (a.value.isTensor()) state.push_back(a.value.toTensor());
+      if (a.value.isDouble()) scalars.push_back(a.name);
+    }
+    auto values = torch::empty({int64_t(scalars.size())}, torch::kFloat64);
+    for (size_t k = 0; k < scalars.size(); ++k) values[int64_t(k)] = model_.attr(scalars[k]).toDouble();
+    if (!scalars.empty()) state.push_back(values);
     dist::broadcast_tensors(*comm_, state);
+    for (size_t k = 0; k < scalars.size(); ++k) model_.setattr(scalars[k], values[int64_t(k)].item<double>());
   }
   ddp_ = std::make_unique<dist::SimpleDDP>(params_, *comm_);
 
   int64_t nparams = 0;
   for (auto& p : params_) nparams += p.numel();
-  std::cout << "model: se_e2_a, " << c.precision << ", sel [";
-  for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
-  std::cout << "], " << nparams << " parameters; " << at::get_num_threads() << " thread(s)\n";
+  if (equivariant()) {
+    const EquivariantSettings& e = c.equivariant;
+    std::cout << "model: equivariant, " << c.precision << ", r_max " << e.r_max << " Å, l_max " << e.l_max
+              << (e.parity ? " with parity" : " (SO(3))") << ", " << e.num_layers << " layers x " << e.num_features
+              << " features";
+  } else {
+    std::cout << "model: se_e2_a, " << c.precision << ", sel [";
+    for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
+    std::cout << "]";
+  }
+  std::cout << ", " << nparams << " parameters; " << at::get_num_threads() << " thread(s)\n";
 
   // lcurve.out: a new file with its header, or appended to on --restart.
   const fs::path lcurve_path = fs::path(options_.output_dir) / c.disp_file;

@@ -20,7 +20,7 @@ sys.path.insert(0, tools)
 extra = {k: "" for k in ["r_max", "type_names", "num_types", "model_dtype", "model_type", "mlip_version", "config", "units"]}
 model = torch.jit.load(model_path, _extra_files=extra)
 meta = {k: v.decode() for k, v in extra.items()}
-assert meta["model_type"] == "se_e2_a", meta
+assert meta["model_type"] in ("se_e2_a", "equivariant"), meta
 assert meta["units"] == "eV Angstrom", meta
 assert meta["num_types"] == "2" and meta["type_names"] == "O H", meta
 r_max = float(meta["r_max"])

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ctest: train a tiny model, freeze it, run `mlip test -d`, and check the frozen file from
-# Debian's Python PyTorch (tests/python/check_frozen.py). usage: test_frozen_python.sh <mlip>
+# Debian's Python PyTorch (tests/python/check_frozen.py).
+# usage: test_frozen_python.sh <mlip> [se_e2_a|equivariant]
 set -euo pipefail
 MLIP="$1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,11 +12,16 @@ trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 "$PY" "$HERE/make_periodic_system.py" data/train 1
 "$PY" "$HERE/make_periodic_system.py" data/valid 2
-cat > input.yaml <<'YAML'
-model:
+if [ "${2:-se_e2_a}" = equivariant ]; then
+  MODEL='model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 4, l_max: 2, num_layers: 3, seed: 2}'
+else
+  MODEL='model:
   type_map: [O, H]
   descriptor: {type: se_e2_a, sel: [16, 32], rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4, seed: 2}
-  fitting_net: {neuron: [8, 8], seed: 2}
+  fitting_net: {neuron: [8, 8], seed: 2}'
+fi
+cat > input.yaml <<YAML
+$MODEL
 learning_rate: {start_lr: 0.005, stop_lr: 0.0005, decay_steps: 5}
 loss: {start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1}
 training:
