@@ -520,8 +520,18 @@ TEST(TrainConfigErrors, MisspelledKeysSuggestTheNearestKnownKey) {
 
 TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
   EXPECT_EQ(parse_error(edit(kMinimal, "  type_map:", "  foo: 1\n  type_map:")),
-            "input.yaml: model.foo: unknown key (known: type_map, descriptor, fitting_net, "
+            "input.yaml: model.foo: unknown key (known: type, type_map, descriptor, fitting_net, "
             "data_stat_nbatch, data_stat_protect)");
+  // model.type: equivariant has its own keys.
+  EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], foo: 1}\ntraining: {training_data: {systems: [a]}, "
+                        "numb_steps: 1}\n"),
+            "input.yaml: model.foo: unknown key (known: type, type_map, r_max, num_features, l_max, parity, num_layers, "
+            "num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed)");
+  EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], l_max: 4}\ntraining: {training_data: {systems: [a]}, "
+                        "numb_steps: 1}\n"),
+            "input.yaml: model.l_max: expected an integer from 0 to 3, got 4");
+  EXPECT_EQ(parse_error(edit(kMinimal, "  type_map:", "  type: nequip\n  type_map:")),
+            "input.yaml: model.type: expected one of \"standard\" or \"equivariant\", got nequip");
   EXPECT_EQ(parse_error("nvnmd: {}\n" + std::string(kMinimal)),
             "input.yaml: nvnmd: unknown key (known: model, learning_rate, loss, training)");
 }
