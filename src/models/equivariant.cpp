@@ -147,14 +147,21 @@ std::string equivariant_source(const EquivariantConfig& c) {
       o << "    parts_" << out.name() << ": List[Tensor] = []\n";
       for (int64_t pi : ps) {
         const Path& path = b.paths[size_t(pi)];
-        o << "    t = torch.einsum('eui,ej,ijk->euk', [xj_" << path.in.name() << ", y" << path.l2 << ", self." << L
-          << "cg" << pi << "]) * w[:, " << pi * f << ":" << (pi + 1) * f << "].unsqueeze(2)\n"
-          << "    parts_" << out.name() << ".append(torch.zeros([n, " << f << ", " << 2 * out.l + 1
-          << "], dtype=d.dtype, device=d.device).index_add(0, i, t))\n";
+        // Harmonics and coupling first ([E, 2l1+1, 2l3+1], cheap), then one batched product with
+        // the features: a three-operand einsum would contract in a worse order.
+        const int64_t n1 = 2 * path.in.l + 1, n2 = 2 * path.l2 + 1, n3 = 2 * path.out.l + 1;
+        o << "    yc = torch.matmul(y" << path.l2 << ", self." << L << "cg" << pi << ".permute(1, 0, 2).reshape(" << n2
+          << ", " << n1 * n3 << ")).reshape(-1, " << n1 << ", " << n3 << ")\n"
+          << "    t = torch.matmul(xj_" << path.in.name() << ", yc) * w[:, " << pi * f << ":" << (pi + 1) * f
+          << "].unsqueeze(2)\n"
+          << "    parts_" << out.name() << ".append(t)\n";
       }
       const bool gates_here = out == Irrep{0, c.parity ? 1 : 0} && !b.gated().empty();
       const int64_t width_out = f * (gates_here ? 1 + int64_t(b.gated().size()) : 1);
-      o << "    m = torch.cat(parts_" << out.name() << ", 1) / (self.avg_num_neighbors ** 0.5)\n"
+      // All paths into this irrep summed over the neighbours at once.
+      o << "    m = torch.zeros([n, " << f * int64_t(ps.size()) << ", " << 2 * out.l + 1
+        << "], dtype=d.dtype, device=d.device).index_add(0, i, torch.cat(parts_" << out.name()
+        << ", 1)) / (self.avg_num_neighbors ** 0.5)\n"
         << "    z_" << out.name() << " = torch.einsum('ncm,cg->ngm', [m, self." << L << "lin2_" << out.name() << "]) / "
         << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
       (void)width_out;
