@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "error.h"
+#include "models/deploy_source.h"
 #include "models/spherical.h"
 
 namespace mlip::models {
@@ -197,32 +198,11 @@ std::string equivariant_source(const EquivariantConfig& c) {
        "    self.scale = scale.to(self.scale.dtype)\n"
        "    self.shift = shift.to(self.shift.dtype)\n\n";
   o << "def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
-       "    pos = data['pos']\n"
-       "    atype = data['atom_types']\n"
-       "    edge_index = data['edge_index']\n"
-       "    n = pos.size(0)\n"
-       "    shift = data['edge_cell_shift'].to(pos.dtype)\n"
-       "    d_all = pos.index_select(0, edge_index[1]) - pos.index_select(0, edge_index[0]) + "
-       "torch.matmul(shift, data['cell'].to(pos.dtype))\n"
-       "    if not d_all.requires_grad:\n"
-       "        d_all.requires_grad_(True)\n"
-       "    r_all = torch.sqrt((d_all * d_all).sum(1))\n"
-       "    keep = torch.nonzero(r_all < " << literal(c.r_max) << ").squeeze(1)\n"
+    << deploy_pair_vectors_source("    ")
+    << "    keep = torch.nonzero(r_all < " << literal(c.r_max) << ").squeeze(1)\n"
        "    e = self.atomic_energy(d_all.index_select(0, keep), edge_index[0].index_select(0, keep), "
        "edge_index[1].index_select(0, keep), atype)\n"
-       "    grads = torch.autograd.grad([e.sum()], [d_all], allow_unused=True)\n"
-       "    g = grads[0]\n"
-       "    if g is None:\n"
-       "        g = torch.zeros_like(d_all)\n"
-       "    f = torch.zeros([n, 3], dtype=pos.dtype, device=pos.device)\n"
-       "    f = f.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g)\n"
-       "    virial = -torch.matmul(d_all.detach().transpose(0, 1), g)\n"
-       "    out: Dict[str, Tensor] = {}\n"
-       "    out['atomic_energy'] = e.detach().unsqueeze(1)\n"
-       "    out['total_energy'] = e.detach().double().sum().reshape(1, 1)\n"
-       "    out['forces'] = f.detach()\n"
-       "    out['virial'] = virial.detach().reshape(1, 3, 3)\n"
-       "    return out\n";
+    << deploy_outputs_source("    ");
   return o.str();
 }
 
