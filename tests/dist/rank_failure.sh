@@ -7,14 +7,19 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 small_input input.yaml 1
 sed -i "s/numb_steps: 20/numb_steps: 10000000/" input.yaml
-PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-start_ranks() {  # start_ranks <dir> <timeout s>
-  mkdir -p "$1"
-  for r in 0 1; do
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
-      "$MLIP" train input.yaml -o "$1" --timeout "$2" > "$1/out$r.txt" 2>&1 &
-    echo $! > "$1/pid$r"
-  done
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+launch_rank() {  # launch_rank <dir> <rank> <input> [mlip train options]: in the background
+  local dir="$1" r="$2" in="$3"
+  shift 3
+  mkdir -p "$dir"
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
+    "$MLIP" train "$in" -o "$dir" "$@" > "$dir/out$r.txt" 2>&1 &
+  echo $! > "$dir/pid$r"
+}
+start_ranks() {  # start_ranks <dir> <timeout s>: both ranks, until training has started
+  PORT=$(free_port)
+  launch_rank "$1" 0 input.yaml --timeout "$2"
+  launch_rank "$1" 1 input.yaml --timeout "$2"
   for _ in $(seq 600); do [ -s "$1/lcurve.out" ] && [ "$(wc -l < "$1/lcurve.out")" -ge 3 ] && return 0; sleep 0.1; done
   fail "the 2-rank run did not start training"
 }
@@ -29,44 +34,34 @@ survivor_exits() {  # survivor_exits <dir> <rank> <limit s>: waits, checks rc !=
   echo "ok: rank $2 exited with $rc after $(( $(date +%s) - t0 )) s"
 }
 # SIGKILL of rank 1: rank 0 must notice at its next all-reduce.
-PORT=$PORT start_ranks killed 240
+start_ranks killed 240
 kill -9 "$(cat killed/pid1)"; wait "$(cat killed/pid1)" 2>/dev/null || true
 survivor_exits killed 0 60
 grep -q "failed" killed/out0.txt || fail "no message from the survivor"
 # SIGKILL of rank 0 (which also hosts the rendezvous store).
-PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start_ranks killed0 240
 kill -9 "$(cat killed0/pid0)"; wait "$(cat killed0/pid0)" 2>/dev/null || true
 survivor_exits killed0 1 60
 # SIGSTOP of rank 1: alive but silent; rank 0 gives up after --timeout 5.
-PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start_ranks stopped 5
 kill -STOP "$(cat stopped/pid1)"
 survivor_exits stopped 0 60
 kill -9 "$(cat stopped/pid1)" 2>/dev/null || true
 grep -qi "timed out\|timeout" stopped/out0.txt || fail "the survivor of a silent rank does not say it timed out"
-# A rank that raises an error (here: rank 1 is given an input whose data is missing): the other
-# exits non-zero too, naming the rank that failed and its message.
-PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A rank that raises an error (given an input whose data is missing): the other exits non-zero
+# too, naming the rank that failed and its message; also when the failing rank is rank 0,
+# which hosts the rendezvous store.
 sed "s#$EXAMPLE/train#$WORK/no-such-system#" input.yaml > broken.yaml
-mkdir -p raised
-MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$MLIP" train input.yaml -o raised > raised/out0.txt 2>&1 &
-echo $! > raised/pid0
-MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "$MLIP" train broken.yaml -o raised > raised/out1.txt 2>&1 &
-echo $! > raised/pid1
-survivor_exits raised 1 60
-survivor_exits raised 0 60
-grep -q "the failure started at rank 1: .*no-such-system" raised/out0.txt || { cat raised/out0.txt; fail "rank 0 does not name rank 1's failure"; }
-# The same with the error on rank 0, which hosts the rendezvous store: rank 1 still names it.
-PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-mkdir -p raised0
-MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$MLIP" train broken.yaml -o raised0 > raised0/out0.txt 2>&1 &
-echo $! > raised0/pid0
-MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "$MLIP" train input.yaml -o raised0 > raised0/out1.txt 2>&1 &
-echo $! > raised0/pid1
-survivor_exits raised0 0 60
-survivor_exits raised0 1 60
-grep -q "the failure started at rank 0: .*no-such-system" raised0/out1.txt || { cat raised0/out1.txt; fail "rank 1 does not name rank 0's failure"; }
+for bad in 1 0; do
+  good=$((1 - bad))
+  PORT=$(free_port)
+  launch_rank "raised$bad" "$bad" broken.yaml
+  launch_rank "raised$bad" "$good" input.yaml
+  survivor_exits "raised$bad" "$bad" 60
+  survivor_exits "raised$bad" "$good" 60
+  grep -q "the failure started at rank $bad: .*no-such-system" "raised$bad/out$good.txt" ||
+    { cat "raised$bad/out$good.txt"; fail "rank $good does not name rank $bad's failure"; }
+done
 # Under mpirun (MPI backend), a silent rank also ends the job after --timeout.
 if command -v mpirun > /dev/null; then
   mkdir -p mpistop
@@ -87,7 +82,6 @@ fi
 echo "ok: every failure ends the other rank, in bounded time"
 # SIGTERM to one rank (Slurm's time limit, scancel): every rank stops after the same step, rank 0
 # saves a checkpoint of that step, and both exit non-zero (143 for the signalled rank).
-PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start_ranks termed 240
 kill -TERM "$(cat termed/pid1)"
 rc0=0; rc1=0
