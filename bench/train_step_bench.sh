@@ -22,6 +22,20 @@ DATA="$(cd "$ROOT/.." && pwd)/shared/data/water"
 [ -d "$DATA/data_0" ] || { echo "needs the DFT water set in ../shared/data/water"; exit 1; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+# The machine's speed at this moment (this VM drifts by ~30%): the BLAS GEMM of the fitting
+# net's first layer, through Debian's numpy (the same OpenBLAS), when it is installed.
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  OMP_NUM_THREADS="$THREADS" /usr/bin/python3 - <<'PY'
+import time, numpy as np
+for dt in (np.float64, np.float32):
+    a = np.random.rand(192, 1600).astype(dt); b = np.random.rand(1600, 240).astype(dt)
+    for _ in range(20): a @ b
+    t0 = time.perf_counter(); reps = 200
+    for _ in range(reps): a @ b
+    gf = 2 * 192 * 1600 * 240 * reps / (time.perf_counter() - t0) / 1e9
+    print("# machine check: GEMM [192 x 1600] x [1600 x 240] %s: %.0f GFLOP/s" % (np.dtype(dt).name, gf))
+PY
+fi
 printf "# se_e2_a water (192 atoms), batch 1, %s threads, steps 100-%s\n" "$THREADS" "$STEPS"
 printf "# %-8s %10s %10s %10s %12s\n" precision median_ms p10_ms p90_ms peak_MB
 for precision in float64 float32; do

@@ -3,9 +3,10 @@
 #include <ATen/Parallel.h>
 
 #include <string>
+#include <type_traits>
 
 #include "error.h"
-#include "models/fast_tanh.h"
+#include "models/fitting_adjoint.h"
 #include "models/gemm.h"
 #include "models/layer_kernels.h"
 #include "models/layer_rule.h"
@@ -25,19 +26,6 @@ Tensor& grad_of(Tensor p) {
   Tensor& g = p.mutable_grad();
   if (!g.defined()) g = at::zeros_like(p);
   return g;
-}
-
-/// skip(x) of the layer rule for a [rows, in] tensor (undefined for no skip).
-Tensor skip_forward(const Layer& L, const Tensor& x) {
-  if (L.skip == Layer::kSame) return x;
-  if (L.skip == Layer::kDouble) return at::cat({x, x}, 1);
-  return Tensor();
-}
-
-/// Adjoint of skip: adds skip^T(g) ([rows, out]) to acc ([rows, in]).
-void add_skip_adjoint(const Layer& L, Tensor& acc, const Tensor& g) {
-  if (L.skip == Layer::kSame) acc.add_(g);
-  else if (L.skip == Layer::kDouble) acc.add_(g.narrow(1, 0, L.in)).add_(g.narrow(1, L.in, L.in));
 }
 
 }  // namespace
@@ -142,7 +130,8 @@ struct EmbGrad {
 };
 
 /// The activations of q rows through an embedding net, value and d/ds stacked: x[l] [2q, w_l]
-/// (layer inputs; x[L] = [G; dG/ds]) and z[l] [2q, w_l+1] (tanh(x W + b), then d(x W)/ds).
+/// (layer inputs; x[L] = [G; dG/ds]) and z[l] [2q, w_l+1] (y = tanh(x W + b), then
+/// u = (1 - y^2) d(x W)/ds).
 template <typename R>
 struct Block {
   std::vector<std::vector<R>> x, z;
@@ -155,11 +144,12 @@ void grow(std::vector<R>& v, int64_t n) {
   if (int64_t(v.size()) < n) v.resize(size_t(n));
 }
 
-/// Runs q inputs s[p * stride] through the net, with their derivative d/ds. The output
-/// [G; dG/ds] is blk.x.back(); with g_out and gt_out (each [q, M]) it goes there instead.
+/// Runs q inputs s[p * stride] through the first `layers` layers of the net (all when
+/// negative), with their derivative d/ds. The output [G; dG/ds] is blk.x.back(); with g_out
+/// and gt_out (each [q, M]) it goes there instead.
 template <typename R>
 void block_forward(const EmbNet<R>& net, const R* s, int64_t stride, int64_t q, Block<R>& blk, R* g_out = nullptr,
-                   R* gt_out = nullptr) {
+                   R* gt_out = nullptr, int64_t layers_run = -1) {
   const auto& layers = *net.layers;
   blk.x.resize(layers.size() + 1);
   blk.z.resize(layers.size());
@@ -168,7 +158,8 @@ void block_forward(const EmbNet<R>& net, const R* s, int64_t stride, int64_t q, 
     blk.x[0][size_t(p)] = s[p * stride];
     blk.x[0][size_t(q + p)] = R(1);
   }
-  for (size_t l = 0; l < layers.size(); ++l) {
+  const size_t nrun = layers_run < 0 ? layers.size() : size_t(layers_run);
+  for (size_t l = 0; l < nrun; ++l) {
     const Layer& L = layers[l];
     const int64_t in = L.in, out = L.out;
     auto& z = blk.z[l];
@@ -177,12 +168,10 @@ void block_forward(const EmbNet<R>& net, const R* s, int64_t stride, int64_t q, 
     if (!last) grow(blk.x[l + 1], 2 * q * out);
     const R* x = blk.x[l].data();
     gemm<R>(false, false, 2 * q, out, in, R(1), x, in, net.w[l], out, R(0), z.data(), out);
-    add_bias(z.data(), net.b[l], q, out);
-    tanh_inplace(z.data(), q * out);
     R* vo = last ? g_out : blk.x[l + 1].data();
     R* to = last ? gt_out : blk.x[l + 1].data() + q * out;
     const int skip = L.skip == Layer::kNone ? 0 : L.skip == Layer::kSame ? 1 : 2;
-    layer_activation(z.data(), z.data() + q * out, net.idt[l], x, x + q * in, skip, q, in, out, vo, to);
+    layer_activation(z.data(), net.b[l], z.data() + q * out, net.idt[l], x, x + q * in, skip, q, in, out, vo, to);
   }
 }
 
@@ -207,10 +196,7 @@ void block_reverse(const EmbNet<R>& net, Block<R>& blk, int64_t q, EmbGrad<R>& a
     grow(blk.xbar_next, 2 * q * in);
     R* xn = blk.xbar_next.data();
     gemm<R>(false, true, 2 * q, in, out, R(1), zb, out, net.w[size_t(l)], out, R(0), xn, in);
-    if (L.skip != Layer::kNone)
-      for (int64_t p = 0; p < 2 * q; ++p)
-        for (int64_t rep = 0; rep < (L.skip == Layer::kDouble ? 2 : 1); ++rep)
-          for (int64_t o = 0; o < in; ++o) xn[p * in + o] += xb[p * out + rep * in + o];
+    if (L.skip != Layer::kNone) add_skip_adjoint(xn, xb, L.skip == Layer::kDouble ? 2 : 1, 2 * q, in, out);
     std::swap(blk.xbar, blk.xbar_next);
   }
 }
@@ -233,11 +219,6 @@ struct SeATrainingPath::Impl {
     Tensor ge;                        // [rows, M] G of the empty-slot inputs
     Tensor vh;                        // [pairs, 4] d loss / d gR-hat (backward)
   };
-  /// Per fitting net (centre type).
-  struct FitState {
-    Tensor idx;                           // [n] atoms of this type in the batch
-    std::vector<Tensor> x, y, sp, g, cc;  // inputs, tanh, 1 - tanh^2, dE/dx, dE/dz
-  };
   const PackedEnv* batch = nullptr;
   int64_t nb = 0, n = 0, bn = 0;
   std::vector<int> atype;      // [B N]
@@ -245,7 +226,9 @@ struct SeATrainingPath::Impl {
   std::vector<int64_t> chunks;  // atom ranges [chunks[k], chunks[k+1]) processed as one block
   Tensor davg, dstd, t_mat, d_flat, gd_mat, gt_mat;
   std::vector<EmbState> emb;
-  std::vector<FitState> fit;
+  std::vector<std::vector<int64_t>> fit_index;  // per centre type: its atoms in the batch
+  std::vector<FittingAdjoint<float>> fit_f;     // per centre type (float32 models)
+  std::vector<FittingAdjoint<double>> fit_d;    // per centre type (float64 models)
   std::vector<Tensor> pair_gd;  // per group [pairs, 3] dE/dd_ij
   std::vector<Tensor> held;     // contiguous parameter tensors behind the raw pointers
 
@@ -291,12 +274,42 @@ struct SeATrainingPath::Impl {
     return nets;
   }
 
-  /// T-shaped gradient of the symmetric product D = T^T T_<: for X [BN, M, M_<] (= dE/dD),
-  /// returns T_< X^T + [T X, 0]  ([BN, 4, M]).
-  Tensor sym(const Tensor& t, const Tensor& x) const {
-    Tensor out = at::bmm(t.narrow(2, 0, ms), x.transpose(1, 2));
-    out.narrow(2, 0, ms).add_(at::bmm(t, x));
-    return out;
+  template <typename R>
+  std::vector<FittingAdjoint<R>>& fits() {
+    if constexpr (std::is_same_v<R, float>) return fit_f;
+    else return fit_d;
+  }
+
+  /// The parameters of the fitting net of centre type ti.
+  template <typename R>
+  typename FittingAdjoint<R>::Params fit_params(int64_t ti) const {
+    typename FittingAdjoint<R>::Params p;
+    const std::string name = "fit_" + std::to_string(ti);
+    for (size_t l = 0; l < fit_layers.size(); ++l) {
+      const std::string ls = std::to_string(l);
+      p.w.push_back(attr(name + "_w" + ls));
+      p.b.push_back(attr(name + "_b" + ls));
+      p.idt.push_back(fit_layers[l].idt ? attr(name + "_idt" + ls) : Tensor());
+    }
+    p.wout = attr(name + "_wout");
+    p.bout = attr(name + "_bout");
+    return p;
+  }
+
+  /// Per atom (in parallel): out_i = beta out_i + T<_i X_i^T + [T_i X_i, 0] ([4, M]), the
+  /// T-shaped gradient of the symmetric product D = T^T T< for X = dE/dD; t [BN, 4, M],
+  /// x [BN, M, M<].
+  template <typename R>
+  void sym(const R* t, const R* x, R beta, R* out) const {
+    at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const R* ti = t + i * 4 * m;
+        const R* xi = x + i * m * ms;
+        R* oi = out + i * 4 * m;
+        gemm<R>(false, true, 4, m, ms, R(1), ti, m, xi, ms, beta, oi, m);
+        gemm<R>(false, false, 4, ms, m, R(1), ti, m, xi, ms, R(1), oi, m);
+      }
+    });
   }
 
   template <typename R>
@@ -410,55 +423,34 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
       }
     }
   });
-  d_flat = at::bmm(t_mat.transpose(1, 2), t_mat.narrow(2, 0, ms)).reshape({bn, m * ms});
+  // D_i = T_i^T T<_i ([M, M<]).
+  d_flat = at::empty({bn, m * ms}, opts);
+  {
+    R* dp = d_flat.data_ptr<R>();
+    at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        gemm<R>(true, false, m, ms, 4, R(1), tp + i * 4 * m, m, tp + i * 4 * m, m, R(0), dp + i * m * ms, ms);
+    });
+  }
 
   // Fitting nets: atomic energies and dE/dD.
-  Tensor atomic = at::zeros({bn}, opts);
-  Tensor gd_flat = at::zeros({bn, m * ms}, opts);
-  const Tensor bias = attr("bias");
-  const int64_t nfit = int64_t(fit_layers.size());
-  fit.assign(size_t(nt), FitState());
+  Tensor atomic = at::empty({bn}, opts);
+  Tensor gd_flat = at::empty({bn, m * ms}, opts);
+  const Tensor bias = attr("bias").to(at::kDouble).contiguous();
+  fit_index.assign(size_t(nt), {});
+  for (int64_t k = 0; k < bn; ++k) fit_index[size_t(atype[size_t(k)])].push_back(k);
+  R* ap = atomic.data_ptr<R>();
   for (int64_t ti = 0; ti < nt; ++ti) {
-    std::vector<int64_t> idx;
-    for (int64_t k = 0; k < bn; ++k)
-      if (atype[size_t(k)] == ti) idx.push_back(k);
+    const auto& idx = fit_index[size_t(ti)];
     if (idx.empty()) continue;
-    FitState& f = fit[size_t(ti)];
-    f.idx = torch::tensor(idx, torch::kInt64);
-    const std::string name = "fit_" + std::to_string(ti);
-    f.x.push_back(d_flat.index_select(0, f.idx));
-    for (int64_t l = 0; l < nfit; ++l) {
-      const Layer& L = fit_layers[size_t(l)];
-      const std::string ls = std::to_string(l);
-      Tensor y = at::addmm(attr(name + "_b" + ls), f.x.back(), attr(name + "_w" + ls));
-      tanh_inplace(y.data_ptr<R>(), y.numel());
-      Tensor xn = L.idt ? y * attr(name + "_idt" + ls) : y;
-      const Tensor sk = skip_forward(L, f.x.back());
-      if (sk.defined()) xn = xn + sk;
-      f.y.push_back(y);
-      f.sp.push_back(1 - y * y);
-      f.x.push_back(xn);
-    }
-    const Tensor wout = attr(name + "_wout");
-    atomic.index_copy_(0, f.idx, at::addmm(attr(name + "_bout"), f.x.back(), wout).squeeze(1) + bias[ti]);
-    // dE/dx backwards through the net.
-    f.g.assign(size_t(nfit + 1), Tensor());
-    f.cc.assign(size_t(nfit), Tensor());
-    f.g[size_t(nfit)] = wout.reshape({1, -1}).expand({int64_t(idx.size()), wout.size(0)}).contiguous();
-    for (int64_t l = nfit - 1; l >= 0; --l) {
-      const Layer& L = fit_layers[size_t(l)];
-      const std::string ls = std::to_string(l);
-      Tensor cc = f.g[size_t(l + 1)] * f.sp[size_t(l)];
-      if (L.idt) cc = cc * attr(name + "_idt" + ls);
-      Tensor gl = at::mm(cc, attr(name + "_w" + ls).t());
-      add_skip_adjoint(L, gl, f.g[size_t(l + 1)]);
-      f.cc[size_t(l)] = cc;
-      f.g[size_t(l)] = gl;
-    }
-    gd_flat.index_copy_(0, f.idx, f.g[0]);
+    fits<R>()[size_t(ti)].forward(fit_params<R>(ti), d_flat.data_ptr<R>(), idx.data(), int64_t(idx.size()), ap,
+                                  gd_flat.data_ptr<R>());
+    const R b = R(bias.data_ptr<double>()[ti]);
+    for (int64_t k : idx) ap[k] += b;
   }
   gd_mat = gd_flat.reshape({bn, m, ms});
-  gt_mat = sym(t_mat, gd_mat);
+  gt_mat = at::empty({bn, 4, m}, opts);
+  sym<R>(tp, gd_flat.data_ptr<R>(), R(0), gt_mat.data_ptr<R>());
 
   // dE/dd_ij per pair; forces and virial.
   const R* gtp = gt_mat.data_ptr<R>();
@@ -582,69 +574,40 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
     }
   });
 
-  // Through gT = sym(T, gD): d loss / d gD and the first part of d loss / dT.
-  const Tensor gd_bar =
-      (at::bmm(gt_bar.transpose(1, 2), t_mat.narrow(2, 0, ms)) + at::bmm(t_mat.transpose(1, 2), gt_bar.narrow(2, 0, ms)))
-          .reshape({bn, m * ms});
-  Tensor t_bar = sym(gt_bar, gd_mat);
+  // Through gT = sym(T, gD): d loss / d gD = gTbar^T T< + T^T gTbar<, and the first part of
+  // d loss / dT, sym(gTbar, gD).
+  const Tensor gd_bar = at::empty({bn, m * ms}, opts);
+  {
+    const R* tp = t_mat.data_ptr<R>();
+    R* gdb = gd_bar.data_ptr<R>();
+    at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const R* gi = gtb + i * 4 * m;
+        const R* ti = tp + i * 4 * m;
+        gemm<R>(true, false, m, ms, 4, R(1), gi, m, ti, m, R(0), gdb + i * m * ms, ms);
+        gemm<R>(true, false, m, ms, 4, R(1), ti, m, gi, m, R(1), gdb + i * m * ms, ms);
+      }
+    });
+  }
+  Tensor t_bar = at::empty({bn, 4, m}, opts);
+  sym<R>(gtb, gd_mat.data_ptr<R>(), R(0), t_bar.data_ptr<R>());
 
   // Fitting nets: the adjoint of the backward pass (dE/dD), then of the forward pass.
-  Tensor d_bar = at::zeros({bn, m * ms}, opts);
-  const Tensor ge_atom = ge.repeat_interleave(n);
-  const int64_t nfit = int64_t(fit_layers.size());
-  for (int64_t ti = 0; ti < nt; ++ti) {
-    FitState& f = fit[size_t(ti)];
-    if (!f.idx.defined()) continue;
-    const std::string name = "fit_" + std::to_string(ti);
-    std::vector<Tensor> w(static_cast<size_t>(nfit)), idt(static_cast<size_t>(nfit));
-    for (int64_t l = 0; l < nfit; ++l) {
-      w[size_t(l)] = attr(name + "_w" + std::to_string(l));
-      if (fit_layers[size_t(l)].idt) idt[size_t(l)] = attr(name + "_idt" + std::to_string(l));
-    }
-    const Tensor wout = attr(name + "_wout");
-    Tensor gb = gd_bar.index_select(0, f.idx);
-    std::vector<Tensor> ybar(static_cast<size_t>(nfit));
-    for (int64_t l = 0; l < nfit; ++l) {
-      const Layer& L = fit_layers[size_t(l)];
-      const Tensor cbar = at::mm(gb, w[size_t(l)]);
-      grad_of(w[size_t(l)]).addmm_(gb.t(), f.cc[size_t(l)]);
-      Tensor next = L.skip == Layer::kNone ? at::zeros_like(cbar) : skip_forward(L, gb).clone();
-      const Tensor t1 = cbar * f.sp[size_t(l)];
-      const Tensor& gnext = f.g[size_t(l + 1)];
-      if (L.idt) {
-        next.add_(t1 * idt[size_t(l)]);
-        grad_of(idt[size_t(l)]).add_((t1 * gnext).sum(0));
-        ybar[size_t(l)] = cbar * gnext * idt[size_t(l)] * f.y[size_t(l)] * -2;
-      } else {
-        next.add_(t1);
-        ybar[size_t(l)] = cbar * gnext * f.y[size_t(l)] * -2;
-      }
-      gb = next;
-    }
-    grad_of(wout).add_(gb.sum(0).unsqueeze(1));
-    const Tensor ebar = ge_atom.index_select(0, f.idx).unsqueeze(1);
-    Tensor xbar = ebar * wout.t();
-    grad_of(wout).addmm_(f.x[size_t(nfit)].t(), ebar);
-    grad_of(attr(name + "_bout")).add_(ebar.sum(0));
-    for (int64_t l = nfit - 1; l >= 0; --l) {
-      const Layer& L = fit_layers[size_t(l)];
-      Tensor yb = L.idt ? ybar[size_t(l)] + xbar * idt[size_t(l)] : ybar[size_t(l)] + xbar;
-      if (L.idt) grad_of(idt[size_t(l)]).add_((xbar * f.y[size_t(l)]).sum(0));
-      const Tensor zb = yb * f.sp[size_t(l)];
-      grad_of(w[size_t(l)]).addmm_(f.x[size_t(l)].t(), zb);
-      grad_of(attr(name + "_b" + std::to_string(l))).add_(zb.sum(0));
-      Tensor xn = at::mm(zb, w[size_t(l)].t());
-      add_skip_adjoint(L, xn, xbar);
-      xbar = xn;
-    }
-    d_bar.index_copy_(0, f.idx, xbar);
-  }
-  t_bar.add_(sym(t_mat, d_bar.reshape({bn, m, ms})));
+  Tensor d_bar = at::empty({bn, m * ms}, opts);
+  const Tensor ge_atom = ge.repeat_interleave(n).contiguous();
+  for (int64_t ti = 0; ti < nt; ++ti)
+    if (!fit_index[size_t(ti)].empty())
+      fits<R>()[size_t(ti)].backward(gd_bar.data_ptr<R>(), ge_atom.data_ptr<R>(), d_bar.data_ptr<R>());
+  sym<R>(t_mat.data_ptr<R>(), d_bar.data_ptr<R>(), R(1), t_bar.data_ptr<R>());
   const R* tbp = t_bar.data_ptr<R>();
 
   // Embedding nets, block by block: d loss / dG and dG' of each pair, then the adjoint of the
   // nets (their activations recomputed), into per-thread gradients summed in thread order.
   const int64_t nthreads = at::get_num_threads();
+  // Without resnet_dt on the last embedding layer, its tanh and d/ds follow from G and G' by a
+  // subtraction (layer_from_output), exact to rounding; with it they are recomputed.
+  const int64_t nlayers = int64_t(emb_layers.size());
+  const bool derive_last = !emb_layers.back().idt;
   std::vector<std::vector<EmbGrad<R>>> acc(static_cast<size_t>(nthreads));
   for (auto& per_thread : acc)
     for (int64_t g = 0; g < ng; ++g) per_thread.emplace_back(emb_layers);
@@ -661,7 +624,19 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
         if (q == 0) continue;
         const R* rh = s.rh.data_ptr<R>();
         const R* vh = s.vh.data_ptr<R>();
-        block_forward(nets[size_t(g)], rh + p0 * 4, 4, q, blk);
+        if (derive_last) {
+          // The last layer's y and u from the stored G and G': its GEMM and tanh are not redone.
+          block_forward<R>(nets[size_t(g)], rh + p0 * 4, 4, q, blk, nullptr, nullptr, nlayers - 1);
+          const Layer& L = emb_layers.back();
+          grow(blk.z[size_t(nlayers - 1)], 2 * q * L.out);
+          R* z = blk.z[size_t(nlayers - 1)].data();
+          const R* x = blk.x[size_t(nlayers - 1)].data();
+          layer_from_output(s.g.data_ptr<R>() + p0 * m, s.gt.data_ptr<R>() + p0 * m, x, x + q * L.in,
+                            L.skip == Layer::kNone ? 0 : L.skip == Layer::kSame ? 1 : 2, q, L.in, L.out, z,
+                            z + q * L.out);
+        } else {
+          block_forward(nets[size_t(g)], rh + p0 * 4, 4, q, blk);
+        }
         grow(blk.xbar, 2 * q * m);
         R* xb = blk.xbar.data();
         for (int64_t i = i0; i < i1; ++i) {
@@ -738,6 +713,10 @@ SeATrainingPath::SeATrainingPath(const SeAConfig& config, torch::jit::Module mod
   fit_widths.insert(fit_widths.end(), config.fitting_neuron.begin(), config.fitting_neuron.end());
   s.emb_layers = layers_of(emb_widths, config.resnet_dt);
   s.fit_layers = layers_of(fit_widths, config.fitting_resnet_dt);
+  for (int64_t t = 0; t < s.nt; ++t) {
+    s.fit_f.emplace_back(s.fit_layers);
+    s.fit_d.emplace_back(s.fit_layers);
+  }
 }
 
 SeATrainingPath::~SeATrainingPath() = default;
