@@ -5,11 +5,11 @@
 # run is stopped with Ctrl-C (which saves a checkpoint) when the budget is spent, and
 # `mlip test` reports rmse_e and rmse_f on all 80 frames of data_3. Also the median ms/step.
 #
-# usage: bench/model_choice_bench.sh [--seconds 54] [--threads 2]
+# usage: bench/model_choice_bench.sh [--seconds 42] [--threads 2]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MLIP="$ROOT/build/bin/mlip"
-SECONDS_BUDGET=54
+SECONDS_BUDGET=42
 THREADS=2
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -6,6 +6,7 @@
 # spent in the gradient all-reduce (SimpleDDP; measured around the collective on rank 0).
 #
 # usage: bench/scaling_bench.sh [--steps N] [--ranks "2"] [--launcher torchrun|mpirun] [--build-dir DIR]
+# (MLIP_SHM_ALLREDUCE=0 in the environment: Gloo's all-reduce over TCP instead of shared memory)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="$ROOT/build"
@@ -52,4 +53,5 @@ for w in $RANKS; do
   share=$(grep -o "[0-9.]*% of the step time" "$WORK/log$w" | cut -d' ' -f1)
   printf "  %-5s %12.1f %10.2f %9.2f %20s\n" "$w" "$ms" "$(echo "1000 * $w / $ms" | bc -l)" \
     "$(echo "$w * $base / $ms" | bc -l)" "$share"
+  printf "  #     %s\n" "$(grep -o "backend: .*" "$WORK/log$w" | head -1)"
 done

@@ -17,8 +17,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <random>
+#include <sstream>
 #include <thread>
 
+#include "dist/shm_all_reduce.h"
 #include "error.h"
 
 namespace mlip::dist {
@@ -129,6 +132,7 @@ class C10dCommunicator final : public Communicator {
         o->devices.push_back(ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
                                     : c10d::ProcessGroupGloo::createDefaultDevice());
         gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size, o);
+        setup_shared_memory();
       }
     } catch (const std::exception& e) {
       std::string what = e.what();
@@ -137,12 +141,17 @@ class C10dCommunicator final : public Communicator {
     }
   }
 
+  std::string all_reduce_transport() const override {
+    return shm_ ? "shared memory" : nccl_ ? "NCCL" : "Gloo over TCP";
+  }
+
   std::string backend() const override { return nccl_ ? "nccl" : "gloo"; }
 
   void announce_failure(const std::string& what) override {
     try {
       const std::string text = "rank " + std::to_string(rank()) + ": " + what;
       store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
+      if (shm_) shm_->abort();
       if (!hosts_store_) return;
       // The store lives in this process: close the group so that the others fail at once,
       // and keep the store up until they have read the message (at most 5 s).
@@ -168,6 +177,14 @@ class C10dCommunicator final : public Communicator {
   }
 
   void do_all_reduce(at::Tensor& tensor) override {
+    if (shm_ && tensor.device().is_cpu()) {
+      switch (tensor.scalar_type()) {
+        case at::kDouble: return shm_->all_reduce_sum(tensor.data_ptr<double>(), tensor.numel());
+        case at::kFloat: return shm_->all_reduce_sum(tensor.data_ptr<float>(), tensor.numel());
+        case at::kLong: return shm_->all_reduce_sum(tensor.data_ptr<int64_t>(), tensor.numel());
+        default: break;
+      }
+    }
     run(tensor, [&](auto& pg, std::vector<at::Tensor>& v) { return pg->allreduce(v); });
   }
   void do_broadcast(at::Tensor& tensor, int root) override {
@@ -203,9 +220,50 @@ class C10dCommunicator final : public Communicator {
     op(gloo_, v)->wait(timeout_);
   }
 
+  /// When every rank can map one /dev/shm segment (ranks on one host), the all-reduces go
+  /// through it instead of Gloo's TCP loopback (MLIP_SHM_ALLREDUCE=0 keeps Gloo). All ranks
+  /// agree through the store: each reports whether it mapped rank 0's segment and sees every
+  /// rank's process; any "no" (another host, another /dev/shm or PID namespace, no memory)
+  /// keeps Gloo for everyone.
+  void setup_shared_memory() {
+    const char* env_off = std::getenv("MLIP_SHM_ALLREDUCE");
+    const bool wanted = !(env_off != nullptr && std::string(env_off) == "0");
+    constexpr size_t kCapacity = size_t(4) << 20;  // bytes per rank; larger tensors go in parts
+    std::unique_ptr<ShmAllReduce> shm;
+    try {
+      if (rank() == 0) {
+        std::random_device rd;
+        const uint64_t token = (uint64_t(rd()) << 32) ^ rd();
+        std::ostringstream name;
+        name << "/mlip-" << ::getpid() << "-" << std::hex << token;
+        if (wanted) shm = std::make_unique<ShmAllReduce>(name.str(), 0, size(), kCapacity, token, timeout_);
+        const std::string v = shm ? name.str() + " " + std::to_string(token) : std::string();
+        store_->set("mlip/shm/segment", std::vector<uint8_t>(v.begin(), v.end()));
+      } else {
+        const auto raw = store_->get("mlip/shm/segment");
+        std::istringstream v(std::string(raw.begin(), raw.end()));
+        std::string name;
+        uint64_t token = 0;
+        if (wanted && (v >> name >> token))
+          shm = std::make_unique<ShmAllReduce>(name, rank(), size(), kCapacity, token, timeout_);
+      }
+    } catch (const Error&) {
+      shm.reset();  // this rank says no below; Gloo stays
+    }
+    gloo_->barrier()->wait(timeout_);  // every rank has mapped it (or given up)
+    const bool ok = shm && shm->peers_visible();
+    store_->set("mlip/shm/ok/" + std::to_string(rank()), std::vector<uint8_t>{uint8_t(ok ? '1' : '0')});
+    if (shm) shm->unlink();  // mapped everywhere: nothing stays in /dev/shm, however the job ends
+    bool all = true;
+    for (int r = 0; r < size(); ++r)
+      all = all && store_->get("mlip/shm/ok/" + std::to_string(r)) == std::vector<uint8_t>{'1'};
+    if (all) shm_ = std::move(shm);
+  }
+
   std::chrono::milliseconds timeout_;
   bool nccl_;
   bool hosts_store_ = false;
+  std::unique_ptr<ShmAllReduce> shm_;
   at::Device device_{at::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;

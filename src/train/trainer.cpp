@@ -208,6 +208,7 @@ void Trainer::print_summary() const {
   if (env && !env->node_list.empty()) std::cout << "  node list:    " << env->node_list << "\n";
   if (w > 1 && env) std::cout << "  rendezvous:   " << (comm_->backend() == "mpi" ? std::string("MPI_COMM_WORLD") : env->master_addr + ":" + std::to_string(env->master_port)) << "\n";
   std::cout << "  host:         " << host << "\n  device:       cpu\n  backend:      " << comm_->backend()
+            << (w > 1 ? " (all-reduce: " + comm_->all_reduce_transport() + ")" : std::string())
             << "\n  threads:      " << at::get_num_threads() << " per rank\n"
             << "---------------------------------\n";
 }

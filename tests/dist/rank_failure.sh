@@ -2,7 +2,8 @@
 # ctest (distributed.md "Rank-0 duties, failure"): in a 2-rank run (the torchrun environment
 # protocol, started without torchrun's agent so that nothing else ends the survivor), a rank
 # killed with SIGKILL makes the other exit non-zero within seconds, with a message; a rank that
-# stops answering (SIGSTOP) makes the other exit non-zero after --timeout.
+# stops answering (SIGSTOP) makes the other exit non-zero after --timeout. The all-reduce goes
+# through shared memory (ranks on one host), and once through Gloo's TCP.
 # usage: rank_failure.sh <mlip>
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 small_input input.yaml 1
@@ -38,6 +39,15 @@ start_ranks killed 240
 kill -9 "$(cat killed/pid1)"; wait "$(cat killed/pid1)" 2>/dev/null || true
 survivor_exits killed 0 60
 grep -q "failed" killed/out0.txt || fail "no message from the survivor"
+grep -q "all-reduce: shared memory" killed/out0.txt || fail "expected the shared-memory all-reduce (ranks on one host)"
+# The same over Gloo's TCP all-reduce (the path of ranks on several hosts).
+export MLIP_SHM_ALLREDUCE=0
+start_ranks killedtcp 240
+kill -9 "$(cat killedtcp/pid1)"; wait "$(cat killedtcp/pid1)" 2>/dev/null || true
+survivor_exits killedtcp 0 60
+unset MLIP_SHM_ALLREDUCE
+grep -q "all-reduce: Gloo over TCP" killedtcp/out0.txt || fail "MLIP_SHM_ALLREDUCE=0: expected Gloo over TCP"
+grep -q "failed" killedtcp/out0.txt || fail "no message from the survivor (TCP)"
 # SIGKILL of rank 0 (which also hosts the rendezvous store).
 start_ranks killed0 240
 kill -9 "$(cat killed0/pid0)"; wait "$(cat killed0/pid0)" 2>/dev/null || true

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest (distributed.md "SimpleDDP"): the real torchrun with W ranks and per-rank batch 1 gives,
 # after 20 steps, the same weights (relative 1e-10, float64) and the same lcurve numbers as one
-# rank with batch W over the same frames; exactly one gradient all-reduce per step.
+# rank with batch W over the same frames, with the all-reduce through shared memory (the
+# default on one host) and through Gloo's TCP; exactly one gradient all-reduce per step.
 # usage: torchrun_equivalence.sh <mlip> <W>
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 W="$2"
@@ -11,7 +12,7 @@ small_input ranks.yaml 1
 "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o ranks > ranks.log 2>&1 ||
   { cat ranks.log; fail "torchrun exited non-zero"; }
 grep -q "world size:   $W" ranks.log || { cat ranks.log; fail "no summary block with world size $W"; }
-grep -q "backend:      gloo" ranks.log || fail "expected the gloo backend"
+grep -q "backend:      gloo (all-reduce: shared memory)" ranks.log || fail "expected gloo with the shared-memory all-reduce"
 # Padding as DistributedSampler, announced once per system: 190 frames over W ranks.
 pad=$(( (190 + W - 1) / W * W - 190 ))
 if [ "$pad" -gt 0 ]; then
@@ -25,6 +26,13 @@ grep -q "communication (gloo, $W ranks): 25 all-reduces = 20 gradient (one per s
 # Only rank 0 writes: one lcurve, one set of checkpoints, no rank logs.
 [ "$(ls ranks | grep -c 'model.ckpt-.*\.pt')" = 1 ] || fail "expected one checkpoint"
 echo "ok: $W ranks x batch 1 == 1 rank x batch $W"
+# The same over Gloo's own TCP all-reduce (MLIP_SHM_ALLREDUCE=0; the path of ranks on several hosts).
+MLIP_SHM_ALLREDUCE=0 "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o tcp > tcp.log 2>&1 ||
+  { cat tcp.log; fail "torchrun with MLIP_SHM_ALLREDUCE=0 exited non-zero"; }
+grep -q "backend:      gloo (all-reduce: Gloo over TCP)" tcp.log || fail "MLIP_SHM_ALLREDUCE=0: expected Gloo over TCP"
+same_lcurve one/lcurve.out tcp/lcurve.out
+same_weights one/model.ckpt-20.pt tcp/model.ckpt-20.pt 1e-10
+echo "ok: the same over Gloo's TCP all-reduce"
 # --restart of a multi-rank run continues exactly: 20 steps == 10 + restart + 10.
 sed -i "s/save_freq: 20/save_freq: 10/" ranks.yaml
 "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o full > full.log 2>&1 || { cat full.log; fail "torchrun"; }

@@ -1,0 +1,170 @@
+#include "dist/shm_all_reduce.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "error.h"
+
+// ShmAllReduce with ranks as threads (each maps the segment itself, as processes do) and, for
+// the detection of an ended rank, as a forked process.
+
+namespace {
+
+using mlip::dist::ShmAllReduce;
+using namespace std::chrono_literals;
+
+std::string unique_name(const std::string& tag) {
+  return "/mlip-test-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device()());
+}
+
+/// Runs body(rank, shm) on `size` threads; rank 0 creates the segment before the others open it.
+void run_ranks(int size, size_t capacity, const std::function<void(int, ShmAllReduce&)>& body,
+               std::chrono::milliseconds timeout = 20s) {
+  const std::string name = unique_name("ranks");
+  const uint64_t token = 12345;
+  auto root = std::make_unique<ShmAllReduce>(name, 0, size, capacity, token, timeout);
+  std::vector<std::unique_ptr<ShmAllReduce>> others;
+  for (int r = 1; r < size; ++r)
+    others.push_back(std::make_unique<ShmAllReduce>(name, r, size, capacity, token, timeout));
+  root->unlink();
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < size; ++r) {
+    ShmAllReduce& shm = r == 0 ? *root : *others[size_t(r - 1)];
+    done.push_back(std::async(std::launch::async, [&, r] { body(r, shm); }));
+  }
+  for (auto& f : done) f.get();
+}
+
+template <typename T>
+class ShmAllReduceTest : public ::testing::Test {};
+using Types = ::testing::Types<float, double, int64_t>;
+TYPED_TEST_SUITE(ShmAllReduceTest, Types);
+
+TYPED_TEST(ShmAllReduceTest, SumsInRankOrderWithIdenticalBitsOnEveryRank) {
+  using T = TypeParam;
+  for (int size : {2, 3}) {
+    // 4 KiB per rank: the larger calls go in several parts.
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000), int64_t(2500)}) {
+      SCOPED_TRACE(std::to_string(size) + " ranks, " + std::to_string(n) + " values");
+      std::vector<std::vector<T>> data(static_cast<size_t>(size));
+      std::mt19937_64 rng(uint64_t(n * 10 + size));
+      std::uniform_real_distribution<double> u(-1.0, 1.0);
+      for (auto& d : data)
+        for (int64_t i = 0; i < n; ++i) d.push_back(std::is_integral_v<T> ? T(rng() % 1000) - T(500) : T(u(rng) * 1e3));
+      std::vector<T> expected(data[0]);
+      for (int r = 1; r < size; ++r)
+        for (int64_t i = 0; i < n; ++i) expected[size_t(i)] += data[size_t(r)][size_t(i)];
+      auto results = data;
+      run_ranks(size, 4096, [&](int rank, ShmAllReduce& shm) {
+        // Three calls in a row: each uses the result of the previous one.
+        for (int rep = 0; rep < 3; ++rep) {
+          if (rep > 0) results[size_t(rank)] = data[size_t(rank)];
+          shm.all_reduce_sum(results[size_t(rank)].data(), n);
+        }
+      });
+      for (int r = 0; r < size; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(results[size_t(r)][size_t(i)], expected[size_t(i)]) << "rank " << r << ", element " << i;
+    }
+  }
+}
+
+TEST(ShmAllReduce, ARankThatAbortsEndsTheOthersWait) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  run_ranks(2, 4096, [&](int rank, ShmAllReduce& shm) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(100ms);
+      shm.abort();
+      return;
+    }
+    double x = 1;
+    try {
+      shm.all_reduce_sum(&x, 1);
+    } catch (const mlip::Error& e) {
+      error = e.what();
+    }
+  });
+  EXPECT_NE(error.find("rank 1 reported a failure"), std::string::npos) << error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST(ShmAllReduce, ARankThatNeverArrivesTimesOut) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  run_ranks(
+      2, 4096,
+      [&](int rank, ShmAllReduce& shm) {
+        if (rank == 1) return;
+        double x = 1;
+        try {
+          shm.all_reduce_sum(&x, 1);
+        } catch (const mlip::Error& e) {
+          error = e.what();
+        }
+      },
+      300ms);
+  EXPECT_NE(error.find("rank 1 did not arrive within 0.3 s"), std::string::npos) << error;
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, 300ms);
+  EXPECT_LT(waited, 5s);
+}
+
+TEST(ShmAllReduce, AnEndedProcessIsNoticedAtOnce) {
+  const std::string name = unique_name("ended");
+  ShmAllReduce root(name, 0, 2, 4096, 7, 60s);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      ShmAllReduce peer(name, 1, 2, 4096, 7, 60s);
+      ::_exit(peer.peers_visible() ? 0 : 3);
+    } catch (...) {
+      ::_exit(2);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the child could not map the segment, or did not see this process";
+  const auto start = std::chrono::steady_clock::now();
+  double x = 1;
+  try {
+    root.all_reduce_sum(&x, 1);
+    FAIL() << "expected an error";
+  } catch (const mlip::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 (pid " + std::to_string(child) + ") has ended"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // not the 60 s timeout
+}
+
+TEST(ShmAllReduce, RejectsAnotherJobsSegmentAndATakenName) {
+  const std::string name = unique_name("token");
+  ShmAllReduce root(name, 0, 2, 4096, 1, 10s);
+  try {
+    ShmAllReduce other(name, 1, 2, 4096, 2, 10s);
+    FAIL() << "expected an error";
+  } catch (const mlip::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another job"), std::string::npos) << e.what();
+  }
+  try {
+    ShmAllReduce again(name, 0, 2, 4096, 1, 10s);
+    FAIL() << "expected an error";
+  } catch (const mlip::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
