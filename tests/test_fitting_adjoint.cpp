@@ -140,6 +140,27 @@ TYPED_TEST(FittingAdjointTest, MatchesDoubleBackwardOfAutograd) {
   at::set_num_threads(saved_threads);
 }
 
+TEST(FittingAdjoint, RejectsAWeightOfTheWrongShape) {
+  const std::vector<Layer> layers = mlip::models::layers_of({4, 3}, false);
+  FittingAdjoint<double>::Params p;
+  p.w = {torch::zeros({3, 4}, torch::kFloat64)};
+  p.b = {torch::zeros({3}, torch::kFloat64)};
+  p.idt = {torch::Tensor()};
+  p.wout = torch::zeros({3, 1}, torch::kFloat64);
+  p.bout = torch::zeros({1}, torch::kFloat64);
+  FittingAdjoint<double> net(layers);
+  const std::vector<double> x(8, 0.0);
+  const std::vector<int64_t> index = {0, 1};
+  std::vector<double> e(2), dedx(8);
+  try {
+    net.forward(p, x.data(), index.data(), 2, e.data(), dedx.data());
+    FAIL() << "expected an error";
+  } catch (const std::exception& err) {
+    EXPECT_NE(std::string(err.what()).find("w0 has shape [3, 4], the layers need [4, 3]"), std::string::npos)
+        << err.what();
+  }
+}
+
 TEST(FittingAdjoint, RejectsParametersOfTheWrongDtype) {
   const std::vector<Layer> layers = mlip::models::layers_of({4, 3}, false);
   FittingAdjoint<double>::Params p;

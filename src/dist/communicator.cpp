@@ -149,9 +149,11 @@ class C10dCommunicator final : public Communicator {
 
   void announce_failure(const std::string& what) override {
     try {
+      if (shm_) shm_->abort();  // the others' shared-memory waits end at once
       const std::string text = "rank " + std::to_string(rank()) + ": " + what;
-      store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
-      if (shm_) shm_->abort();
+      // The first failure is the one to report: a rank that failed because another did does
+      // not overwrite it (best effort: check, then set).
+      if (!store_->check({"mlip/failed"})) store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
       if (!hosts_store_) return;
       // The store lives in this process: close the group so that the others fail at once,
       // and keep the store up until they have read the message (at most 5 s).
@@ -230,25 +232,31 @@ class C10dCommunicator final : public Communicator {
     const bool wanted = !(env_off != nullptr && std::string(env_off) == "0");
     constexpr size_t kCapacity = size_t(4) << 20;  // bytes per rank; larger tensors go in parts
     std::unique_ptr<ShmAllReduce> shm;
-    try {
-      if (rank() == 0) {
-        std::random_device rd;
-        const uint64_t token = (uint64_t(rd()) << 32) ^ rd();
-        std::ostringstream name;
-        name << "/mlip-" << ::getpid() << "-" << std::hex << token;
+    // A segment that cannot be made or mapped is a "no" below, never an error; rank 0 always
+    // publishes the key (empty for no segment) so that the others never wait for it.
+    if (rank() == 0) {
+      std::random_device rd;
+      const uint64_t token = (uint64_t(rd()) << 32) ^ rd();
+      std::ostringstream name;
+      name << "/mlip-" << ::getpid() << "-" << std::hex << token;
+      try {
         if (wanted) shm = std::make_unique<ShmAllReduce>(name.str(), 0, size(), kCapacity, token, timeout_);
-        const std::string v = shm ? name.str() + " " + std::to_string(token) : std::string();
-        store_->set("mlip/shm/segment", std::vector<uint8_t>(v.begin(), v.end()));
-      } else {
-        const auto raw = store_->get("mlip/shm/segment");
-        std::istringstream v(std::string(raw.begin(), raw.end()));
-        std::string name;
-        uint64_t token = 0;
+      } catch (const std::exception&) {
+        shm.reset();
+      }
+      const std::string v = shm ? name.str() + " " + std::to_string(token) : std::string();
+      store_->set("mlip/shm/segment", std::vector<uint8_t>(v.begin(), v.end()));
+    } else {
+      const auto raw = store_->get("mlip/shm/segment");
+      std::istringstream v(std::string(raw.begin(), raw.end()));
+      std::string name;
+      uint64_t token = 0;
+      try {
         if (wanted && (v >> name >> token))
           shm = std::make_unique<ShmAllReduce>(name, rank(), size(), kCapacity, token, timeout_);
+      } catch (const std::exception&) {
+        shm.reset();
       }
-    } catch (const Error&) {
-      shm.reset();  // this rank says no below; Gloo stays
     }
     gloo_->barrier()->wait(timeout_);  // every rank has mapped it (or given up)
     const bool ok = shm && shm->peers_visible();

@@ -44,25 +44,41 @@ std::string seconds(std::chrono::milliseconds t) {
 
 }  // namespace
 
+/// One rank's state, on its own cache line.
 struct alignas(64) RankState {
   std::atomic<uint64_t> phase{0};
   int64_t pid = 0;
+  uint64_t pid_namespace = 0;  // inode of /proc/self/ns/pid (0 if unknown)
 };
 
+/// The start of the segment; `size` RankStates follow at kStatesOffset, then the slots.
 struct ShmAllReduce::Header {
-  std::atomic<int64_t> failed{0};  // 1 + the rank that called abort(), or 0
+  std::atomic<int64_t> failed{0};  // 1 + the first rank that called abort(), or 0
   uint64_t token = 0;
   int64_t size = 0;
   uint64_t capacity = 0;
-  RankState ranks[1];  // [size]: the segment holds `size` of them
 };
+
+namespace {
+
+constexpr size_t kStatesOffset = 128;
+static_assert(sizeof(ShmAllReduce::Header) <= kStatesOffset, "header too large");
+
+RankState* states(void* base) { return reinterpret_cast<RankState*>(static_cast<char*>(base) + kStatesOffset); }
+
+uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+
+}  // namespace
 
 ShmAllReduce::ShmAllReduce(const std::string& name, int rank, int size, size_t capacity, uint64_t token,
                            std::chrono::milliseconds timeout)
     : name_(name), rank_(rank), size_(size), capacity_(round_up(std::max<size_t>(capacity, 64), 64)),
       timeout_(timeout) {
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "process-shared counters need lock-free atomics");
-  const size_t header = round_up(sizeof(Header) + sizeof(RankState) * size_t(size), kAlign);
+  const size_t header = round_up(kStatesOffset + sizeof(RankState) * size_t(size), kAlign);
   bytes_ = header + capacity_ * size_t(size);
   const std::string what = "shared-memory segment " + name_ + " (" + std::to_string(bytes_ >> 20) + " MiB)";
   const int fd = rank == 0 ? ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600)
@@ -92,17 +108,18 @@ ShmAllReduce::ShmAllReduce(const std::string& name, int rank, int size, size_t c
   }
   header_ = static_cast<Header*>(base_);
   if (rank == 0) {
-    new (&header_->failed) std::atomic<int64_t>(0);
+    header_ = new (base_) Header();
     header_->token = token;
     header_->size = size;
     header_->capacity = capacity_;
-    for (int r = 0; r < size; ++r) new (&header_->ranks[r]) RankState();
+    for (int r = 0; r < size; ++r) new (states(base_) + r) RankState();
   } else if (header_->token != token || header_->size != size || header_->capacity != capacity_) {
     ::munmap(base_, bytes_);
     base_ = nullptr;
     throw Error(what + ": holds another job's data (a different /dev/shm?)");
   }
-  header_->ranks[rank_].pid = int64_t(::getpid());
+  states(base_)[rank_].pid = int64_t(::getpid());
+  states(base_)[rank_].pid_namespace = pid_namespace();
   std::atomic_thread_fence(std::memory_order_release);
 }
 
@@ -117,25 +134,29 @@ void ShmAllReduce::unlink() {
 }
 
 bool ShmAllReduce::peers_visible() const {
+  const RankState* st = states(base_);
   for (int r = 0; r < size_; ++r)
-    if (header_->ranks[r].pid <= 0 || process_ended(header_->ranks[r].pid)) return false;
+    if (st[r].pid <= 0 || st[r].pid_namespace != st[rank_].pid_namespace || process_ended(st[r].pid)) return false;
   return true;
 }
 
 void ShmAllReduce::abort() {
-  if (header_ != nullptr) header_->failed.store(rank_ + 1, std::memory_order_release);
+  if (header_ == nullptr) return;
+  int64_t none = 0;  // the first failure is the one the others report
+  header_->failed.compare_exchange_strong(none, rank_ + 1, std::memory_order_acq_rel);
 }
 
 char* ShmAllReduce::slot(int r) const {
-  const size_t header = round_up(sizeof(Header) + sizeof(RankState) * size_t(size_), kAlign);
+  const size_t header = round_up(kStatesOffset + sizeof(RankState) * size_t(size_), kAlign);
   return static_cast<char*>(base_) + header + capacity_ * size_t(r);
 }
 
 void ShmAllReduce::arrive_and_wait(uint64_t phase) {
-  header_->ranks[rank_].phase.store(phase, std::memory_order_release);
+  RankState* st = states(base_);
+  st[rank_].phase.store(phase, std::memory_order_release);
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < size_; ++r) {
-    auto& state = header_->ranks[r];
+    auto& state = st[r];
     auto last_check = start;
     for (uint64_t spins = 0; state.phase.load(std::memory_order_acquire) < phase; ++spins) {
       // Spin briefly (a balanced step arrives within microseconds), then give the core away:

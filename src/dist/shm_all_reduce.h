@@ -33,8 +33,8 @@ class ShmAllReduce {
   /// /dev/shm when the job ends, however it ends.
   void unlink();
 
-  /// Whether every rank's process is visible from this one (same PID namespace), which the
-  /// detection of an ended rank needs. Call after every rank has constructed.
+  /// Whether every rank's process is visible from this one (same PID namespace, compared by
+  /// the inode of /proc/self/ns/pid), which the detection of an ended rank needs. Call after every rank has constructed.
   bool peers_visible() const;
 
   /// Marks the segment failed: the other ranks' waits end at once with an error (this rank is
@@ -49,8 +49,10 @@ class ShmAllReduce {
   template <typename T>
   void all_reduce_sum(T* data, int64_t n);
 
+ public:
+  struct Header;  // the segment's layout (shm_all_reduce.cpp)
+
  private:
-  struct Header;
   /// Publishes this rank's arrival at `phase` and waits until every rank has arrived there.
   void arrive_and_wait(uint64_t phase);
   char* slot(int r) const;

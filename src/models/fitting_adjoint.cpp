@@ -58,17 +58,23 @@ void FittingAdjoint<R>::forward(const Params& params, const R* x, const int64_t*
   const int64_t nl = int64_t(layers_.size());
   if (params.w.size() != size_t(nl) || params.b.size() != size_t(nl) || params.idt.size() != size_t(nl))
     throw Error("FittingAdjoint: " + std::to_string(nl) + " layers need as many weights, biases and idt entries");
-  auto check = [](const at::Tensor& t, const std::string& what) {
+  auto check = [](const at::Tensor& t, const std::string& what, std::vector<int64_t> shape) {
     if (!t.defined() || !t.is_contiguous() || t.scalar_type() != c10::CppTypeToScalarType<R>::value)
       throw Error("FittingAdjoint: " + what + " must be a contiguous tensor of the model's dtype");
+    if (t.sizes() != at::IntArrayRef(shape))
+      throw Error("FittingAdjoint: " + what + " has shape " + c10::str(t.sizes()) + ", the layers need " +
+                  c10::str(at::IntArrayRef(shape)));
   };
   for (int64_t l = 0; l < nl; ++l) {
-    check(params.w[size_t(l)], "w" + std::to_string(l));
-    check(params.b[size_t(l)], "b" + std::to_string(l));
-    if (layers_[size_t(l)].idt) check(params.idt[size_t(l)], "idt" + std::to_string(l));
+    const Layer& L = layers_[size_t(l)];
+    check(params.w[size_t(l)], "w" + std::to_string(l), {L.in, L.out});
+    check(params.b[size_t(l)], "b" + std::to_string(l), {L.out});
+    if (L.idt) check(params.idt[size_t(l)], "idt" + std::to_string(l), {L.out});
   }
-  check(params.wout, "wout");
-  check(params.bout, "bout");
+  if (!params.wout.defined() || params.wout.dim() != 2)
+    throw Error("FittingAdjoint: wout must be a [width, 1] tensor");
+  check(params.wout, "wout", {nl > 0 ? layers_.back().out : params.wout.size(0), 1});
+  check(params.bout, "bout", {1});
   w_ = params.w, b_ = params.b, idt_ = params.idt, wout_ = params.wout, bout_ = params.bout;
   const int64_t in0 = nl > 0 ? layers_[0].in : wout_.size(0);
   const int64_t width = wout_.size(0);

@@ -605,7 +605,8 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
   // nets (their activations recomputed), into per-thread gradients summed in thread order.
   const int64_t nthreads = at::get_num_threads();
   // Without resnet_dt on the last embedding layer, its tanh and d/ds follow from G and G' by a
-  // subtraction (layer_from_output), exact to rounding; with it they are recomputed.
+  // subtraction (layer_from_output), to within half an ulp of G and G'; with it they are
+  // recomputed.
   const int64_t nlayers = int64_t(emb_layers.size());
   const bool derive_last = !emb_layers.back().idt;
   std::vector<std::vector<EmbGrad<R>>> acc(static_cast<size_t>(nthreads));
