@@ -34,7 +34,8 @@ class ShmAllReduce {
   void unlink();
 
   /// Whether every rank's process is visible from this one (same PID namespace, compared by
-  /// the inode of /proc/self/ns/pid), which the detection of an ended rank needs. Call after every rank has constructed.
+  /// the inode of /proc/self/ns/pid), which the detection of an ended rank needs. Call after
+  /// every rank has constructed.
   bool peers_visible() const;
 
   /// Marks the segment failed: the other ranks' waits end at once with an error (this rank is
