@@ -43,13 +43,6 @@ void scatter(const R* src, const int64_t* index, int64_t n, int64_t width, R* ds
   });
 }
 
-/// out[p, h in + o] += x[p, o] for the copies h < skip (skip(x) of the layer rule).
-template <typename R>
-void add_skip(const R* x, int skip, int64_t n, int64_t in, int64_t out, R* dst) {
-  for (int64_t p = 0; p < n; ++p)
-    for (int64_t h = 0; h < skip; ++h)
-      for (int64_t o = 0; o < in; ++o) dst[p * out + h * in + o] += x[p * in + o];
-}
 
 }  // namespace
 
@@ -113,7 +106,7 @@ void FittingAdjoint<R>::forward(const Params& params, const R* x, const int64_t*
       R* xp = xo + p * out;
       for (int64_t o = 0; o < out; ++o) xp[o] = idt ? yp[o] * idt[o] : yp[o];
     }
-    if (L.skip != Layer::kNone) add_skip(xin, L.skip == Layer::kDouble ? 2 : 1, n, in, out, xo);
+    add_skip(xin, skip_copies(L), n, in, out, xo);
   }
   // E = x_L wout + bout; dE/dx_L = wout.
   R* gl = g_[size_t(nl)].data();
@@ -139,7 +132,7 @@ void FittingAdjoint<R>::forward(const Params& params, const R* x, const int64_t*
       }
     R* g = g_[size_t(l)].data();
     gemm<R>(false, true, n, in, out, R(1), cc, out, w_[size_t(l)].data_ptr<R>(), out, R(0), g, in);
-    if (L.skip != Layer::kNone) add_skip_adjoint(g, gn, L.skip == Layer::kDouble ? 2 : 1, n, in, out);
+    add_skip_adjoint(g, gn, skip_copies(L), n, in, out);
   }
   scatter(g_[0].data(), index, n, in0, dedx);
 }
@@ -181,7 +174,7 @@ void FittingAdjoint<R>::backward(const R* gbar, const R* ebar, R* xbar_out) {
           cb[q + o] = R(-2) * cb[q + o] * gn[q + o] * y[q + o];
         }
       }
-    if (L.skip != Layer::kNone) add_skip(gb, L.skip == Layer::kDouble ? 2 : 1, n, in, out, next);
+    add_skip(gb, skip_copies(L), n, in, out, next);
     gb = next;
   }
   // dE/dx_L = wout: dL/dwout gets sum_p dL/d(dE/dx_L) and x_L^T dL/dE; dL/dx_L = dL/dE wout.
@@ -223,7 +216,7 @@ void FittingAdjoint<R>::backward(const R* gbar, const R* ebar, R* xbar_out) {
       }
     R* xn = xnext_.data();
     gemm<R>(false, true, n, in, out, R(1), zb, out, w_[size_t(l)].data_ptr<R>(), out, R(0), xn, in);
-    if (L.skip != Layer::kNone) add_skip_adjoint(xn, xbar, L.skip == Layer::kDouble ? 2 : 1, n, in, out);
+    add_skip_adjoint(xn, xbar, skip_copies(L), n, in, out);
     std::swap(xbar_, xnext_);
     xbar = xbar_.data();
   }

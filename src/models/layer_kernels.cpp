@@ -64,6 +64,14 @@ MLIP_INLINE void activation_impl(R* y, const R* b, R* tz, const R* idt, const R*
 }
 
 template <typename R>
+MLIP_INLINE void skip_impl(const R* __restrict__ x, int skip, int64_t rows, int64_t in, int64_t out,
+                           R* __restrict__ dst) {
+  for (int64_t p = 0; p < rows; ++p)
+    for (int64_t h = 0; h < skip; ++h)
+      for (int64_t o = 0; o < in; ++o) dst[p * out + h * in + o] += x[p * in + o];
+}
+
+template <typename R>
 MLIP_INLINE void skip_adjoint_impl(R* __restrict__ xn, const R* __restrict__ xb, int skip, int64_t rows, int64_t in,
                               int64_t out) {
   for (int64_t p = 0; p < rows; ++p)
@@ -142,6 +150,13 @@ MLIP_CLONES void layer_from_output(const double* g, const double* gt, const doub
 MLIP_CLONES void layer_from_output(const float* g, const float* gt, const float* vi, const float* ti, int skip,
                                    int64_t q, int64_t in, int64_t out, float* y, float* u) {
   from_output_impl(g, gt, vi, ti, skip, q, in, out, y, u);
+}
+
+MLIP_CLONES void add_skip(const double* x, int skip, int64_t rows, int64_t in, int64_t out, double* dst) {
+  skip_impl(x, skip, rows, in, out, dst);
+}
+MLIP_CLONES void add_skip(const float* x, int skip, int64_t rows, int64_t in, int64_t out, float* dst) {
+  skip_impl(x, skip, rows, in, out, dst);
 }
 
 MLIP_CLONES void add_skip_adjoint(double* xn, const double* xb, int skip, int64_t rows, int64_t in, int64_t out) {

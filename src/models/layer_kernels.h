@@ -27,6 +27,11 @@ void layer_from_output(const double* g, const double* gt, const double* vi, cons
 void layer_from_output(const float* g, const float* gt, const float* vi, const float* ti, int skip, int64_t q,
                        int64_t in, int64_t out, float* y, float* u);
 
+/// skip(x): dst[p, h in + o] += x[p, o] for the copies h < skip, p < rows, o < in
+/// (dst [rows, out]).
+void add_skip(const double* x, int skip, int64_t rows, int64_t in, int64_t out, double* dst);
+void add_skip(const float* x, int skip, int64_t rows, int64_t in, int64_t out, float* dst);
+
 /// The adjoint of skip: xn[p, o] += sum over the copies h < skip of xb[p, h in + o], for
 /// p < rows, o < in (xb [rows, out]).
 void add_skip_adjoint(double* xn, const double* xb, int skip, int64_t rows, int64_t in, int64_t out);

@@ -13,6 +13,11 @@ struct Layer {
   bool idt;
 };
 
+/// How many copies of x skip(x) holds: 0 (no skip), 1 (same width) or 2 (concat(x, x)).
+inline int skip_copies(const Layer& layer) {
+  return layer.skip == Layer::kNone ? 0 : layer.skip == Layer::kSame ? 1 : 2;
+}
+
 /// The layers of a stack of widths [w_0, w_1, ...] (w_0 = input width).
 inline std::vector<Layer> layers_of(const std::vector<int64_t>& widths, bool resnet_dt) {
   std::vector<Layer> layers;

@@ -170,8 +170,8 @@ void block_forward(const EmbNet<R>& net, const R* s, int64_t stride, int64_t q, 
     gemm<R>(false, false, 2 * q, out, in, R(1), x, in, net.w[l], out, R(0), z.data(), out);
     R* vo = last ? g_out : blk.x[l + 1].data();
     R* to = last ? gt_out : blk.x[l + 1].data() + q * out;
-    const int skip = L.skip == Layer::kNone ? 0 : L.skip == Layer::kSame ? 1 : 2;
-    layer_activation(z.data(), net.b[l], z.data() + q * out, net.idt[l], x, x + q * in, skip, q, in, out, vo, to);
+    layer_activation(z.data(), net.b[l], z.data() + q * out, net.idt[l], x, x + q * in, skip_copies(L), q, in, out,
+                     vo, to);
   }
 }
 
@@ -196,7 +196,7 @@ void block_reverse(const EmbNet<R>& net, Block<R>& blk, int64_t q, EmbGrad<R>& a
     grow(blk.xbar_next, 2 * q * in);
     R* xn = blk.xbar_next.data();
     gemm<R>(false, true, 2 * q, in, out, R(1), zb, out, net.w[size_t(l)], out, R(0), xn, in);
-    if (L.skip != Layer::kNone) add_skip_adjoint(xn, xb, L.skip == Layer::kDouble ? 2 : 1, 2 * q, in, out);
+    add_skip_adjoint(xn, xb, skip_copies(L), 2 * q, in, out);
     std::swap(blk.xbar, blk.xbar_next);
   }
 }
@@ -633,8 +633,7 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
           R* z = blk.z[size_t(nlayers - 1)].data();
           const R* x = blk.x[size_t(nlayers - 1)].data();
           layer_from_output(s.g.data_ptr<R>() + p0 * m, s.gt.data_ptr<R>() + p0 * m, x, x + q * L.in,
-                            L.skip == Layer::kNone ? 0 : L.skip == Layer::kSame ? 1 : 2, q, L.in, L.out, z,
-                            z + q * L.out);
+                            skip_copies(L), q, L.in, L.out, z, z + q * L.out);
         } else {
           block_forward(nets[size_t(g)], rh + p0 * 4, 4, q, blk);
         }
