@@ -4,16 +4,19 @@
 # median ms/step over steps 100-600 (with the 10th and 90th percentiles) and the peak memory,
 # for float64 and float32.
 #
-# usage: bench/train_step_bench.sh [--threads N] [--steps N] [--build-dir DIR]
+# usage: bench/train_step_bench.sh [--threads N] [--steps N] [--ema-decay D] [--build-dir DIR]
+#   --ema-decay D: training.ema_decay (default 0.99, whose update is fused into Adam's pass; 0: off)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="$ROOT/build"
 THREADS=2
 STEPS=600
+EMA=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) THREADS="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
+    --ema-decay) EMA="$2"; shift 2 ;;
     --build-dir) BUILD_DIR="$2"; shift 2 ;;
     *) echo "train_step_bench.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -36,7 +39,7 @@ for dt in (np.float64, np.float32):
     print("# machine check: GEMM [192 x 1600] x [1600 x 240] %s: %.0f GFLOP/s" % (np.dtype(dt).name, gf))
 PY
 fi
-printf "# se_e2_a water (192 atoms), batch 1, %s threads, steps 100-%s\n" "$THREADS" "$STEPS"
+printf "# se_e2_a water (192 atoms), batch 1, %s threads, steps 100-%s, ema_decay %s\n" "$THREADS" "$STEPS" "${EMA:-0.99 (default)}"
 printf "# %-8s %10s %10s %10s %12s\n" precision median_ms p10_ms p90_ms peak_MB
 for precision in float64 float32; do
   sed -e "s#systems: \[data/train\]#systems: [$DATA/data_0, $DATA/data_1, $DATA/data_2]#" \
@@ -44,6 +47,7 @@ for precision in float64 float32; do
       -e "s/batch_size: auto/batch_size: 1/" -e "s/precision: float64/precision: $precision/" \
       -e "s/numb_steps: 1000000/numb_steps: $STEPS/" -e "s/disp_freq: 100/disp_freq: $STEPS/" \
       -e "s/save_freq: 1000/save_freq: $STEPS/" "$ROOT/examples/water/input.yaml" > "$WORK/input.yaml"
+  if [ -n "$EMA" ]; then echo "  ema_decay: $EMA" >> "$WORK/input.yaml"; fi
   OMP_NUM_THREADS="$THREADS" /usr/bin/time -f "%M" -o "$WORK/rss" \
     "$BUILD_DIR/bin/mlip" train "$WORK/input.yaml" -o "$WORK/run-$precision" --step-times "$WORK/times-$precision" \
     > "$WORK/log-$precision" 2>&1 || { cat "$WORK/log-$precision"; exit 1; }

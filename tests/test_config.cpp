@@ -278,6 +278,7 @@ TEST(TrainConfig, DefaultsWhenOptionalKeysAreAbsent) {
   EXPECT_EQ(c.save_freq, 1000);
   EXPECT_EQ(c.save_ckpt, "model.ckpt");
   EXPECT_EQ(c.max_ckpt_keep, 5);
+  EXPECT_DOUBLE_EQ(c.ema_decay, 0.99);
   EXPECT_EQ(c.input_path, "");
   EXPECT_EQ(c.input_dir, "/work/in");
   EXPECT_EQ(c.input_text, kMinimal);
@@ -545,6 +546,18 @@ TEST(TrainConfigErrors, StringWhereANumberIsExpected) {
             "input.yaml: model.descriptor.rcut: expected a positive number, got .nan");
   EXPECT_EQ(parse_error("loss: {start_pref_f: -1}\n" + std::string(kMinimal)),
             "input.yaml: loss.start_pref_f: expected a non-negative number, got -1");
+}
+
+TEST(TrainConfig, EmaDecayIsANumberInZeroToOne) {
+  EXPECT_DOUBLE_EQ(parse(edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n  ema_decay: 0.999\n")).ema_decay, 0.999);
+  EXPECT_DOUBLE_EQ(parse(edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n  ema_decay: 0\n")).ema_decay, 0.0);
+  for (const char* bad : {"1", "1.5", "-0.1", "yes", "\"0.9\""})
+    EXPECT_EQ(parse_error(edit(kMinimal, "  numb_steps: 100\n", std::string("  numb_steps: 100\n  ema_decay: ") + bad + "\n")),
+              std::string("input.yaml: training.ema_decay: expected ") +
+                  (std::string(bad) == "yes" || bad[0] == '"' ? "a number, got " + std::string(bad)
+                                                              : "a number in [0, 1) (0 turns the moving average off), got " +
+                                                                    std::string(bad)))
+        << bad;
 }
 
 TEST(TrainConfigErrors, IntegersMustBeWrittenAsIntegers) {

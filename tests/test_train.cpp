@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
+#include <torch/serialize.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -179,6 +181,76 @@ TEST_F(TrainTest, RestartContinuesExactly) {
     EXPECT_TRUE(torch::equal(a[k], b[k])) << "parameter " << k << " differs by " << (a[k] - b[k]).abs().max().item<double>();
 }
 
+/// The raw weights a checkpoint holds beside the averaged ones (extra file "weights").
+std::vector<torch::Tensor> raw_weights_of(const std::string& path) {
+  torch::jit::ExtraFilesMap extra{{"weights", ""}};
+  torch::jit::load(path, torch::kCPU, extra);
+  std::vector<torch::Tensor> out;
+  std::istringstream in(extra["weights"]);
+  torch::load(out, in);
+  return out;
+}
+
+TEST_F(TrainTest, MovingAverageLeavesTheTrajectoryAndCheckpointsHoldTheAverage) {
+  // The same run without (ema_decay 0) and with the moving average, a checkpoint every step.
+  const std::string text = std::regex_replace(
+      std::regex_replace(input_yaml(12), std::regex("save_freq: 10"), "save_freq: 1"), std::regex("max_ckpt_keep: 2"),
+      "max_ckpt_keep: 100");
+  write_text(dir_ / "raw.yaml", text + "  ema_decay: 0\n");
+  write_text(dir_ / "avg.yaml", text + "  ema_decay: 0.8\n");
+  auto r = mlip("train raw.yaml -o raw");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("moving average"), std::string::npos) << r.out;
+  auto a = mlip("train avg.yaml -o avg");
+  ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
+  EXPECT_NE(a.out.find("weights: moving average with ema_decay 0.8"), std::string::npos) << a.out;
+  std::vector<torch::Tensor> previous;
+  for (int s = 1; s <= 12; ++s) {
+    const std::string name = "/model.ckpt-" + std::to_string(s) + ".pt";
+    const auto w = parameters_of(dir_ / ("raw" + name));
+    const auto raw = raw_weights_of(dir_ / ("avg" + name));
+    const auto avg = parameters_of(dir_ / ("avg" + name));
+    ASSERT_EQ(raw.size(), w.size());
+    ASSERT_EQ(avg.size(), w.size());
+    // The optimiser's trajectory is the same with and without the average.
+    for (size_t k = 0; k < w.size(); ++k) EXPECT_TRUE(torch::equal(raw[k], w[k])) << "step " << s << " param " << k;
+    // The module's parameters follow a_s = d_s a_(s-1) + (1 - d_s) w_s, d_s = min(0.8, (1+s)/(10+s)).
+    if (s > 1) {
+      const double d = std::min(0.8, (1.0 + s) / (10.0 + s));
+      double err = 0, moved = 0;
+      for (size_t k = 0; k < w.size(); ++k) {
+        err = std::max(err, (avg[k] - (d * previous[k] + (1 - d) * w[k])).abs().max().item<double>());
+        moved = std::max(moved, (avg[k] - w[k]).abs().max().item<double>());
+      }
+      EXPECT_LT(err, 1e-13) << "step " << s;
+      EXPECT_GT(moved, 1e-6) << "step " << s << ": the average should lag behind the weights";
+    }
+    previous = avg;
+  }
+  // Training columns are the same; the validation columns evaluate the average, so they differ.
+  auto columns = [](const std::string& lcurve, std::vector<int> cols) {
+    std::istringstream lines(lcurve);
+    std::string out;
+    for (std::string line; std::getline(lines, line);) {
+      if (line[0] == '#') continue;
+      std::istringstream ls(line);
+      std::vector<std::string> v{std::istream_iterator<std::string>(ls), std::istream_iterator<std::string>()};
+      for (int c : cols) out += v[size_t(c)] + " ";
+      out += "\n";
+    }
+    return out;
+  };
+  const std::string lr = read("raw/lcurve.out"), la = read("avg/lcurve.out");
+  EXPECT_EQ(columns(lr, {0, 2, 4, 6, 7}), columns(la, {0, 2, 4, 6, 7}));
+  EXPECT_NE(columns(lr, {5}), columns(la, {5}));
+  // `mlip test` of a checkpoint evaluates the average: its force RMSE is the one of a model
+  // with the averaged parameters, which differs from that of the raw weights.
+  auto t_avg = mlip("test -m avg/model.ckpt-12.pt -s data/sys_v");
+  auto t_raw = mlip("test -m raw/model.ckpt-12.pt -s data/sys_v");
+  ASSERT_EQ(t_avg.exit_code, 0) << t_avg.err;
+  EXPECT_NE(t_avg.out.substr(t_avg.out.find("Force  RMSE")), t_raw.out.substr(t_raw.out.find("Force  RMSE")));
+}
+
 TEST_F(TrainTest, SigintSavesACheckpointAndExits130) {
   write_text(dir_ / "input.yaml", input_yaml(100000));
   // Start in the background, wait for the first lcurve line, then Ctrl-C.
@@ -223,6 +295,9 @@ TEST_F(TrainTest, InitModelFreezeAndTest) {
   EXPECT_EQ(extra["units"], "eV Angstrom");
   EXPECT_NE(extra["config"].find("numb_steps: 10"), std::string::npos);
   EXPECT_TRUE(extra["optimizer"].empty()) << "training state must not be frozen";
+  torch::jit::ExtraFilesMap raw{{"weights", ""}};
+  torch::jit::load(dir_ / "frozen.pt", torch::kCPU, raw);
+  EXPECT_TRUE(raw["weights"].empty()) << "the raw weights are training state";
 
   auto t1 = mlip("test -m frozen.pt -s data/sys_v -d detail_frozen");
   auto t2 = mlip("test -m second/model.ckpt-10.pt -s data/sys_v -d detail_ckpt");

@@ -4,17 +4,21 @@
 #include <c10/util/string_utils.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "error.h"
 
 namespace mlip::train {
 namespace {
 
+/// The Adam update of one parameter; with `avg`, also the moving average's update
+/// avg <- avg + avg_weight (p - avg) from the new p (Ema's formula, while p is in a register).
 template <typename Real>
 void update(Real* p, const Real* g, Real* m, Real* v, int64_t n, double beta1, double beta2, double weight_decay,
-            double step_size, double inv_sqrt_bc2, double eps) {
+            double step_size, double inv_sqrt_bc2, double eps, Real* avg, double avg_weight) {
   const Real b1 = Real(beta1), b2 = Real(beta2), c1 = Real(1 - beta1), c2 = Real(1 - beta2), wd = Real(weight_decay);
-  const Real ss = Real(step_size), isb = Real(inv_sqrt_bc2), e = Real(eps);
+  const Real ss = Real(step_size), isb = Real(inv_sqrt_bc2), e = Real(eps), aw = Real(avg_weight);
   at::parallel_for(0, n, 16384, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const Real gk = wd != Real(0) ? g[k] + wd * p[k] : g[k];
@@ -22,19 +26,47 @@ void update(Real* p, const Real* g, Real* m, Real* v, int64_t n, double beta1, d
       v[k] = b2 * v[k] + c2 * gk * gk;
       p[k] -= ss * m[k] / (std::sqrt(v[k]) * isb + e);
     }
+    if (avg != nullptr)
+      for (int64_t k = k0; k < k1; ++k) avg[k] += aw * (p[k] - avg[k]);
   });
+}
+
+/// The moving average of each of the optimiser's parameters, in their order (checked up front,
+/// so that a mismatch fails before anything is updated).
+std::vector<at::Tensor> averages_in_order(torch::optim::Adam& optimizer, const Ema& ema) {
+  std::vector<at::Tensor> out;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params()) {
+      const auto& ps = ema.params();
+      size_t k = 0;
+      while (k < ps.size() && ps[k].unsafeGetTensorImpl() != p.unsafeGetTensorImpl()) ++k;
+      if (k == ps.size()) throw Error("adam_step: a parameter of the optimiser has no moving average");
+      out.push_back(ema.averages()[k]);
+    }
+  if (out.size() != ema.params().size())
+    throw Error("adam_step: the optimiser has " + std::to_string(out.size()) + " parameters, the moving average " +
+                std::to_string(ema.params().size()));
+  return out;
 }
 
 }  // namespace
 
-void adam_step(torch::optim::Adam& optimizer) {
+void adam_step(torch::optim::Adam& optimizer, Ema* ema) {
   torch::NoGradGuard no_grad;
+  const double avg_weight = ema != nullptr ? 1 - ema->next_decay() : 0.0;
+  const std::vector<at::Tensor> averages = ema != nullptr ? averages_in_order(optimizer, *ema) : std::vector<at::Tensor>{};
+  size_t index = 0;
   for (auto& group : optimizer.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     if (o.amsgrad()) throw Error("adam_step: amsgrad is not supported");
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
+      const at::Tensor avg = ema != nullptr ? averages[index] : at::Tensor();
+      ++index;
+      if (!p.grad().defined()) {  // Adam leaves it; its average still moves towards it
+        if (avg.defined()) avg.add_(p.detach() - avg, avg_weight);
+        continue;
+      }
       // The state key of torch::optim::Adam.
       const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
       auto& states = optimizer.state();
@@ -55,15 +87,16 @@ void adam_step(torch::optim::Adam& optimizer) {
       if (p.scalar_type() == at::kDouble)
         update<double>(p.data_ptr<double>(), grad.data_ptr<double>(), st.exp_avg().data_ptr<double>(),
                        st.exp_avg_sq().data_ptr<double>(), p.numel(), beta1, beta2, o.weight_decay(), o.lr() / bc1,
-                       1 / std::sqrt(bc2), o.eps());
+                       1 / std::sqrt(bc2), o.eps(), avg.defined() ? avg.data_ptr<double>() : nullptr, avg_weight);
       else if (p.scalar_type() == at::kFloat)
         update<float>(p.data_ptr<float>(), grad.data_ptr<float>(), st.exp_avg().data_ptr<float>(),
                       st.exp_avg_sq().data_ptr<float>(), p.numel(), beta1, beta2, o.weight_decay(), o.lr() / bc1,
-                      1 / std::sqrt(bc2), o.eps());
+                      1 / std::sqrt(bc2), o.eps(), avg.defined() ? avg.data_ptr<float>() : nullptr, avg_weight);
       else
         throw Error("adam_step: float32 or float64 parameters expected");
     }
   }
+  if (ema != nullptr) ema->advance();
 }
 
 }  // namespace mlip::train

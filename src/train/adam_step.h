@@ -2,6 +2,8 @@
 
 #include <torch/optim/adam.h>
 
+#include "train/ema.h"
+
 namespace mlip::train {
 
 /// One step of `optimizer`, with the update of torch::optim::Adam (same formula, same state
@@ -9,6 +11,8 @@ namespace mlip::train {
 /// single parallel pass over each parameter instead of LibTorch's seven tensor operations:
 /// memory-bound on the ~10^6 fitting-net parameters, it is the part of a training step that
 /// does not shrink with the model's arithmetic. float32 and float64 parameters; no amsgrad.
-void adam_step(torch::optim::Adam& optimizer);
+/// With `ema`, the moving average's update (Ema::update) is fused into the same pass: `ema`
+/// must average exactly the optimiser's parameters.
+void adam_step(torch::optim::Adam& optimizer, Ema* ema = nullptr);
 
 }  // namespace mlip::train

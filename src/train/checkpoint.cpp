@@ -17,7 +17,8 @@ namespace {
 
 const char* kMetadataKeys[] = {"r_max", "type_names", "num_types", "model_dtype", "model_type",
                                "mlip_version", "config", "units"};
-const char* kTrainingKeys[] = {"step", "sampler", "val_sampler", "optimizer", "mlip_checkpoint", "world_size"};
+const char* kTrainingKeys[] = {"step",       "sampler",  "val_sampler", "optimizer", "mlip_checkpoint",
+                               "world_size", "weights", "ema_updates"};
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);

@@ -640,6 +640,10 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
   c.save_freq = t.integer("save_freq", c.save_freq);
   c.save_ckpt = t.text("save_ckpt", c.save_ckpt);
   c.max_ckpt_keep = t.integer("max_ckpt_keep", c.max_ckpt_keep);
+  c.ema_decay = t.number("ema_decay", c.ema_decay);
+  if (c.ema_decay < 0 || c.ema_decay >= 1) {
+    expected(t.path_of("ema_decay"), "a number in [0, 1) (0 turns the moving average off)", t.get("ema_decay"));
+  }
   t.flag("disp_training", true);
   t.flag("time_training", true);
   t.only_default("profiling", "false", is_false);
@@ -675,7 +679,7 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
             c);
   read_training(top.section("training",
                             {"training_data", "validation_data", "numb_steps", "seed", "disp_file",
-                             "disp_freq", "save_freq", "save_ckpt", "max_ckpt_keep",
+                             "disp_freq", "save_freq", "save_ckpt", "max_ckpt_keep", "ema_decay",
                              "disp_training", "time_training", "profiling", "tensorboard"},
                             {"stop_batch"}),
                 input_dir, c);

@@ -100,6 +100,9 @@ struct TrainConfig {
   int64_t save_freq = 1000;
   std::string save_ckpt = "model.ckpt";
   int64_t max_ckpt_keep = 5;
+  /// Decay of the moving average of the weights (train/ema.h) that validation, checkpoints
+  /// and frozen models use; 0 turns it off (the raw weights are used, as DeePMD-kit does).
+  double ema_decay = 0.99;
   // provenance
   std::string input_path;  ///< the file read ("" for parse_train_config without one)
   std::string input_dir;   ///< its folder: relative system paths are taken from here

@@ -31,6 +31,7 @@
 #include "models/se_e2_a_training.h"
 #include "train/adam_step.h"
 #include "train/checkpoint.h"
+#include "train/ema.h"
 #include "train/sampler.h"
 #include "version.h"
 
@@ -146,6 +147,22 @@ struct Prefactors {
   double e, f, v;
 };
 
+/// While alive, the parameters hold the moving average's values (nothing happens without one).
+class AveragedWeights {
+ public:
+  explicit AveragedWeights(Ema* ema) : ema_(ema) {
+    if (ema_ != nullptr) ema_->swap();
+  }
+  ~AveragedWeights() {
+    if (ema_ != nullptr) ema_->swap();
+  }
+  AveragedWeights(const AveragedWeights&) = delete;
+  AveragedWeights& operator=(const AveragedWeights&) = delete;
+
+ private:
+  Ema* ema_;
+};
+
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options) : config_(config), options_(options) {}
@@ -175,6 +192,7 @@ class Trainer {
   models::PackedEnv batch_;                        // the current batch when it has several frames
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
+  std::unique_ptr<Ema> ema_;  // the moving average of the weights (null when ema_decay is 0)
   std::unique_ptr<SystemSampler> sampler_, val_sampler_;
   int64_t start_step_ = 0;
   ExtraFiles metadata_;
@@ -485,7 +503,18 @@ void Trainer::save_checkpoint(int64_t step) {
   torch::save(*optimizer_, opt);
   extra["optimizer"] = opt.str();
   const std::string path = ckpt_path(step);
-  save_module_atomically(model_, extra, path);
+  if (ema_) {
+    // The module's parameters are the averaged weights (what test, freeze and --init-model
+    // use); the raw ones the optimiser steps travel beside them for --restart.
+    std::ostringstream raw;
+    torch::save(params_, raw);
+    extra["weights"] = raw.str();
+    extra["ema_updates"] = std::to_string(ema_->updates());
+  }
+  {
+    AveragedWeights averaged(ema_.get());
+    save_module_atomically(model_, extra, path);
+  }
   const fs::path dir = options_.output_dir;
   write_file_atomically((dir / "checkpoint").string(), fs::path(path).filename().string() + "\n");
   // <save_ckpt>.pt: a link to the newest checkpoint (replaced atomically).
@@ -540,6 +569,26 @@ void Trainer::restore(const std::string& given, bool full) {
   if (!full) return;
   if (extra.count("step") == 0) throw Error(path + ": a frozen model, not a checkpoint: --restart needs a checkpoint");
   start_step_ = std::stoll(extra["step"]);
+  // A checkpoint with a moving average holds it as the module's parameters and the raw weights
+  // under "weights"; one without holds the raw weights only (the average starts from them).
+  if (extra.count("weights")) {
+    std::vector<torch::Tensor> raw;
+    std::istringstream in(extra["weights"]);
+    torch::load(raw, in);
+    if (raw.size() != params_.size())
+      throw Error(path + ": " + std::to_string(raw.size()) + " raw weight tensors, the input's model has " +
+                  std::to_string(params_.size()));
+    if (ema_) ema_->reset(extra.count("ema_updates") ? std::stoll(extra["ema_updates"]) : 0);
+    torch::NoGradGuard guard;
+    for (size_t k = 0; k < raw.size(); ++k) {
+      if (raw[k].sizes() != params_[k].sizes())
+        throw Error(path + ": raw weight " + std::to_string(k) + " has shape " + c10::str(raw[k].sizes()) +
+                    ", the input's model has " + c10::str(params_[k].sizes()));
+      params_[k].detach().copy_(raw[k]);
+    }
+  } else if (ema_) {
+    ema_->reset(0);
+  }
   std::istringstream opt(extra["optimizer"]);
   torch::load(*optimizer_, opt);
   const std::string ranks = extra.count("world_size") ? extra["world_size"] : "1";
@@ -654,6 +703,7 @@ int Trainer::run() {
   for (const auto& p : model_.parameters()) params_.push_back(p);
   optimizer_ = std::make_unique<torch::optim::Adam>(
       params_, torch::optim::AdamOptions(c.learning_rate.at(0)).betas({0.9, 0.999}).weight_decay(0.0));
+  if (c.ema_decay > 0) ema_ = std::make_unique<Ema>(params_, c.ema_decay);
   if (!options_.restart.empty()) restore(options_.restart, true);
   else if (!options_.init_model.empty()) restore(options_.init_model, false);
   else if (root()) compute_statistics();
@@ -672,6 +722,8 @@ int Trainer::run() {
     dist::broadcast_tensors(*comm_, state);
     for (size_t k = 0; k < scalars.size(); ++k) model_.setattr(scalars[k], values[int64_t(k)].item<double>());
   }
+  // The average starts from the start weights (a --restart brought its own).
+  if (ema_ && options_.restart.empty()) ema_->reset(0);
   ddp_ = std::make_unique<dist::SimpleDDP>(params_, *comm_);
 
   int64_t nparams = 0;
@@ -687,6 +739,9 @@ int Trainer::run() {
     std::cout << "]";
   }
   std::cout << ", " << nparams << " parameters; " << at::get_num_threads() << " thread(s)\n";
+  if (ema_)
+    std::cout << "weights: moving average with ema_decay " << c.ema_decay
+              << " for validation, checkpoints and frozen models (training.ema_decay: 0 uses the raw weights)\n";
 
   // lcurve.out: a new file with its header, or appended to on --restart.
   const fs::path lcurve_path = fs::path(options_.output_dir) / c.disp_file;
@@ -750,14 +805,18 @@ int Trainer::run() {
     trn.loss = extras[0], trn.e2_per_atom2 = extras[1], trn.f2 = extras[2], trn.v2_per_atom2 = extras[3];
     trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
     const bool stop = extras[4] > 0;
-    adam_step(*optimizer_);
+    adam_step(*optimizer_, ema_.get());
     step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (!options_.step_times.empty())
       step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     ++step;
     last_loss = trn.rmse();
     if (step == 1 || step % c.disp_freq == 0 || step == c.numb_steps) {
-      const ErrorSums val = has_val ? validate(pref) : ErrorSums{};
+      ErrorSums val;
+      if (has_val) {
+        AveragedWeights averaged(ema_.get());
+        val = validate(pref);
+      }
       char line[512];
       std::string text;
       std::snprintf(line, sizeof(line), "%7ld", long(step));

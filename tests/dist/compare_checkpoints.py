@@ -1,20 +1,33 @@
-"""usage: compare_checkpoints.py a.pt b.pt tol -- max over tensors of max|a-b| / max|b|."""
+"""usage: compare_checkpoints.py a.pt b.pt tol -- max over tensors of max|a-b| / max|b|.
+
+The tensors: the module's parameters (the moving average of the weights when training keeps
+one), buffers and statistics, and the raw weights the checkpoint keeps for --restart (extra
+file "weights"), when both have them."""
+import io
 import sys
 
 import torch
 
-a, b = torch.jit.load(sys.argv[1]), torch.jit.load(sys.argv[2])
+extra_a, extra_b = {"weights": ""}, {"weights": ""}
+a = torch.jit.load(sys.argv[1], _extra_files=extra_a)
+b = torch.jit.load(sys.argv[2], _extra_files=extra_b)
 tol = float(sys.argv[3])
 ta = {**dict(a.named_parameters()), **dict(a.named_buffers())}
 tb = {**dict(b.named_parameters()), **dict(b.named_buffers())}
 for name in ("davg", "dstd", "bias"):
     if hasattr(a, name):
         ta[name], tb[name] = getattr(a, name), getattr(b, name)
+assert bool(extra_a["weights"]) == bool(extra_b["weights"]), "only one checkpoint holds raw weights"
+if extra_a["weights"]:
+    for prefix, extra, t in (("raw.", extra_a, ta), ("raw.", extra_b, tb)):
+        for k, v in torch.jit.load(io.BytesIO(extra["weights"])).named_parameters():
+            t[prefix + k] = v
 assert ta.keys() == tb.keys(), (sorted(ta), sorted(tb))
 worst, where = 0.0, ""
 for k in ta:
     d = ((ta[k] - tb[k]).abs().max() / tb[k].abs().max().clamp_min(1e-300)).item()
     if d > worst:
         worst, where = d, k
-print(f"max relative difference {worst:.3e} ({where}) over {len(ta)} tensors; tolerance {tol:g}")
+raw = sum(k.startswith("raw.") for k in ta)
+print(f"max relative difference {worst:.3e} ({where}) over {len(ta)} tensors ({raw} raw weights); tolerance {tol:g}")
 sys.exit(0 if worst <= tol else 1)
