@@ -251,6 +251,30 @@ TEST_F(TrainTest, MovingAverageLeavesTheTrajectoryAndCheckpointsHoldTheAverage) 
   EXPECT_NE(t_avg.out.substr(t_avg.out.find("Force  RMSE")), t_raw.out.substr(t_raw.out.find("Force  RMSE")));
 }
 
+TEST_F(TrainTest, RestartAcrossEmaSettingsKeepsTheTrajectory) {
+  // Adam's trajectory does not depend on the average: a run restarted with the average turned
+  // off (or on) at step 10 reaches the raw weights of a run that never had one.
+  write_text(dir_ / "raw.yaml", input_yaml(20) + "  ema_decay: 0\n");
+  write_text(dir_ / "avg.yaml", input_yaml(20) + "  ema_decay: 0.9\n");
+  ASSERT_EQ(mlip("train raw.yaml -o raw").exit_code, 0);
+  ASSERT_EQ(mlip("train avg.yaml -o avg").exit_code, 0);
+  auto off = mlip("train raw.yaml -o off --restart avg/model.ckpt-10.pt");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_NE(off.out.find("moving average of the weights in avg/model.ckpt-10.pt is dropped"), std::string::npos) << off.out;
+  auto on = mlip("train avg.yaml -o on --restart raw/model.ckpt-10.pt");
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_NE(on.out.find("has no moving average of the weights"), std::string::npos) << on.out;
+  const auto w = parameters_of(dir_ / "raw/model.ckpt-20.pt");
+  const auto w_off = parameters_of(dir_ / "off/model.ckpt-20.pt");
+  const auto w_on = raw_weights_of(dir_ / "on/model.ckpt-20.pt");
+  ASSERT_EQ(w_off.size(), w.size());
+  ASSERT_EQ(w_on.size(), w.size());
+  for (size_t k = 0; k < w.size(); ++k) {
+    EXPECT_TRUE(torch::equal(w_off[k], w[k])) << "param " << k;
+    EXPECT_TRUE(torch::equal(w_on[k], w[k])) << "param " << k;
+  }
+}
+
 TEST_F(TrainTest, SigintSavesACheckpointAndExits130) {
   write_text(dir_ / "input.yaml", input_yaml(100000));
   // Start in the background, wait for the first lcurve line, then Ctrl-C.

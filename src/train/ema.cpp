@@ -32,12 +32,18 @@ void Ema::update() {
   ++updates_;
 }
 
-void Ema::swap() {
-  at::NoGradGuard no_grad;
+void Ema::swap() noexcept {
+  // Element by element on the raw storage (both contiguous, same dtype and size: checked in
+  // the constructor and kept by reset()).
   for (size_t k = 0; k < params_.size(); ++k) {
-    const at::Tensor raw = params_[k].detach().clone();
-    params_[k].detach().copy_(averages_[k]);
-    averages_[k].copy_(raw);
+    const int64_t n = params_[k].numel();
+    if (params_[k].scalar_type() == at::kDouble) {
+      double* p = params_[k].data_ptr<double>();
+      std::swap_ranges(p, p + n, averages_[k].data_ptr<double>());
+    } else {
+      float* p = params_[k].data_ptr<float>();
+      std::swap_ranges(p, p + n, averages_[k].data_ptr<float>());
+    }
   }
 }
 

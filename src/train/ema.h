@@ -34,8 +34,9 @@ class Ema {
   void advance() { ++updates_; }
 
   /// Exchanges the values of the parameters and the averages in place (their storage stays,
-  /// so modules that hold the parameters see the averages): call it twice to undo.
-  void swap();
+  /// so modules that hold the parameters see the averages): call it twice to undo. Allocates
+  /// nothing and cannot fail.
+  void swap() noexcept;
 
   /// The averages start again as copies of the parameters, with `updates` updates counted.
   void reset(int64_t updates = 0);

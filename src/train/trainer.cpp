@@ -572,6 +572,12 @@ void Trainer::restore(const std::string& given, bool full) {
   // A checkpoint with a moving average holds it as the module's parameters and the raw weights
   // under "weights"; one without holds the raw weights only (the average starts from them).
   if (extra.count("weights")) {
+    // The raw weights are stored in the order of the module's parameters: that order must be
+    // the input's model's, name by name.
+    std::vector<std::string> saved, mine;
+    for (const auto& p : loaded.named_parameters(false)) saved.push_back(p.name);
+    for (const auto& p : model_.named_parameters(false)) mine.push_back(p.name);
+    if (saved != mine) throw Error(path + ": its parameters are not those of the input's model, in the same order");
     std::vector<torch::Tensor> raw;
     std::istringstream in(extra["weights"]);
     torch::load(raw, in);
@@ -579,6 +585,9 @@ void Trainer::restore(const std::string& given, bool full) {
       throw Error(path + ": " + std::to_string(raw.size()) + " raw weight tensors, the input's model has " +
                   std::to_string(params_.size()));
     if (ema_) ema_->reset(extra.count("ema_updates") ? std::stoll(extra["ema_updates"]) : 0);
+    else if (root())
+      std::cout << "note: training.ema_decay is 0: the moving average of the weights in " << path
+                << " is dropped, and training continues from the raw weights\n";
     torch::NoGradGuard guard;
     for (size_t k = 0; k < raw.size(); ++k) {
       if (raw[k].sizes() != params_[k].sizes())
@@ -588,6 +597,9 @@ void Trainer::restore(const std::string& given, bool full) {
     }
   } else if (ema_) {
     ema_->reset(0);
+    if (root())
+      std::cout << "note: " << path << " has no moving average of the weights (written with ema_decay 0): "
+                << "the average starts from its weights, with the warm-up of a fresh one\n";
   }
   std::istringstream opt(extra["optimizer"]);
   torch::load(*optimizer_, opt);
