@@ -31,17 +31,17 @@ void update(Real* p, const Real* g, Real* m, Real* v, int64_t n, double beta1, d
   });
 }
 
-/// The moving average of each of the optimiser's parameters, in their order (checked up front,
+/// The index in `ema` of each of the optimiser's parameters, in their order (checked up front,
 /// so that a mismatch fails before anything is updated).
-std::vector<at::Tensor> averages_in_order(torch::optim::Adam& optimizer, const Ema& ema) {
-  std::vector<at::Tensor> out;
+std::vector<size_t> averages_in_order(torch::optim::Adam& optimizer, const Ema& ema) {
+  std::vector<size_t> out;
   for (auto& group : optimizer.param_groups())
     for (auto& p : group.params()) {
       const auto& ps = ema.params();
       size_t k = 0;
       while (k < ps.size() && ps[k].unsafeGetTensorImpl() != p.unsafeGetTensorImpl()) ++k;
       if (k == ps.size()) throw Error("adam_step: a parameter of the optimiser has no moving average");
-      out.push_back(ema.averages()[k]);
+      out.push_back(k);
     }
   if (out.size() != ema.params().size())
     throw Error("adam_step: the optimiser has " + std::to_string(out.size()) + " parameters, the moving average " +
@@ -54,19 +54,19 @@ std::vector<at::Tensor> averages_in_order(torch::optim::Adam& optimizer, const E
 void adam_step(torch::optim::Adam& optimizer, Ema* ema) {
   torch::NoGradGuard no_grad;
   const double avg_weight = ema != nullptr ? 1 - ema->next_decay() : 0.0;
-  const std::vector<at::Tensor> averages = ema != nullptr ? averages_in_order(optimizer, *ema) : std::vector<at::Tensor>{};
+  const std::vector<size_t> order = ema != nullptr ? averages_in_order(optimizer, *ema) : std::vector<size_t>{};
   size_t index = 0;
   for (auto& group : optimizer.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     if (o.amsgrad()) throw Error("adam_step: amsgrad is not supported");
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
-      const at::Tensor avg = ema != nullptr ? averages[index] : at::Tensor();
-      ++index;
+      const size_t k = index++;
       if (!p.grad().defined()) {  // Adam leaves it; its average still moves towards it
-        if (avg.defined()) avg.add_(p.detach() - avg, avg_weight);
+        if (ema != nullptr) ema->update_one(order[k], avg_weight);
         continue;
       }
+      const at::Tensor avg = ema != nullptr ? ema->averages()[order[k]] : at::Tensor();
       // The state key of torch::optim::Adam.
       const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
       auto& states = optimizer.state();

@@ -25,10 +25,14 @@ double Ema::next_decay() const {
   return std::min(decay_, (1 + n) / (10 + n));
 }
 
-void Ema::update() {
+void Ema::update_one(size_t k, double weight) {
   at::NoGradGuard no_grad;
+  averages_[k].add_(params_[k].detach() - averages_[k], weight);
+}
+
+void Ema::update() {
   const double w = 1 - next_decay();
-  for (size_t k = 0; k < params_.size(); ++k) averages_[k].add_(params_[k].detach() - averages_[k], w);
+  for (size_t k = 0; k < params_.size(); ++k) update_one(k, w);
   ++updates_;
 }
 

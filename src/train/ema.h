@@ -30,6 +30,9 @@ class Ema {
   /// One update from the parameters' current values. adam_step() can fuse it into the
   /// optimiser's pass instead (then it calls advance() itself).
   void update();
+  /// The update of parameter k alone with a given weight 1 - d (adam_step's unfused case; the
+  /// count is not advanced).
+  void update_one(size_t k, double weight);
   /// Counts an update done elsewhere on averages() (adam_step's fused form).
   void advance() { ++updates_; }
 
