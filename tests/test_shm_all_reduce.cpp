@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "error.h"
@@ -78,6 +80,106 @@ TYPED_TEST(ShmAllReduceTest, SumsInRankOrderWithIdenticalBitsOnEveryRank) {
           ASSERT_EQ(results[size_t(r)][size_t(i)], expected[size_t(i)]) << "rank " << r << ", element " << i;
     }
   }
+}
+
+// The same sums without copies: each rank writes its values into its own slot, and the result
+// is there afterwards (three calls in a row, each rank writing its slot again as soon as the
+// previous call returns).
+TYPED_TEST(ShmAllReduceTest, SumsInPlaceInTheSlots) {
+  using T = TypeParam;
+  for (int size : {2, 3}) {
+    for (int64_t n : {int64_t(1), int64_t(5), int64_t(511), int64_t(1500)}) {
+      SCOPED_TRACE(std::to_string(size) + " ranks, " + std::to_string(n) + " values");
+      std::vector<std::vector<T>> data(static_cast<size_t>(size));
+      std::mt19937_64 rng(uint64_t(n * 10 + size + 1));
+      std::uniform_real_distribution<double> u(-1.0, 1.0);
+      for (auto& d : data)
+        for (int64_t i = 0; i < n; ++i) d.push_back(std::is_integral_v<T> ? T(rng() % 1000) - T(500) : T(u(rng) * 1e3));
+      std::vector<T> expected(data[0]);
+      for (int r = 1; r < size; ++r)
+        for (int64_t i = 0; i < n; ++i) expected[size_t(i)] += data[size_t(r)][size_t(i)];
+      std::vector<std::vector<T>> results(static_cast<size_t>(size));
+      run_ranks(size, size_t(n) * sizeof(T), [&](int rank, ShmAllReduce& shm) {
+        T* mine = static_cast<T*>(shm.own_slot());
+        for (int rep = 0; rep < 3; ++rep) {
+          std::copy(data[size_t(rank)].begin(), data[size_t(rank)].end(), mine);
+          shm.all_reduce_sum_in_slot<T>(n);
+        }
+        results[size_t(rank)].assign(mine, mine + n);
+      });
+      for (int r = 0; r < size; ++r)
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(results[size_t(r)][size_t(i)], expected[size_t(i)]) << "rank " << r << ", element " << i;
+    }
+  }
+}
+
+// The wait for the last rank is told apart from the transfer: a rank that arrives 300 ms late
+// waits for nobody, the other waits those 300 ms.
+TEST(ShmAllReduce, CountsTheWaitForTheLastRank) {
+  std::vector<double> waited(2);
+  run_ranks(2, 4096, [&](int rank, ShmAllReduce& shm) {
+    if (rank == 1) std::this_thread::sleep_for(300ms);
+    double x = 1;
+    shm.all_reduce_sum(&x, 1);
+    waited[size_t(rank)] = shm.arrival_wait_seconds();
+  });
+  EXPECT_GE(waited[0], 0.29);
+  EXPECT_LT(waited[1], 0.1);
+}
+
+// The mean of a prefix, divided as it is summed: x * (1 / W) in T, on every rank, whether copied
+// (in parts) or in place.
+TYPED_TEST(ShmAllReduceTest, AveragesAPrefixAsItSums) {
+  using T = TypeParam;
+  if constexpr (std::is_floating_point_v<T>) {
+    for (int size : {2, 3}) {
+      // 4 KiB slots: parts of 1024 (float) or 512 (double), so the prefix ends inside the second
+      // part (float) or the third (double).
+      const int64_t n = 1500, mean_count = 1100;
+      std::vector<std::vector<T>> data(static_cast<size_t>(size));
+      std::mt19937_64 rng{uint64_t(size) + 100};
+      std::uniform_real_distribution<double> u(-1.0, 1.0);
+      for (auto& d : data)
+        for (int64_t i = 0; i < n; ++i) d.push_back(T(u(rng) * 1e3));
+      std::vector<T> expected(data[0]);
+      for (int r = 1; r < size; ++r)
+        for (int64_t i = 0; i < n; ++i) expected[size_t(i)] += data[size_t(r)][size_t(i)];
+      for (int64_t i = 0; i < mean_count; ++i) expected[size_t(i)] *= T(1.0 / size);
+      for (const bool in_slot : {false, true}) {
+        SCOPED_TRACE(std::to_string(size) + " ranks, " + (in_slot ? "in place" : "copied"));
+        std::vector<std::vector<T>> results = data;
+        run_ranks(size, in_slot ? size_t(n) * sizeof(T) : 4096, [&](int rank, ShmAllReduce& shm) {
+          auto& mine = results[size_t(rank)];
+          if (!in_slot) return shm.all_reduce_sum(mine.data(), n, mean_count);
+          T* slot = static_cast<T*>(shm.own_slot());
+          std::copy(mine.begin(), mine.end(), slot);
+          shm.all_reduce_sum_in_slot<T>(n, mean_count);
+          mine.assign(slot, slot + n);
+        });
+        for (int r = 0; r < size; ++r)
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(results[size_t(r)][size_t(i)], expected[size_t(i)]) << "rank " << r << ", element " << i;
+      }
+    }
+  } else {
+    run_ranks(2, 4096, [](int, ShmAllReduce& shm) {
+      int64_t x = 1;
+      EXPECT_THROW(shm.all_reduce_sum(&x, 1, 1), mlip::Error) << "integers have no mean here";
+    });
+  }
+}
+
+TEST(ShmAllReduce, InPlaceSumsMustFitTheSlot) {
+  run_ranks(2, 64, [](int, ShmAllReduce& shm) {
+    try {
+      shm.all_reduce_sum_in_slot<double>(9);
+      FAIL() << "expected an error";
+    } catch (const mlip::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("9 values of 8 bytes do not fit the slot of 64 bytes"), std::string::npos)
+          << e.what();
+    }
+  });
 }
 
 TEST(ShmAllReduce, ARankThatAbortsEndsTheOthersWait) {

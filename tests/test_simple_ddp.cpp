@@ -6,8 +6,13 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include "dist/communicator.h"
 #include "error.h"
@@ -120,6 +125,62 @@ TEST(BroadcastTensors, GivesEveryRankTheRootsValuesOneBroadcastPerDtype) {
   });
 }
 
+/// Whether `address` lies in a mapping of a file in /dev/shm (a shared-memory segment).
+bool in_shared_memory(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  while (std::getline(maps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi)
+      return line.find("/dev/shm/mlip-") != std::string::npos;
+  }
+  return false;
+}
+
+// SimpleDDP's buffer: through shared memory it is this rank's slot of a segment (so the
+// all-reduce copies nothing), over TCP an ordinary tensor; both sum right, call after call, and
+// the memory stays valid after the communicator is gone.
+TEST(Communicator, ReduceBuffersLiveInSharedMemoryAndOutliveTheCommunicator) {
+  for (const bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory" : "Gloo over TCP");
+    if (!shm) ::setenv("MLIP_SHM_ALLREDUCE", "0", 1);
+    std::vector<at::Tensor> kept(3);
+    on_ranks(3, [&](Communicator& comm) {
+      const int r = comm.rank();
+      EXPECT_EQ(comm.all_reduce_transport(), shm ? "shared memory" : "Gloo over TCP");
+      for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+        auto buffer = comm.make_reduce_buffer(1000, dtype);
+        ASSERT_EQ(buffer.numel(), 1000);
+        ASSERT_EQ(buffer.scalar_type(), dtype);
+        EXPECT_TRUE(torch::equal(buffer, torch::zeros({1000}, dtype)));
+        EXPECT_EQ(in_shared_memory(buffer.data_ptr()), shm) << "rank " << r;
+        for (int rep = 0; rep < 3; ++rep) {
+          buffer.copy_(torch::arange(1000, dtype) * double(r + 1) + rep);
+          comm.all_reduce_sum(buffer);
+          // Sum over ranks of (r + 1) i + rep = 6 i + 3 rep.
+          EXPECT_TRUE(torch::equal(buffer, torch::arange(1000, dtype) * 6.0 + 3.0 * rep)) << "rank " << r;
+        }
+        // The mean of the first 600: the sum times 1/3 (as ATen multiplies), the rest summed.
+        buffer.copy_(torch::arange(1000, dtype) * double(r + 1) + 0.25);
+        comm.all_reduce_sum(buffer, 600);
+        auto expected = torch::arange(1000, dtype) * 6.0 + 0.75;
+        expected.narrow(0, 0, 600).mul_(1.0 / 3.0);
+        EXPECT_TRUE(torch::equal(buffer, expected)) << "rank " << r;
+        auto plain = torch::arange(1000, dtype) * double(r + 1) + 0.25;  // not a reduce buffer
+        comm.all_reduce_sum(plain, 600);
+        EXPECT_TRUE(torch::equal(plain, expected)) << "rank " << r;
+        buffer.copy_(torch::arange(1000, dtype) * double(r + 1) + 2.0);
+        comm.all_reduce_sum(buffer);
+        kept[size_t(r)] = buffer.narrow(0, 10, 5);  // a view keeps the whole buffer alive
+      }
+    });
+    ::unsetenv("MLIP_SHM_ALLREDUCE");
+    for (const auto& view : kept)
+      EXPECT_TRUE(torch::equal(view, torch::arange(10, 15, torch::kFloat32) * 6.0 + 6.0));
+  }
+}
+
 TEST(Communicator, OneRankIsANoOpAndBadBackendsAreNamed) {
   auto comm = mlip::dist::make_communicator(mlip::dist::LaunchEnv{}, {});
   EXPECT_EQ(comm->size(), 1);
@@ -127,6 +188,18 @@ TEST(Communicator, OneRankIsANoOpAndBadBackendsAreNamed) {
   auto t = torch::ones({3}, torch::kFloat64);
   comm->all_reduce_sum(t);
   EXPECT_TRUE(torch::equal(t, torch::ones({3}, torch::kFloat64)));
+  comm->all_reduce_sum(t, 3);  // the mean over one rank
+  EXPECT_TRUE(torch::equal(t, torch::ones({3}, torch::kFloat64)));
+  auto counts = torch::ones({3}, torch::kInt64);
+  for (auto [tensor, mean_count, what] : {std::tuple{t, int64_t(4), "cannot average 4 of the 3 values of a Double"},
+                                          std::tuple{counts, int64_t(1), "cannot average 1 of the 3 values of a Long"}}) {
+    try {
+      comm->all_reduce_sum(tensor, mean_count);
+      FAIL() << "expected an error";
+    } catch (const mlip::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
   mlip::dist::LaunchEnv two;
   two.launcher = mlip::dist::Launcher::kTorchrun;
   two.world_size = 2;

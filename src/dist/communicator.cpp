@@ -1,5 +1,6 @@
 #include "dist/communicator.h"
 
+#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -46,10 +47,21 @@ void Communicator::timed(const char* what, F&& f) {
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void Communicator::all_reduce_sum(at::Tensor& tensor) {
+void Communicator::all_reduce_sum(at::Tensor& tensor, int64_t mean_count) {
   if (!tensor.is_contiguous()) throw Error("all_reduce_sum: expected a contiguous tensor");
+  if (mean_count < 0 || mean_count > tensor.numel() || (mean_count > 0 && !tensor.is_floating_point()))
+    throw Error("all_reduce_sum: cannot average " + std::to_string(mean_count) + " of the " +
+                std::to_string(tensor.numel()) + " values of a " + c10::toString(tensor.scalar_type()) + " tensor");
   ++all_reduces_;
-  timed("all-reduce", [&] { do_all_reduce(tensor); });
+  timed("all-reduce", [&] { do_all_reduce(tensor, mean_count); });
+}
+
+void Communicator::divide_first(at::Tensor& tensor, int64_t mean_count) const {
+  if (mean_count > 0 && size_ > 1) tensor.narrow(0, 0, mean_count).mul_(1.0 / double(size_));
+}
+
+at::Tensor Communicator::make_reduce_buffer(int64_t numel, at::ScalarType dtype) {
+  return at::zeros({numel}, at::TensorOptions(dtype));
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) {
@@ -69,7 +81,7 @@ class LocalCommunicator final : public Communicator {
   std::string backend() const override { return "none"; }
 
  protected:
-  void do_all_reduce(at::Tensor&) override {}
+  void do_all_reduce(at::Tensor&, int64_t) override {}
   void do_broadcast(at::Tensor&, int) override {}
   void do_barrier() override {}
 };
@@ -147,13 +159,25 @@ class C10dCommunicator final : public Communicator {
 
   std::string backend() const override { return nccl_ ? "nccl" : "gloo"; }
 
+  double all_reduce_arrival_wait_seconds() const override {
+    if (!shm_) return -1;
+    double seconds = shm_->arrival_wait_seconds();
+    for (const auto& segment : buffers_) seconds += segment->arrival_wait_seconds();
+    return seconds;
+  }
+
   void announce_failure(const std::string& what) override {
     try {
-      if (shm_) shm_->abort();  // the others' shared-memory waits end at once
       const std::string text = "rank " + std::to_string(rank()) + ": " + what;
       // The first failure is the one to report: a rank that failed because another did does
-      // not overwrite it (best effort: check, then set).
-      if (!store_->check({"mlip/failed"})) store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
+      // not overwrite it (best effort: check, then set). Set before the shared-memory waits
+      // end, so that the ranks they release find it.
+      try {
+        if (!store_->check({"mlip/failed"})) store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
+      } catch (...) {
+      }
+      if (shm_) shm_->abort();  // the others' shared-memory waits end at once
+      for (const auto& segment : buffers_) segment->abort();
       if (!hosts_store_) return;
       // The store lives in this process: close the group so that the others fail at once,
       // and keep the store up until they have read the message (at most 5 s).
@@ -178,16 +202,48 @@ class C10dCommunicator final : public Communicator {
     }
   }
 
-  void do_all_reduce(at::Tensor& tensor) override {
+  at::Tensor make_reduce_buffer(int64_t numel, at::ScalarType dtype) override {
+    if (!shm_ || numel <= 0) return Communicator::make_reduce_buffer(numel, dtype);
+    const size_t bytes = size_t(numel) * c10::elementSize(dtype);
+    std::shared_ptr<ShmAllReduce> segment;
+    try {
+      segment = open_segment("buffer" + std::to_string(buffers_made_++), bytes);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      if (const auto pos = what.find("\nException raised from"); pos != std::string::npos) what.resize(pos);
+      throw Error("rank " + std::to_string(rank()) + ": making a shared-memory buffer failed: " + what);
+    }
+    if (!segment) return Communicator::make_reduce_buffer(numel, dtype);
+    // Held here too: a failure announced after the buffer's owner is gone (the usual case: the
+    // trainer has thrown) must still end the other ranks' waits in this segment at once.
+    buffers_.push_back(segment);
+    // The tensor (and every view of it) keeps the mapping alive, also after the communicator.
+    auto buffer = at::from_blob(segment->own_slot(), {numel}, [segment](void*) {}, at::TensorOptions(dtype));
+    buffer.zero_();
+    return buffer;
+  }
+
+  void do_all_reduce(at::Tensor& tensor, int64_t mean_count) override {
     if (shm_ && tensor.device().is_cpu()) {
+      const int64_t n = tensor.numel();
+      for (const auto& segment : buffers_)
+        if (tensor.data_ptr() == segment->own_slot() && size_t(tensor.nbytes()) <= segment->capacity()) {
+          switch (tensor.scalar_type()) {
+            case at::kDouble: return segment->all_reduce_sum_in_slot<double>(n, mean_count);
+            case at::kFloat: return segment->all_reduce_sum_in_slot<float>(n, mean_count);
+            case at::kLong: return segment->all_reduce_sum_in_slot<int64_t>(n, mean_count);
+            default: break;
+          }
+        }
       switch (tensor.scalar_type()) {
-        case at::kDouble: return shm_->all_reduce_sum(tensor.data_ptr<double>(), tensor.numel());
-        case at::kFloat: return shm_->all_reduce_sum(tensor.data_ptr<float>(), tensor.numel());
-        case at::kLong: return shm_->all_reduce_sum(tensor.data_ptr<int64_t>(), tensor.numel());
+        case at::kDouble: return shm_->all_reduce_sum(tensor.data_ptr<double>(), n, mean_count);
+        case at::kFloat: return shm_->all_reduce_sum(tensor.data_ptr<float>(), n, mean_count);
+        case at::kLong: return shm_->all_reduce_sum(tensor.data_ptr<int64_t>(), n, mean_count);
         default: break;
       }
     }
     run(tensor, [&](auto& pg, std::vector<at::Tensor>& v) { return pg->allreduce(v); });
+    divide_first(tensor, mean_count);
   }
   void do_broadcast(at::Tensor& tensor, int root) override {
     c10d::BroadcastOptions o;
@@ -223,55 +279,63 @@ class C10dCommunicator final : public Communicator {
   }
 
   /// When every rank can map one /dev/shm segment (ranks on one host), the all-reduces go
-  /// through it instead of Gloo's TCP loopback (MLIP_SHM_ALLREDUCE=0 keeps Gloo). All ranks
-  /// agree through the store: each reports whether it mapped rank 0's segment and sees every
-  /// rank's process; any "no" (another host, another /dev/shm or PID namespace, no memory)
-  /// keeps Gloo for everyone.
+  /// through it instead of Gloo's TCP loopback (MLIP_SHM_ALLREDUCE=0 keeps Gloo).
   void setup_shared_memory() {
     const char* env_off = std::getenv("MLIP_SHM_ALLREDUCE");
     const bool wanted = !(env_off != nullptr && std::string(env_off) == "0");
-    constexpr size_t kCapacity = size_t(4) << 20;  // bytes per rank; larger tensors go in parts
+    shm_ = open_segment("main", size_t(4) << 20, wanted);  // bytes per rank; larger tensors go in parts
+  }
+
+  /// A segment with `capacity` bytes per rank that every rank has mapped, or null (also when
+  /// any rank does not want one). Collective.
+  /// All ranks agree through the store (keys under mlip/shm/<tag>/): each reports whether it
+  /// mapped rank 0's segment and sees every rank's process; any "no" (another host, another
+  /// /dev/shm or PID namespace, no memory) gives null on every rank. A segment that cannot be
+  /// made or mapped is a "no", never an error; rank 0 always publishes the segment's key (empty
+  /// for none) so that the others never wait for it.
+  std::unique_ptr<ShmAllReduce> open_segment(const std::string& tag, size_t capacity, bool wanted = true) {
+    const std::string key = "mlip/shm/" + tag + "/";
     std::unique_ptr<ShmAllReduce> shm;
-    // A segment that cannot be made or mapped is a "no" below, never an error; rank 0 always
-    // publishes the key (empty for no segment) so that the others never wait for it.
     if (rank() == 0) {
       std::random_device rd;
       const uint64_t token = (uint64_t(rd()) << 32) ^ rd();
       std::ostringstream name;
-      name << "/mlip-" << ::getpid() << "-" << std::hex << token;
+      name << "/mlip-" << ::getpid() << "-" << tag << "-" << std::hex << token;
       try {
-        if (wanted) shm = std::make_unique<ShmAllReduce>(name.str(), 0, size(), kCapacity, token, timeout_);
+        if (wanted) shm = std::make_unique<ShmAllReduce>(name.str(), 0, size(), capacity, token, timeout_);
       } catch (const std::exception&) {
         shm.reset();
       }
       const std::string v = shm ? name.str() + " " + std::to_string(token) : std::string();
-      store_->set("mlip/shm/segment", std::vector<uint8_t>(v.begin(), v.end()));
+      store_->set(key + "segment", std::vector<uint8_t>(v.begin(), v.end()));
     } else {
-      const auto raw = store_->get("mlip/shm/segment");
+      const auto raw = store_->get(key + "segment");
       std::istringstream v(std::string(raw.begin(), raw.end()));
       std::string name;
       uint64_t token = 0;
       try {
-        if (wanted && (v >> name >> token))
-          shm = std::make_unique<ShmAllReduce>(name, rank(), size(), kCapacity, token, timeout_);
+        if (wanted && (v >> name >> token)) shm = std::make_unique<ShmAllReduce>(name, rank(), size(), capacity, token, timeout_);
       } catch (const std::exception&) {
         shm.reset();
       }
     }
     gloo_->barrier()->wait(timeout_);  // every rank has mapped it (or given up)
     const bool ok = shm && shm->peers_visible();
-    store_->set("mlip/shm/ok/" + std::to_string(rank()), std::vector<uint8_t>{uint8_t(ok ? '1' : '0')});
+    store_->set(key + "ok/" + std::to_string(rank()), std::vector<uint8_t>{uint8_t(ok ? '1' : '0')});
     if (shm) shm->unlink();  // mapped everywhere: nothing stays in /dev/shm, however the job ends
     bool all = true;
-    for (int r = 0; r < size(); ++r)
-      all = all && store_->get("mlip/shm/ok/" + std::to_string(r)) == std::vector<uint8_t>{'1'};
-    if (all) shm_ = std::move(shm);
+    for (int r = 0; r < size(); ++r) all = all && store_->get(key + "ok/" + std::to_string(r)) == std::vector<uint8_t>{'1'};
+    return all ? std::move(shm) : nullptr;
   }
 
   std::chrono::milliseconds timeout_;
   bool nccl_;
   bool hosts_store_ = false;
   std::unique_ptr<ShmAllReduce> shm_;
+  /// The segments of the buffers of make_reduce_buffer (shared with the buffers; one per
+  /// SimpleDDP, so a few per job at most).
+  std::vector<std::shared_ptr<ShmAllReduce>> buffers_;
+  int buffers_made_ = 0;
   at::Device device_{at::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
@@ -319,9 +383,12 @@ class MpiCommunicator final : public Communicator {
  protected:
   // Blocking collectives (OpenMPI's tuned algorithms; its non-blocking ones were 5 ms slower per
   // step here), watched by a thread: a rank that stops answering ends the job after --timeout.
-  void do_all_reduce(at::Tensor& t) override {
-    Watch w(*this, "all-reduce");
-    check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), type(t), MPI_SUM, MPI_COMM_WORLD));
+  void do_all_reduce(at::Tensor& t, int64_t mean_count) override {
+    {
+      Watch w(*this, "all-reduce");
+      check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), type(t), MPI_SUM, MPI_COMM_WORLD));
+    }
+    divide_first(t, mean_count);
   }
   void do_broadcast(at::Tensor& t, int root) override {
     Watch w(*this, "broadcast");

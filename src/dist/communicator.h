@@ -29,8 +29,17 @@ class Communicator {
   /// "MPI", "NCCL" or "none".
   virtual std::string all_reduce_transport() const { return backend() == "mpi" ? "MPI" : "none"; }
 
-  /// Sums a contiguous tensor (float64, float32 or int64) over all ranks, in place.
-  void all_reduce_sum(at::Tensor& tensor);
+  /// Sums a contiguous tensor (float64, float32 or int64) over all ranks, in place, then divides
+  /// its first `mean_count` elements by the number of ranks (their mean; float types only), in
+  /// the same pass where the transport allows (shared memory).
+  void all_reduce_sum(at::Tensor& tensor, int64_t mean_count = 0);
+  /// A zeroed 1-D CPU tensor of `numel` values of `dtype` (float64, float32 or int64) for
+  /// repeated all_reduce_sum calls on the whole of it. Collective: every rank calls it with the
+  /// same arguments, and later passes its buffer where the others pass theirs. Through shared
+  /// memory the buffer is this rank's slot of a segment of its own, so its all-reduces copy
+  /// nothing in or out (the memory stays valid while the tensor or a view of it lives);
+  /// elsewhere it is an ordinary tensor.
+  virtual at::Tensor make_reduce_buffer(int64_t numel, at::ScalarType dtype);
   /// Copies rank `root`'s tensor into every rank's (same shape and dtype on all), in place.
   void broadcast(at::Tensor& tensor, int root = 0);
   /// Waits until every rank has arrived.
@@ -44,10 +53,17 @@ class Communicator {
   int64_t all_reduces() const { return all_reduces_; }
   /// Wall seconds spent inside collectives so far.
   double seconds() const { return seconds_; }
+  /// Of the all-reduces' time so far, the wall seconds spent waiting for the other ranks to
+  /// arrive (load imbalance, not transfer), where the transport can tell (shared memory);
+  /// negative elsewhere.
+  virtual double all_reduce_arrival_wait_seconds() const { return -1; }
 
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
-  virtual void do_all_reduce(at::Tensor& tensor) = 0;
+  /// Sums in place and divides the first mean_count elements by size() (see all_reduce_sum).
+  virtual void do_all_reduce(at::Tensor& tensor, int64_t mean_count) = 0;
+  /// Divides tensor[0, mean_count) by size(): for the transports that cannot do it as they sum.
+  void divide_first(at::Tensor& tensor, int64_t mean_count) const;
   virtual void do_broadcast(at::Tensor& tensor, int root) = 0;
   virtual void do_barrier() = 0;
   /// The failure another rank announced, or "" (best effort, bounded wait).

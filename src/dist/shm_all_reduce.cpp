@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <new>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "error.h"
 
@@ -190,28 +192,80 @@ void ShmAllReduce::arrive_and_wait(uint64_t phase) {
 }
 
 template <typename T>
-void ShmAllReduce::all_reduce_sum(T* data, int64_t n) {
+void ShmAllReduce::reduce_slots(int64_t m, int64_t mean_count, bool count_arrival) {
+  const auto arrival = std::chrono::steady_clock::now();
+  arrive_and_wait(++phase_);  // every rank's values are in its slot
+  if (count_arrival)
+    arrival_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count();
+  // This rank's chunk, summed over the slots in rank order (the same order for every element,
+  // so every rank ends with identical bits) into its own slot, a block at a time.
+  const auto chunk_begin = [&](int r) { return m * r / size_; };
+  const int64_t lo = chunk_begin(rank_), hi = chunk_begin(rank_ + 1);
+  T* mine = reinterpret_cast<T*>(slot(rank_));
+  constexpr int64_t kBlock = 512;
+  T sum[kBlock];
+  for (int64_t b = lo; b < hi; b += kBlock) {
+    const int64_t len = std::min(kBlock, hi - b);
+    const T* first = reinterpret_cast<const T*>(slot(0)) + b;
+    std::copy(first, first + len, sum);
+    for (int r = 1; r < size_; ++r) {
+      const T* in = reinterpret_cast<const T*>(slot(r)) + b;
+      for (int64_t i = 0; i < len; ++i) sum[i] += in[i];
+    }
+    if constexpr (!std::is_integral_v<T>) {  // the mean of the first mean_count, as x * (1 / W)
+      const T inverse = T(1.0 / double(size_));
+      for (int64_t i = 0, end = std::min(len, mean_count - b); i < end; ++i) sum[i] *= inverse;
+    }
+    std::copy(sum, sum + len, mine + b);
+  }
+  arrive_and_wait(++phase_);  // every chunk is summed
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) {
+      const T* in = reinterpret_cast<const T*>(slot(r));
+      std::copy(in + chunk_begin(r), in + chunk_begin(r + 1), mine + chunk_begin(r));
+    }
+  // Nobody writes its slot again before every rank has read the chunk it summed there.
+  arrive_and_wait(++phase_);
+}
+
+namespace {
+
+/// The arguments' check of both all-reduces (before any rank waits for another).
+template <typename T>
+void check_mean_count(int64_t n, int64_t mean_count) {
+  if (mean_count < 0 || mean_count > n || (std::is_integral_v<T> && mean_count != 0))
+    throw Error("shared-memory all-reduce: cannot average " + std::to_string(mean_count) + " of " +
+                std::to_string(n) + (std::is_integral_v<T> ? " integer values" : " values"));
+}
+
+}  // namespace
+
+template <typename T>
+void ShmAllReduce::all_reduce_sum(T* data, int64_t n, int64_t mean_count) {
+  check_mean_count<T>(n, mean_count);
   const int64_t per = int64_t(capacity_ / sizeof(T));
   for (int64_t off = 0; off < n; off += per) {
     const int64_t m = std::min(per, n - off);
     std::memcpy(slot(rank_), data + off, size_t(m) * sizeof(T));
-    arrive_and_wait(++phase_);
-    // This rank's chunk, summed over the slots in rank order into slot 0.
-    const int64_t lo = m * rank_ / size_, hi = m * (rank_ + 1) / size_;
-    T* out = reinterpret_cast<T*>(slot(0));
-    for (int r = 1; r < size_; ++r) {
-      const T* in = reinterpret_cast<const T*>(slot(r));
-      for (int64_t i = lo; i < hi; ++i) out[i] += in[i];
-    }
-    arrive_and_wait(++phase_);
-    std::memcpy(data + off, slot(0), size_t(m) * sizeof(T));
-    // Nobody writes its slot again before every rank has read the result.
-    arrive_and_wait(++phase_);
+    reduce_slots<T>(m, std::clamp<int64_t>(mean_count - off, 0, m), off == 0);
+    std::memcpy(data + off, slot(rank_), size_t(m) * sizeof(T));
   }
 }
 
-template void ShmAllReduce::all_reduce_sum<float>(float*, int64_t);
-template void ShmAllReduce::all_reduce_sum<double>(double*, int64_t);
-template void ShmAllReduce::all_reduce_sum<int64_t>(int64_t*, int64_t);
+template <typename T>
+void ShmAllReduce::all_reduce_sum_in_slot(int64_t n, int64_t mean_count) {
+  if (n < 0 || uint64_t(n) * sizeof(T) > capacity_)
+    throw Error("shared-memory all-reduce: " + std::to_string(n) + " values of " + std::to_string(sizeof(T)) +
+                " bytes do not fit the slot of " + std::to_string(capacity_) + " bytes");
+  check_mean_count<T>(n, mean_count);
+  reduce_slots<T>(n, mean_count, true);
+}
+
+template void ShmAllReduce::all_reduce_sum<float>(float*, int64_t, int64_t);
+template void ShmAllReduce::all_reduce_sum<double>(double*, int64_t, int64_t);
+template void ShmAllReduce::all_reduce_sum<int64_t>(int64_t*, int64_t, int64_t);
+template void ShmAllReduce::all_reduce_sum_in_slot<float>(int64_t, int64_t);
+template void ShmAllReduce::all_reduce_sum_in_slot<double>(int64_t, int64_t);
+template void ShmAllReduce::all_reduce_sum_in_slot<int64_t>(int64_t, int64_t);
 
 }  // namespace mlip::dist

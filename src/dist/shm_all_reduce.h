@@ -8,8 +8,9 @@
 namespace mlip::dist {
 
 /// A sum all-reduce between the ranks of one host through a POSIX shared-memory segment
-/// (/dev/shm): each rank copies its values into its slot, each rank sums one chunk of the
-/// elements over the slots in rank order, and each rank copies the result back. For ranks on one
+/// (/dev/shm): each rank's values are in its slot (copied there, or written there by the caller),
+/// each rank sums one chunk of the elements over the slots in rank order into its own slot, and
+/// then copies the other ranks' summed chunks from their slots. For ranks on one
 /// host it replaces Gloo's TCP loopback (docs/distributed.md); every element is summed in rank
 /// order by one rank, so all ranks get identical bits.
 ///
@@ -42,13 +43,34 @@ class ShmAllReduce {
   /// about to exit).
   void abort();
 
+  /// Wall seconds this rank has spent, in all its all-reduces so far, waiting for the other
+  /// ranks to arrive (the part of an all-reduce's time that is load imbalance, not transfer;
+  /// counted at the first part of a call only, the later parts' waits being transfer).
+  double arrival_wait_seconds() const { return arrival_wait_seconds_; }
+
   /// Bytes per rank this segment can reduce at once.
   size_t capacity() const { return capacity_; }
 
-  /// Sums data[0, n) over the ranks, in place (T = float, double or int64_t). Collective: every
-  /// rank calls it with the same n and T. n * sizeof(T) may exceed capacity() (done in parts).
+  /// Sums data[0, n) over the ranks, in place (T = float, double or int64_t); the first
+  /// `mean_count` results are then divided by the number of ranks, in the same pass (float and
+  /// double only). Collective: every rank calls it with the same n, mean_count and T.
+  /// n * sizeof(T) may exceed capacity() (done in parts, each copied into this rank's slot,
+  /// summed as all_reduce_sum_in_slot does, and copied back).
   template <typename T>
-  void all_reduce_sum(T* data, int64_t n);
+  void all_reduce_sum(T* data, int64_t n, int64_t mean_count = 0);
+
+  /// This rank's slot: capacity() bytes, 64-byte aligned, valid while this object lives. Values
+  /// written here can be summed by all_reduce_sum_in_slot without a copy.
+  void* own_slot() const { return slot(rank_); }
+
+  /// Sums the first n values of type T of every rank's own slot over the ranks, in place in the
+  /// slots (nothing is copied in or out): each rank sums one chunk of the elements over the
+  /// slots in rank order into its own slot, then copies the other chunks from their ranks'
+  /// slots. The first `mean_count` results are divided by the number of ranks as they are
+  /// summed (float and double only). Collective: every rank calls it with the same n,
+  /// mean_count and T; n * sizeof(T) <= capacity().
+  template <typename T>
+  void all_reduce_sum_in_slot(int64_t n, int64_t mean_count = 0);
 
  public:
   struct Header;  // the segment's layout (shm_all_reduce.cpp)
@@ -57,6 +79,9 @@ class ShmAllReduce {
   /// Publishes this rank's arrival at `phase` and waits until every rank has arrived there.
   void arrive_and_wait(uint64_t phase);
   char* slot(int r) const;
+  /// The collective part of both all-reduces: every rank's first m values are in its slot.
+  template <typename T>
+  void reduce_slots(int64_t m, int64_t mean_count, bool count_arrival);
 
   std::string name_;
   int rank_, size_;
@@ -67,6 +92,7 @@ class ShmAllReduce {
   Header* header_ = nullptr;
   uint64_t phase_ = 0;
   bool unlinked_ = false;
+  double arrival_wait_seconds_ = 0;
 };
 
 }  // namespace mlip::dist

@@ -21,8 +21,11 @@ SimpleDDP::SimpleDDP(std::vector<at::Tensor> params, Communicator& comm) : param
 void SimpleDDP::sync(std::vector<double>& extras) {
   if (comm_.size() <= 1) return;
   const int64_t total = numel_ + int64_t(extras.size());
+  // Made once (collectively: every rank gets here with the same total), where the all-reduce
+  // is cheapest: through shared memory, the backward then writes the gradients straight into
+  // this rank's slot of the segment.
   if (!flat_.defined() || flat_.numel() != total)
-    flat_ = at::zeros({total}, params_.empty() ? at::TensorOptions(at::kDouble) : params_[0].options().requires_grad(false));
+    flat_ = comm_.make_reduce_buffer(total, params_.empty() ? at::kDouble : params_[0].scalar_type());
   // The gradients live in the flat buffer: after the first step each parameter's grad is a view
   // of its segment (zero_grad zeroes in place, the backward accumulates in place), so nothing
   // is copied. A gradient found elsewhere (new, replaced, or absent) is copied in (zeros when
@@ -46,8 +49,7 @@ void SimpleDDP::sync(std::vector<double>& extras) {
   } else {
     for (size_t k = 0; k < extras.size(); ++k) tail[int64_t(k)].fill_(extras[k]);
   }
-  comm_.all_reduce_sum(flat_);
-  flat_.narrow(0, 0, numel_).mul_(1.0 / double(comm_.size()));
+  comm_.all_reduce_sum(flat_, numel_);  // the gradients' mean, the extras' sum
   const auto summed = tail.to(at::kDouble).contiguous();
   std::copy(summed.data_ptr<double>(), summed.data_ptr<double>() + extras.size(), extras.begin());
 }

@@ -14,7 +14,9 @@ namespace mlip::dist {
 /// caller's extra values; ONE all-reduce sums the buffer; the gradients are divided by the
 /// world size, the extras come back summed. Exactly one collective per call. To save two
 /// copies of the buffer per step, sync leaves every parameter's grad as a view of its segment
-/// of the buffer (a grad found elsewhere is copied in first, so any grad works).
+/// of the buffer (a grad found elsewhere is copied in first, so any grad works); the buffer is
+/// the communicator's make_reduce_buffer, so through shared memory the all-reduce copies
+/// nothing either, and divides the gradients by the world size as it sums them.
 class SimpleDDP {
  public:
   /// `params`: the parameters, all of one floating dtype, in the same order on every rank.

@@ -791,7 +791,7 @@ int Trainer::run() {
   int64_t step = start_step_;
   int exit_code = 0;
   std::vector<double> step_ms;
-  double sync_seconds = 0, step_seconds = 0;
+  double sync_seconds = 0, sync_wait_seconds = 0, step_seconds = 0;
   const int64_t reduces_before = comm_->all_reduces();
   double last_loss = 0;
   while (step < c.numb_steps) {
@@ -812,8 +812,10 @@ int Trainer::run() {
     // system, so the global counts are the local ones times the ranks (exact in any dtype).
     std::vector<double> extras = {trn.loss, trn.e2_per_atom2, trn.f2, trn.v2_per_atom2, g_interrupted ? 1.0 : 0.0};
     const auto sync_start = std::chrono::steady_clock::now();
+    const double wait_before = comm_->all_reduce_arrival_wait_seconds();
     ddp_->sync(extras);
     sync_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
+    if (wait_before >= 0) sync_wait_seconds += comm_->all_reduce_arrival_wait_seconds() - wait_before;
     trn.loss = extras[0], trn.e2_per_atom2 = extras[1], trn.f2 = extras[2], trn.v2_per_atom2 = extras[3];
     trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
     const bool stop = extras[4] > 0;
@@ -890,11 +892,16 @@ int Trainer::run() {
   }
   if (world > 1 && root()) {
     const int64_t reduces = comm_->all_reduces() - reduces_before;
+    // Through shared memory the all-reduce's time splits into the wait for the last rank to
+    // arrive (imbalance between the ranks' steps) and the rest (the transfer and the averaging).
+    char wait[96] = "";
+    if (comm_->all_reduce_arrival_wait_seconds() >= 0)
+      std::snprintf(wait, sizeof wait, "; %.3f s of it waiting for the last rank to arrive", sync_wait_seconds);
     std::printf("communication (%s, %d ranks): %ld all-reduces = %ld gradient (one per step, %ld values) + %ld "
-                "validation; %.1f%% of the step time in the gradient all-reduce (%.3f of %.3f s)\n",
+                "validation; %.1f%% of the step time in the gradient all-reduce (%.3f of %.3f s%s)\n",
                 comm_->backend().c_str(), world, long(reduces), long(reduces - validation_reduces_),
                 long(ddp_->numel() + 5), long(validation_reduces_), 100.0 * sync_seconds / std::max(step_seconds, 1e-12),
-                sync_seconds, step_seconds);
+                sync_seconds, step_seconds, wait);
   }
   return exit_code;
 }

@@ -72,6 +72,16 @@ for bad in 1 0; do
   grep -q "the failure started at rank $bad: .*no-such-system" "raised$bad/out$good.txt" ||
     { cat "raised$bad/out$good.txt"; fail "rank $good does not name rank $bad's failure"; }
 done
+# A rank that raises an error in the middle of training, while the other waits in the gradient
+# all-reduce (shared memory): rank 0 cannot write its next checkpoint (a directory stands where
+# its temporary file goes). The other ends at once, naming rank 0's failure.
+start_ranks midrun 240
+pid0=$(cat midrun/pid0)
+for s in $(seq 20 20 20000); do mkdir -p "midrun/model.ckpt-$s.pt.tmp-$pid0/taken"; done
+survivor_exits midrun 0 60
+survivor_exits midrun 1 60
+grep -q "the failure started at rank 0: .*model.ckpt-" midrun/out1.txt ||
+  { cat midrun/out1.txt; fail "rank 1 does not name rank 0's failure in the middle of training"; }
 # Under mpirun (MPI backend), a silent rank also ends the job after --timeout.
 if command -v mpirun > /dev/null; then
   mkdir -p mpistop

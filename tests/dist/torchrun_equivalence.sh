@@ -23,6 +23,8 @@ same_weights one/model.ckpt-20.pt ranks/model.ckpt-20.pt 1e-10
 # 20 steps, validation at steps 1, 5, 10, 15, 20: 25 all-reduces, 20 of them for gradients.
 grep -q "communication (gloo, $W ranks): 25 all-reduces = 20 gradient (one per step" ranks.log ||
   { grep communication ranks.log; fail "expected 25 all-reduces, one gradient all-reduce per step"; }
+grep -q "communication (.*s of it waiting for the last rank to arrive)" ranks.log ||
+  { grep communication ranks.log; fail "expected the wait for the last rank in the all-reduce's time"; }
 # Only rank 0 writes: one lcurve, one set of checkpoints, no rank logs.
 [ "$(ls ranks | grep -c 'model.ckpt-.*\.pt')" = 1 ] || fail "expected one checkpoint"
 echo "ok: $W ranks x batch 1 == 1 rank x batch $W"
@@ -30,6 +32,7 @@ echo "ok: $W ranks x batch 1 == 1 rank x batch $W"
 MLIP_SHM_ALLREDUCE=0 "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o tcp > tcp.log 2>&1 ||
   { cat tcp.log; fail "torchrun with MLIP_SHM_ALLREDUCE=0 exited non-zero"; }
 grep -q "backend:      gloo (all-reduce: Gloo over TCP)" tcp.log || fail "MLIP_SHM_ALLREDUCE=0: expected Gloo over TCP"
+if grep -q "waiting for the last rank" tcp.log; then fail "Gloo over TCP cannot tell the wait, yet it was printed"; fi
 same_lcurve one/lcurve.out tcp/lcurve.out
 same_weights one/model.ckpt-20.pt tcp/model.ckpt-20.pt 1e-10
 echo "ok: the same over Gloo's TCP all-reduce"
