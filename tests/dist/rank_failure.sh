@@ -77,7 +77,9 @@ done
 # its temporary file goes). The other ends at once, naming rank 0's failure.
 start_ranks midrun 240
 pid0=$(cat midrun/pid0)
-for s in $(seq 20 20 20000); do mkdir -p "midrun/model.ckpt-$s.pt.tmp-$pid0/taken"; done
+# (A checkpoint being written while its directory is made keeps its file: mkdir fails there,
+# and a later checkpoint is the one that fails.)
+for s in $(seq 20 20 20000); do mkdir -p "midrun/model.ckpt-$s.pt.tmp-$pid0/taken" 2> /dev/null || true; done
 survivor_exits midrun 0 60
 survivor_exits midrun 1 60
 grep -q "the failure started at rank 0: .*model.ckpt-" midrun/out1.txt ||
