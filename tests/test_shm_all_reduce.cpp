@@ -53,20 +53,41 @@ class ShmAllReduceTest : public ::testing::Test {};
 using Types = ::testing::Types<float, double, int64_t>;
 TYPED_TEST_SUITE(ShmAllReduceTest, Types);
 
+/// n random values for each of `size` ranks (integers in [-500, 500), reals in (-1000, 1000)).
+template <typename T>
+std::vector<std::vector<T>> random_values(int size, int64_t n, uint64_t seed) {
+  std::vector<std::vector<T>> data(static_cast<size_t>(size));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (auto& d : data)
+    for (int64_t i = 0; i < n; ++i) d.push_back(std::is_integral_v<T> ? T(rng() % 1000) - T(500) : T(u(rng) * 1e3));
+  return data;
+}
+
+/// The element-wise sum over the ranks, in rank order (the order the all-reduce uses).
+template <typename T>
+std::vector<T> sum_in_rank_order(const std::vector<std::vector<T>>& data) {
+  std::vector<T> sum(data[0]);
+  for (size_t r = 1; r < data.size(); ++r)
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += data[r][i];
+  return sum;
+}
+
+/// Every rank's result equals `expected`, bit for bit.
+template <typename T>
+void expect_on_every_rank(const std::vector<std::vector<T>>& results, const std::vector<T>& expected) {
+  for (size_t r = 0; r < results.size(); ++r)
+    for (size_t i = 0; i < expected.size(); ++i)
+      ASSERT_EQ(results[r][i], expected[i]) << "rank " << r << ", element " << i;
+}
+
 TYPED_TEST(ShmAllReduceTest, SumsInRankOrderWithIdenticalBitsOnEveryRank) {
   using T = TypeParam;
   for (int size : {2, 3}) {
     // 4 KiB per rank: the larger calls go in several parts.
     for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000), int64_t(2500)}) {
       SCOPED_TRACE(std::to_string(size) + " ranks, " + std::to_string(n) + " values");
-      std::vector<std::vector<T>> data(static_cast<size_t>(size));
-      std::mt19937_64 rng(uint64_t(n * 10 + size));
-      std::uniform_real_distribution<double> u(-1.0, 1.0);
-      for (auto& d : data)
-        for (int64_t i = 0; i < n; ++i) d.push_back(std::is_integral_v<T> ? T(rng() % 1000) - T(500) : T(u(rng) * 1e3));
-      std::vector<T> expected(data[0]);
-      for (int r = 1; r < size; ++r)
-        for (int64_t i = 0; i < n; ++i) expected[size_t(i)] += data[size_t(r)][size_t(i)];
+      const auto data = random_values<T>(size, n, uint64_t(n * 10 + size));
       auto results = data;
       run_ranks(size, 4096, [&](int rank, ShmAllReduce& shm) {
         // Three calls in a row: each uses the result of the previous one.
@@ -75,9 +96,7 @@ TYPED_TEST(ShmAllReduceTest, SumsInRankOrderWithIdenticalBitsOnEveryRank) {
           shm.all_reduce_sum(results[size_t(rank)].data(), n);
         }
       });
-      for (int r = 0; r < size; ++r)
-        for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(results[size_t(r)][size_t(i)], expected[size_t(i)]) << "rank " << r << ", element " << i;
+      expect_on_every_rank(results, sum_in_rank_order(data));
     }
   }
 }
@@ -90,14 +109,7 @@ TYPED_TEST(ShmAllReduceTest, SumsInPlaceInTheSlots) {
   for (int size : {2, 3}) {
     for (int64_t n : {int64_t(1), int64_t(5), int64_t(511), int64_t(1500)}) {
       SCOPED_TRACE(std::to_string(size) + " ranks, " + std::to_string(n) + " values");
-      std::vector<std::vector<T>> data(static_cast<size_t>(size));
-      std::mt19937_64 rng(uint64_t(n * 10 + size + 1));
-      std::uniform_real_distribution<double> u(-1.0, 1.0);
-      for (auto& d : data)
-        for (int64_t i = 0; i < n; ++i) d.push_back(std::is_integral_v<T> ? T(rng() % 1000) - T(500) : T(u(rng) * 1e3));
-      std::vector<T> expected(data[0]);
-      for (int r = 1; r < size; ++r)
-        for (int64_t i = 0; i < n; ++i) expected[size_t(i)] += data[size_t(r)][size_t(i)];
+      const auto data = random_values<T>(size, n, uint64_t(n * 10 + size + 1));
       std::vector<std::vector<T>> results(static_cast<size_t>(size));
       run_ranks(size, size_t(n) * sizeof(T), [&](int rank, ShmAllReduce& shm) {
         T* mine = static_cast<T*>(shm.own_slot());
@@ -107,9 +119,7 @@ TYPED_TEST(ShmAllReduceTest, SumsInPlaceInTheSlots) {
         }
         results[size_t(rank)].assign(mine, mine + n);
       });
-      for (int r = 0; r < size; ++r)
-        for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(results[size_t(r)][size_t(i)], expected[size_t(i)]) << "rank " << r << ", element " << i;
+      expect_on_every_rank(results, sum_in_rank_order(data));
     }
   }
 }
@@ -137,14 +147,8 @@ TYPED_TEST(ShmAllReduceTest, AveragesAPrefixAsItSums) {
       // 4 KiB slots: parts of 1024 (float) or 512 (double), so the prefix ends inside the second
       // part (float) or the third (double).
       const int64_t n = 1500, mean_count = 1100;
-      std::vector<std::vector<T>> data(static_cast<size_t>(size));
-      std::mt19937_64 rng{uint64_t(size) + 100};
-      std::uniform_real_distribution<double> u(-1.0, 1.0);
-      for (auto& d : data)
-        for (int64_t i = 0; i < n; ++i) d.push_back(T(u(rng) * 1e3));
-      std::vector<T> expected(data[0]);
-      for (int r = 1; r < size; ++r)
-        for (int64_t i = 0; i < n; ++i) expected[size_t(i)] += data[size_t(r)][size_t(i)];
+      const auto data = random_values<T>(size, n, uint64_t(size) + 100);
+      auto expected = sum_in_rank_order(data);
       for (int64_t i = 0; i < mean_count; ++i) expected[size_t(i)] *= T(1.0 / size);
       for (const bool in_slot : {false, true}) {
         SCOPED_TRACE(std::to_string(size) + " ranks, " + (in_slot ? "in place" : "copied"));
@@ -157,9 +161,7 @@ TYPED_TEST(ShmAllReduceTest, AveragesAPrefixAsItSums) {
           shm.all_reduce_sum_in_slot<T>(n, mean_count);
           mine.assign(slot, slot + n);
         });
-        for (int r = 0; r < size; ++r)
-          for (int64_t i = 0; i < n; ++i)
-            ASSERT_EQ(results[size_t(r)][size_t(i)], expected[size_t(i)]) << "rank " << r << ", element " << i;
+        expect_on_every_rank(results, expected);
       }
     }
   } else {
