@@ -1,29 +1,21 @@
 #include "model_test_util.h"
 
 #include "data/neighbor_list.h"
+#include "models/pair_list.h"
 
 namespace mlip::test {
 
 c10::Dict<std::string, torch::Tensor> deploy_input(const Frame& f, double rcut, torch::Dtype dtype) {
-  auto nl = data::build_neighbor_list<double>(f.pos.data(), f.natoms(), f.cell.empty() ? nullptr : f.cell.data(), f.pbc,
-                                              rcut);
-  const int64_t e = nl.npairs();
-  auto edge_index = torch::empty({2, e}, torch::kInt64);
-  auto shift = torch::empty({e, 3}, torch::kFloat64);
-  for (int i = 0; i < f.natoms(); ++i)
-    for (int64_t p = nl.offsets(i); p < nl.offsets(i + 1); ++p) {
-      edge_index[0][p] = int64_t(i);
-      edge_index[1][p] = int64_t(nl.neighbor(p));
-      for (int k = 0; k < 3; ++k) shift[p][k] = double(nl.shift(p, k));
-    }
+  const auto pairs = models::pair_list(data::build_neighbor_list<double>(
+      f.pos.data(), f.natoms(), f.cell.empty() ? nullptr : f.cell.data(), f.pbc, rcut));
   c10::Dict<std::string, torch::Tensor> d;
   d.insert("pos", torch::tensor(f.pos, torch::kFloat64).reshape({-1, 3}).to(dtype));
   d.insert("atom_types", torch::tensor(std::vector<int64_t>(f.types.begin(), f.types.end()), torch::kInt64));
-  d.insert("edge_index", edge_index);
+  d.insert("edge_index", pairs.edge_index());
   d.insert("cell", (f.cell.empty() ? torch::zeros({3, 3}, torch::kFloat64)
                                    : torch::tensor(f.cell, torch::kFloat64).reshape({3, 3}))
                        .to(dtype));
-  d.insert("edge_cell_shift", shift.to(dtype));
+  d.insert("edge_cell_shift", pairs.shift.to(dtype));
   return d;
 }
 

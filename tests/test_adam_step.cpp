@@ -57,4 +57,30 @@ TYPED_TEST(AdamStep, SameUpdatesAndStateAsLibTorchAdam) {
   EXPECT_GT((b[0] - fresh[0]).abs().max().item<double>(), 1e-3);
 }
 
+TYPED_TEST(AdamStep, TensorOperationsEqualTheFusedLoopWithTheAverage) {
+  // The update that parameters on a GPU take (tensor operations), on the CPU against the fused
+  // loop, with the moving average fused in both.
+  const auto dtype = std::is_same_v<TypeParam, float> ? torch::kFloat32 : torch::kFloat64;
+  const double tol = std::is_same_v<TypeParam, float> ? 2e-6 : 1e-14;
+  std::vector<torch::Tensor> a = make_params(dtype), b = make_params(dtype);
+  const auto options = torch::optim::AdamOptions(1e-3).betas({0.9, 0.999}).weight_decay(0.0);
+  torch::optim::Adam fused(a, options), tensor_ops(b, options);
+  mlip::train::Ema ema_a(a, 0.9), ema_b(b, 0.9);
+  for (int step = 0; step < 6; ++step) {
+    for (auto* ps : {&a, &b}) set_grads(*ps, step);
+    mlip::train::adam_step(fused, &ema_a);
+    mlip::train::adam_step(tensor_ops, &ema_b, true);
+    for (size_t k = 0; k < a.size(); ++k) {
+      const double scale = a[k].abs().max().item<double>();
+      EXPECT_LE((a[k] - b[k]).abs().max().item<double>(), tol * scale) << "step " << step << " param " << k;
+      EXPECT_LE((ema_a.averages()[k] - ema_b.averages()[k]).abs().max().item<double>(), tol * scale)
+          << "average, step " << step << " param " << k;
+    }
+  }
+  EXPECT_EQ(ema_a.updates(), ema_b.updates());
+  std::vector<torch::Tensor> fresh = make_params(dtype);
+  EXPECT_GT((b[0] - fresh[0]).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((ema_b.averages()[0] - fresh[0]).abs().max().item<double>(), 1e-4);
+}
+
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "error.h"
 #include "test_util.h"
+#include "models/se_e2_a_model.h"
 #include "train/config.h"
 
 namespace {
@@ -17,6 +18,11 @@ using mlip::train::BatchSize;
 using mlip::train::load_train_config;
 using mlip::train::parse_train_config;
 using mlip::train::TrainConfig;
+
+/// The se_e2_a settings of a parsed input.
+const mlip::models::SeASettings& se(const TrainConfig& c) {
+  return mlip::train::model_settings<mlip::models::SeASettings>(c);
+}
 
 /// DeePMD-kit's examples/water/se_e2_a/input.json, pretty-printed.
 const char* const kWaterJson = R"({
@@ -161,22 +167,22 @@ std::string edit(std::string text, const std::string& from, const std::string& t
 }
 
 void expect_water(const TrainConfig& c, const std::string& root) {
-  EXPECT_EQ(c.type_map, (std::vector<std::string>{"O", "H"}));
-  EXPECT_EQ(c.descriptor_type, "se_e2_a");
-  EXPECT_FALSE(c.sel.automatic);
-  EXPECT_EQ(c.sel.values, (std::vector<int64_t>{46, 92}));
-  EXPECT_DOUBLE_EQ(c.rcut, 6.0);
-  EXPECT_DOUBLE_EQ(c.rcut_smth, 0.5);
-  EXPECT_EQ(c.neuron, (std::vector<int64_t>{25, 50, 100}));
-  EXPECT_EQ(c.axis_neuron, 16);
-  EXPECT_TRUE(c.type_one_side);
-  EXPECT_FALSE(c.resnet_dt);
-  EXPECT_EQ(c.precision, "float64");
-  EXPECT_EQ(c.descriptor_seed, std::optional<uint64_t>(1));
-  EXPECT_EQ(c.fitting_neuron, (std::vector<int64_t>{240, 240, 240}));
-  EXPECT_TRUE(c.fitting_resnet_dt);
-  EXPECT_EQ(c.fitting_precision, "float64");
-  EXPECT_EQ(c.fitting_seed, std::optional<uint64_t>(1));
+  EXPECT_EQ(c.model->type_map, (std::vector<std::string>{"O", "H"}));
+  EXPECT_EQ(c.model->type, "se_e2_a");
+  EXPECT_FALSE(se(c).sel.automatic);
+  EXPECT_EQ(se(c).sel.values, (std::vector<int64_t>{46, 92}));
+  EXPECT_DOUBLE_EQ(se(c).config.rcut, 6.0);
+  EXPECT_DOUBLE_EQ(se(c).config.rcut_smth, 0.5);
+  EXPECT_EQ(se(c).config.neuron, (std::vector<int64_t>{25, 50, 100}));
+  EXPECT_EQ(se(c).config.axis_neuron, 16);
+  EXPECT_TRUE(se(c).config.type_one_side);
+  EXPECT_FALSE(se(c).config.resnet_dt);
+  EXPECT_EQ(c.model->precision, "float64");
+  EXPECT_EQ(se(c).descriptor_seed, std::optional<uint64_t>(1));
+  EXPECT_EQ(se(c).config.fitting_neuron, (std::vector<int64_t>{240, 240, 240}));
+  EXPECT_TRUE(se(c).config.fitting_resnet_dt);
+  EXPECT_EQ(se(c).fitting_precision, "float64");
+  EXPECT_EQ(se(c).fitting_seed, std::optional<uint64_t>(1));
 
   EXPECT_DOUBLE_EQ(c.learning_rate.start_lr, 0.001);
   EXPECT_DOUBLE_EQ(c.learning_rate.stop_lr, 3.51e-8);
@@ -241,25 +247,34 @@ TEST(TrainConfig, JsonOnOneLineWithTabsAndCommentsAnywhere) {
       "{\"model\": {\"type_map\": [\"O\"], \"_note\": {\"anything\": [1, {}]},\n"
       "\t\"descriptor\": {\"sel\": [4], \"rcut\": 5, \"_c\": 1}, \"fitting_net\": {}},\n"
       "\t\"training\": {\"training_data\": {\"systems\": \"x\"}, \"numb_steps\": 10}}");
-  EXPECT_EQ(c.type_map, std::vector<std::string>{"O"});
-  EXPECT_DOUBLE_EQ(c.rcut, 5.0);
+  EXPECT_EQ(c.model->type_map, std::vector<std::string>{"O"});
+  EXPECT_DOUBLE_EQ(se(c).config.rcut, 5.0);
   EXPECT_EQ(c.training_data.systems, std::vector<std::string>{"/work/in/x"});
 }
 
 TEST(TrainConfig, DefaultsWhenOptionalKeysAreAbsent) {
   const TrainConfig c = parse(kMinimal);
   const TrainConfig d;  // the header's defaults are DeePMD's
-  EXPECT_EQ(c.descriptor_type, "se_e2_a");
-  EXPECT_DOUBLE_EQ(c.rcut_smth, 0.5);
-  EXPECT_EQ(c.neuron, (std::vector<int64_t>{10, 20, 40}));
-  EXPECT_EQ(c.axis_neuron, 4);
-  EXPECT_FALSE(c.type_one_side);
-  EXPECT_FALSE(c.resnet_dt);
-  EXPECT_EQ(c.precision, "float64");
-  EXPECT_FALSE(c.descriptor_seed.has_value());
-  EXPECT_EQ(c.fitting_neuron, (std::vector<int64_t>{120, 120, 120}));
-  EXPECT_TRUE(c.fitting_resnet_dt);
-  EXPECT_FALSE(c.fitting_seed.has_value());
+  // One set of se_e2_a defaults: the model's own hyperparameters start from the same.
+  const mlip::models::SeAConfig model_defaults;
+  EXPECT_EQ(se(c).config.neuron, model_defaults.neuron);
+  EXPECT_EQ(se(c).config.axis_neuron, model_defaults.axis_neuron);
+  EXPECT_EQ(se(c).config.type_one_side, model_defaults.type_one_side);
+  EXPECT_EQ(se(c).config.fitting_neuron, model_defaults.fitting_neuron);
+  EXPECT_EQ(se(c).config.fitting_resnet_dt, model_defaults.fitting_resnet_dt);
+  EXPECT_EQ(c.model->statistics_batches, 10);
+  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.model->type, "se_e2_a");
+  EXPECT_DOUBLE_EQ(se(c).config.rcut_smth, 0.5);
+  EXPECT_EQ(se(c).config.neuron, (std::vector<int64_t>{10, 20, 40}));
+  EXPECT_EQ(se(c).config.axis_neuron, 4);
+  EXPECT_FALSE(se(c).config.type_one_side);
+  EXPECT_FALSE(se(c).config.resnet_dt);
+  EXPECT_EQ(c.model->precision, "float64");
+  EXPECT_FALSE(se(c).descriptor_seed.has_value());
+  EXPECT_EQ(se(c).config.fitting_neuron, (std::vector<int64_t>{120, 120, 120}));
+  EXPECT_TRUE(se(c).config.fitting_resnet_dt);
+  EXPECT_FALSE(se(c).fitting_seed.has_value());
   EXPECT_DOUBLE_EQ(c.learning_rate.start_lr, d.learning_rate.start_lr);
   EXPECT_DOUBLE_EQ(c.learning_rate.stop_lr, d.learning_rate.stop_lr);
   EXPECT_EQ(c.learning_rate.decay_steps, 5000);
@@ -300,7 +315,7 @@ TEST(TrainConfig, AcceptsDeepmdOptionsWithTheirSupportedValues) {
            "    trainable: true\n    exclude_types: []\n    set_davg_zero: false\n"
            "    env_protection: 0.0\n    seed: null\n");
   text = edit(text, "  fitting_net: {}",
-              "  fitting_net: {type: ener, precision: float32, activation_function: tanh,\n"
+              "  fitting_net: {type: ener, precision: float64, activation_function: tanh,\n"
               "                trainable: true, rcond: 0.001, seed: 7}\n"
               "  data_stat_nbatch: 20\n  data_stat_protect: 0.01");
   text = edit(text, "  numb_steps: 100\n",
@@ -308,11 +323,12 @@ TEST(TrainConfig, AcceptsDeepmdOptionsWithTheirSupportedValues) {
               "  profiling: false\n  tensorboard: false\n  save_ckpt: ckpt/model\n"
               "  max_ckpt_keep: 2\n  validation_data: null\n");
   const TrainConfig c = parse(text);
-  EXPECT_EQ(c.descriptor_type, "se_e2_a");  // the alias is stored under its current name
-  EXPECT_EQ(c.precision, "float64");
-  EXPECT_FALSE(c.descriptor_seed.has_value());
-  EXPECT_EQ(c.fitting_precision, "float32");
-  EXPECT_EQ(c.fitting_seed, std::optional<uint64_t>(7));
+  EXPECT_EQ(c.model->type, "se_e2_a");  // the alias is stored under its current name
+  EXPECT_EQ(c.model->precision, "float64");
+  EXPECT_FALSE(se(c).descriptor_seed.has_value());
+  EXPECT_EQ(se(c).fitting_precision, "float64");
+  EXPECT_EQ(se(c).fitting_seed, std::optional<uint64_t>(7));
+  EXPECT_EQ(c.model->statistics_batches, 20);
   EXPECT_EQ(c.save_ckpt, "ckpt/model");
   EXPECT_EQ(c.max_ckpt_keep, 2);
   EXPECT_FALSE(c.validation_data.has_value());
@@ -399,14 +415,14 @@ TEST(BatchSize, BadValues) {
 
 TEST(SelSpec, ListAutoAndAutoWithRatio) {
   TrainConfig c = parse(edit(kMinimal, "sel: [46, 92]", "sel: [0, 7]"));
-  EXPECT_FALSE(c.sel.automatic);
-  EXPECT_EQ(c.sel.values, (std::vector<int64_t>{0, 7}));
+  EXPECT_FALSE(se(c).sel.automatic);
+  EXPECT_EQ(se(c).sel.values, (std::vector<int64_t>{0, 7}));
   c = parse(edit(kMinimal, "sel: [46, 92]", "sel: auto"));
-  EXPECT_TRUE(c.sel.automatic);
-  EXPECT_DOUBLE_EQ(c.sel.ratio, 1.1);
+  EXPECT_TRUE(se(c).sel.automatic);
+  EXPECT_DOUBLE_EQ(se(c).sel.ratio, 1.1);
   c = parse(edit(kMinimal, "sel: [46, 92]", "sel: \"auto:1.25\""));
-  EXPECT_TRUE(c.sel.automatic);
-  EXPECT_DOUBLE_EQ(c.sel.ratio, 1.25);
+  EXPECT_TRUE(se(c).sel.automatic);
+  EXPECT_DOUBLE_EQ(se(c).sel.ratio, 1.25);
 
   const std::string what =
       "input.yaml: model.descriptor.sel: expected a list of non-negative "
@@ -527,7 +543,7 @@ TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], foo: 1}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.foo: unknown key (known: type, type_map, r_max, num_features, l_max, parity, num_layers, "
-            "num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed)");
+            "num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed, data_stat_nbatch)");
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], l_max: 4}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.l_max: expected an integer from 0 to 3, got 4");
@@ -723,6 +739,24 @@ TEST(TrainConfigErrors, EveryMessageStartsWithTheFileName) {
                                  "x.json", "");
             }),
             "x.json: learning_rate.start_lr: expected a positive number, got -1");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TrainConfigErrors, ModelAndDeviceKeys) {
+  EXPECT_EQ(parse_error(edit(kMinimal, "  fitting_net: {}", "  fitting_net: {precision: float32}")),
+            "input.yaml: model.fitting_net.precision: expected the descriptor's precision (\"float64\"; one model "
+            "has one precision), got \"float32\"");
+  EXPECT_EQ(parse_error(edit(kMinimal, "  type_map:", "  data_stat_nbatch: 0\n  type_map:")),
+            "input.yaml: model.data_stat_nbatch: expected a positive integer, got 0");
+  EXPECT_EQ(parse_error(edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n  device: gpu\n")),
+            "input.yaml: training.device: expected auto, cpu, cuda or cuda:K, got gpu");
+  for (const char* ok : {"auto", "cpu", "cuda", "cuda:1"})
+    EXPECT_EQ(parse(edit(kMinimal, "  numb_steps: 100\n", std::string("  numb_steps: 100\n  device: \"") + ok + "\"\n"))
+                  .device,
+              ok);
 }
 
 }  // namespace

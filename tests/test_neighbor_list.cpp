@@ -208,13 +208,20 @@ TYPED_TEST(NeighborListTest, ReusedBuilderEqualsFreshBuilds) {
     auto reused = builder.build(pos.data(), s.natoms(), cell, s.pbc, s.cutoff);
     auto fresh = build_neighbor_list<TypeParam>(pos.data(), s.natoms(), cell, s.pbc, s.cutoff);
     ASSERT_EQ(reused.npairs(), fresh.npairs());
-    for (int i = 0; i <= s.natoms(); ++i) ASSERT_EQ(reused.offsets(i), fresh.offsets(i));
+    // Host copies of both lists (their Views live in Kokkos' default memory space).
+    auto host = [](const auto& view) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view); };
+    const auto ro = host(reused.offsets), fo = host(fresh.offsets);
+    const auto rn = host(reused.neighbor), fn = host(fresh.neighbor);
+    const auto rd = host(reused.distance), fd = host(fresh.distance);
+    const auto rs = host(reused.shift), fs = host(fresh.shift);
+    const auto rv = host(reused.vector), fv = host(fresh.vector);
+    for (int i = 0; i <= s.natoms(); ++i) ASSERT_EQ(ro(i), fo(i));
     for (int64_t p = 0; p < fresh.npairs(); ++p) {
-      ASSERT_EQ(reused.neighbor(p), fresh.neighbor(p));
-      ASSERT_EQ(reused.distance(p), fresh.distance(p));
+      ASSERT_EQ(rn(p), fn(p));
+      ASSERT_EQ(rd(p), fd(p));
       for (int k = 0; k < 3; ++k) {
-        ASSERT_EQ(reused.shift(p, k), fresh.shift(p, k));
-        ASSERT_EQ(reused.vector(p, k), fresh.vector(p, k));
+        ASSERT_EQ(rs(p, k), fs(p, k));
+        ASSERT_EQ(rv(p, k), fv(p, k));
       }
     }
   }

@@ -24,60 +24,8 @@ namespace {
 using mlip::test::run_command;
 using mlip::test::TempDir;
 using mlip::test::write_text;
+using mlip::test::write_system;
 const std::string kMlip = MLIP_EXE;
-
-/// A small non-periodic DeePMD system with labels from a smooth pair potential
-/// E = sum_{r<4} (exp(-2(r-1.2)) - 2 exp(-(r-1.2))) * w(r), forces by its exact gradient.
-void write_system(const std::string& dir, int n_o, int n_h, int frames, unsigned seed) {
-  const int n = n_o + 2 * n_h / 2;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 4.0);
-  std::vector<double> coord, force, energy;
-  for (int f = 0; f < frames; ++f) {
-    std::vector<double> x;
-    while (int(x.size()) < 3 * (n_o + n_h)) {
-      double p[3] = {u(rng), u(rng), u(rng)};
-      bool ok = true;
-      for (size_t k = 0; k < x.size(); k += 3) {
-        double r2 = 0;
-        for (int c = 0; c < 3; ++c) r2 += (p[c] - x[k + c]) * (p[c] - x[k + c]);
-        ok = ok && r2 > 0.8 * 0.8;
-      }
-      if (ok) x.insert(x.end(), p, p + 3);
-    }
-    const int na = n_o + n_h;
-    std::vector<double> fr(size_t(3 * na), 0.0);
-    double e = 0;
-    for (int i = 0; i < na; ++i)
-      for (int j = i + 1; j < na; ++j) {
-        double d[3], r2 = 0;
-        for (int c = 0; c < 3; ++c) d[c] = x[size_t(3 * j + c)] - x[size_t(3 * i + c)], r2 += d[c] * d[c];
-        const double r = std::sqrt(r2);
-        const double a = std::exp(-2 * (r - 1.2)), b = std::exp(-(r - 1.2));
-        e += a - 2 * b;
-        const double de = -2 * a + 2 * b;  // dE/dr
-        for (int c = 0; c < 3; ++c) {
-          fr[size_t(3 * i + c)] += de * d[c] / r;
-          fr[size_t(3 * j + c)] -= de * d[c] / r;
-        }
-      }
-    coord.insert(coord.end(), x.begin(), x.end());
-    force.insert(force.end(), fr.begin(), fr.end());
-    energy.push_back(e - 10.0 * n_o - 5.0 * n_h);
-  }
-  (void)n;
-  std::string types;
-  for (int i = 0; i < n_o; ++i) types += "0\n";
-  for (int i = 0; i < n_h; ++i) types += "1\n";
-  write_text(dir + "/type.raw", types);
-  write_text(dir + "/type_map.raw", "O\nH\n");
-  write_text(dir + "/nopbc", "");
-  const int64_t na = n_o + n_h;
-  fs::create_directories(dir + "/set.000");
-  mlip::data::write_npy(dir + "/set.000/coord.npy", {frames, 3 * na}, coord);
-  mlip::data::write_npy(dir + "/set.000/force.npy", {frames, 3 * na}, force);
-  mlip::data::write_npy(dir + "/set.000/energy.npy", {frames}, energy);
-}
 
 std::string input_yaml(int steps, const std::string& extra_training = "") {
   return "model:\n"
@@ -179,6 +127,36 @@ TEST_F(TrainTest, RestartContinuesExactly) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t k = 0; k < a.size(); ++k)
     EXPECT_TRUE(torch::equal(a[k], b[k])) << "parameter " << k << " differs by " << (a[k] - b[k]).abs().max().item<double>();
+}
+
+TEST_F(TrainTest, TrainingLowersTheLossOfBothModels) {
+  // 100 steps at a steady learning rate and prefactors: the validation loss (the frames are
+  // never trained on, the raw weights are used) falls well below its value at step 1. A sign
+  // error in the loss gradient or in a model's backward makes it rise instead.
+  const std::string schedule =
+      "learning_rate: {type: exp, start_lr: 0.02, stop_lr: 0.01, decay_steps: 50}\n"
+      "loss: {type: ener, start_pref_e: 1, limit_pref_e: 1, start_pref_f: 10, limit_pref_f: 10}\n";
+  std::string se = std::regex_replace(input_yaml(400), std::regex("learning_rate:.*\n"), "");
+  se = std::regex_replace(se, std::regex("loss:.*\n"), schedule);
+  se = std::regex_replace(se, std::regex("disp_freq: 5"), "disp_freq: 400");
+  const std::string equivariant = std::regex_replace(
+      se, std::regex("model:\n(  .*\n)+"),
+      "model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 8, l_max: 1, num_layers: 2,\n"
+      "        radial_width: 8, num_bessels: 4, seed: 3}\n");
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"se", se}, {"equivariant", equivariant}}) {
+    write_text(dir_ / (name + ".yaml"), text + "  ema_decay: 0\n");
+    auto r = mlip("train " + name + ".yaml -o " + name);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::istringstream lcurve(read(name + "/lcurve.out"));
+    std::vector<std::vector<double>> rows;
+    for (std::string line; std::getline(lcurve, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream fields(line);
+      rows.emplace_back(std::istream_iterator<double>(fields), std::istream_iterator<double>());
+    }
+    ASSERT_EQ(rows.size(), 2u) << name << ": lines at steps 1 and 400";
+    EXPECT_LT(rows[1][1], 0.5 * rows[0][1]) << name << ": rmse_val at step 1 " << rows[0][1] << ", at 400 " << rows[1][1];
+  }
 }
 
 /// The raw weights a checkpoint holds beside the averaged ones (extra file "weights").

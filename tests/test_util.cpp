@@ -1,10 +1,12 @@
 #include "test_util.h"
 
+#include "data/npy.h"
 #include "error.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -94,6 +96,59 @@ std::string shared_water_dir() {
   std::string d = std::string(MLIP_SHARED_DATA) + "/water";
   if (fs::exists(d + "/data_0/type.raw")) return d;
   return "";
+}
+
+/// A small non-periodic DeePMD system with labels from a smooth pair potential
+/// E = sum_{r<4} (exp(-2(r-1.2)) - 2 exp(-(r-1.2))) * w(r), forces by its exact gradient.
+void write_system(const std::string& dir, int n_o, int n_h, int frames, unsigned seed) {
+  const int n = n_o + 2 * n_h / 2;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 4.0);
+  std::vector<double> coord, force, energy;
+  for (int f = 0; f < frames; ++f) {
+    std::vector<double> x;
+    while (int(x.size()) < 3 * (n_o + n_h)) {
+      double p[3] = {u(rng), u(rng), u(rng)};
+      bool ok = true;
+      for (size_t k = 0; k < x.size(); k += 3) {
+        double r2 = 0;
+        for (int c = 0; c < 3; ++c) r2 += (p[c] - x[k + c]) * (p[c] - x[k + c]);
+        ok = ok && r2 > 0.8 * 0.8;
+      }
+      if (ok) x.insert(x.end(), p, p + 3);
+    }
+    const int na = n_o + n_h;
+    std::vector<double> fr(size_t(3 * na), 0.0);
+    double e = 0;
+    for (int i = 0; i < na; ++i)
+      for (int j = i + 1; j < na; ++j) {
+        double d[3], r2 = 0;
+        for (int c = 0; c < 3; ++c) d[c] = x[size_t(3 * j + c)] - x[size_t(3 * i + c)], r2 += d[c] * d[c];
+        const double r = std::sqrt(r2);
+        const double a = std::exp(-2 * (r - 1.2)), b = std::exp(-(r - 1.2));
+        e += a - 2 * b;
+        const double de = -2 * a + 2 * b;  // dE/dr
+        for (int c = 0; c < 3; ++c) {
+          fr[size_t(3 * i + c)] += de * d[c] / r;
+          fr[size_t(3 * j + c)] -= de * d[c] / r;
+        }
+      }
+    coord.insert(coord.end(), x.begin(), x.end());
+    force.insert(force.end(), fr.begin(), fr.end());
+    energy.push_back(e - 10.0 * n_o - 5.0 * n_h);
+  }
+  (void)n;
+  std::string types;
+  for (int i = 0; i < n_o; ++i) types += "0\n";
+  for (int i = 0; i < n_h; ++i) types += "1\n";
+  write_text(dir + "/type.raw", types);
+  write_text(dir + "/type_map.raw", "O\nH\n");
+  write_text(dir + "/nopbc", "");
+  const int64_t na = n_o + n_h;
+  fs::create_directories(dir + "/set.000");
+  mlip::data::write_npy(dir + "/set.000/coord.npy", {frames, 3 * na}, coord);
+  mlip::data::write_npy(dir + "/set.000/force.npy", {frames, 3 * na}, force);
+  mlip::data::write_npy(dir + "/set.000/energy.npy", {frames}, energy);
 }
 
 }  // namespace mlip::test

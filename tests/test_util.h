@@ -59,4 +59,10 @@ Frame random_frame(int n, bool periodic, unsigned seed, double length, std::arra
 /// Path of the shared DFT water data (../shared/data/water), or "" when absent.
 std::string shared_water_dir();
 
+/// Writes a small non-periodic DeePMD system (n_o atoms of type O, n_h of type H, `frames`
+/// frames, type_map.raw O H) into `dir`, with labels from a smooth pair potential
+/// E = sum_{pairs} exp(-2(r-1.2)) - 2 exp(-(r-1.2)) minus 10 eV per O and 5 per H, and its
+/// exact forces.
+void write_system(const std::string& dir, int n_o, int n_h, int frames, unsigned seed);
+
 }  // namespace mlip::test

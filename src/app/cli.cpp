@@ -22,6 +22,7 @@
 #include "error.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/device.h"
 #include "train/tester.h"
 #include "train/trainer.h"
 #include "version.h"
@@ -136,12 +137,15 @@ const char* kTrainUsage =
     "                       and statistics, at step 0\n"
     "  -o, --output <dir>   folder for lcurve.out and checkpoints (default: .)\n"
     "  --step-times <file>  write the wall time of every step (ms) there\n"
+    "  --device <d>         auto, cpu, cuda or cuda:K (default: training.device, else auto:\n"
+    "                       CUDA when this build and the machine have it; one GPU per rank)\n"
     "  -h, --help           show this help\n"
     "\n"
     "distributed training (docs/distributed.md; the same command line under torchrun, srun and\n"
     "mpirun; batch_size is per rank):\n"
     "  --distributed <m>    auto (default: when a launcher started several ranks), on, off\n"
-    "  --backend <b>        auto (default: mpi under mpirun, else gloo), gloo, mpi, nccl\n"
+    "  --backend <b>        auto (default: mpi under mpirun, nccl when training on CUDA, else\n"
+    "                       gloo), gloo, mpi, nccl\n"
     "  --log-mode <m>       master (default: rank 0 prints), collect (every rank prints, lines\n"
     "                       prefixed with the rank), workers (rank r > 0 writes\n"
     "                       <output>/train.rank<r>.log)\n"
@@ -240,6 +244,8 @@ int train_command(const std::vector<std::string>& args) {
       options.output_dir = take_value(args, i, kTrainUsage);
     } else if (a == "--step-times") {
       options.step_times = take_value(args, i, kTrainUsage);
+    } else if (a == "--device") {
+      options.device = take_value(args, i, kTrainUsage);
     } else if (a == "--distributed") {
       distributed = take_value(args, i, kTrainUsage);
       if (distributed != "auto" && distributed != "on" && distributed != "off")
@@ -269,6 +275,13 @@ int train_command(const std::vector<std::string>& args) {
   if (!options.restart.empty() && !options.init_model.empty())
     throw UsageError{"train: --restart and --init-model exclude each other", kTrainUsage};
   const dist::LaunchEnv launch = launch_for(distributed);
+  // The input and the device come first: --backend auto picks NCCL for ranks on CUDA devices.
+  const train::TrainConfig config = train::load_train_config(input);
+  const c10::Device device = options.device.empty()
+                                 ? train::resolve_device(config.device, "training.device", launch.local_rank)
+                                 : train::resolve_device(options.device, "--device", launch.local_rank);
+  options.device = device.str();
+  comm_options.cuda = device.is_cuda();
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, comm_options);
   const int rank = comm->rank();
   // Rank-0 I/O (distributed.md): the other ranks' standard output per --log-mode.
@@ -291,7 +304,7 @@ int train_command(const std::vector<std::string>& args) {
   options.comm = comm.get();
   options.launch = &launch;
   try {
-    const int code = train::train(train::load_train_config(input), options);
+    const int code = train::train(config, options);
     std::cout.rdbuf(saved);
     return code;
   } catch (const std::exception& e) {

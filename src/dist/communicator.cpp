@@ -267,7 +267,13 @@ class C10dCommunicator final : public Communicator {
   void run(at::Tensor& tensor, F&& op) {
 #ifdef MLIP_HAVE_NCCL
     if (nccl_) {
-      // NCCL needs device tensors: the trainer's gradients live on the host, so copy there and back.
+      // NCCL reduces device tensors in place; a host tensor (a broadcast of the start state,
+      // a validation sum) goes there and back.
+      if (tensor.device() == device_) {
+        std::vector<at::Tensor> v{tensor};
+        op(nccl_pg_, v)->wait(timeout_);
+        return;
+      }
       std::vector<at::Tensor> v{tensor.to(device_)};
       op(nccl_pg_, v)->wait(timeout_);
       tensor.copy_(v[0]);
@@ -384,6 +390,12 @@ class MpiCommunicator final : public Communicator {
   // Blocking collectives (OpenMPI's tuned algorithms; its non-blocking ones were 5 ms slower per
   // step here), watched by a thread: a rank that stops answering ends the job after --timeout.
   void do_all_reduce(at::Tensor& t, int64_t mean_count) override {
+    if (!t.device().is_cpu()) {  // host MPI: device tensors go through a host copy
+      at::Tensor host = t.to(at::kCPU);
+      do_all_reduce(host, mean_count);
+      t.copy_(host);
+      return;
+    }
     {
       Watch w(*this, "all-reduce");
       check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), type(t), MPI_SUM, MPI_COMM_WORLD));
@@ -391,6 +403,12 @@ class MpiCommunicator final : public Communicator {
     divide_first(t, mean_count);
   }
   void do_broadcast(at::Tensor& t, int root) override {
+    if (!t.device().is_cpu()) {
+      at::Tensor host = t.to(at::kCPU);
+      do_broadcast(host, root);
+      t.copy_(host);
+      return;
+    }
     Watch w(*this, "broadcast");
     check(MPI_Bcast(t.data_ptr(), int(t.numel()), type(t), root, MPI_COMM_WORLD));
   }
@@ -479,7 +497,8 @@ std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, const Comm
   // that died must give an error (and a message), not kill this process silently.
   std::signal(SIGPIPE, SIG_IGN);
   std::string backend = options.backend;
-  if (backend == "auto") backend = env.launcher == Launcher::kMpi && have_mpi() ? "mpi" : "gloo";
+  if (backend == "auto")
+    backend = env.launcher == Launcher::kMpi && have_mpi() ? "mpi" : options.cuda && have_nccl() ? "nccl" : "gloo";
   if (backend == "gloo") return std::make_unique<C10dCommunicator>(env, options, false);
   if (backend == "nccl") {
     if (!have_nccl())

@@ -79,8 +79,11 @@ class Communicator {
 };
 
 struct CommOptions {
-  /// "auto" (mpi under mpirun when built with MPI, nccl for CUDA, else gloo), "gloo", "mpi", "nccl".
+  /// "auto" (mpi under mpirun when built with MPI, else nccl when `cuda` and built with NCCL,
+  /// else gloo), "gloo", "mpi", "nccl".
   std::string backend = "auto";
+  /// The ranks train on CUDA devices (their gradients live there).
+  bool cuda = false;
   /// A collective (or the rendezvous) that waits longer than this fails with an error.
   std::chrono::seconds timeout{240};
 };

@@ -20,12 +20,24 @@ SimpleDDP::SimpleDDP(std::vector<at::Tensor> params, Communicator& comm) : param
 
 void SimpleDDP::sync(std::vector<double>& extras) {
   if (comm_.size() <= 1) return;
-  const int64_t total = numel_ + int64_t(extras.size());
+  auto t = at::tensor(extras, at::kDouble);
+  sync(t);
+  std::copy(t.data_ptr<double>(), t.data_ptr<double>() + extras.size(), extras.begin());
+}
+
+void SimpleDDP::sync(at::Tensor& extras) {
+  if (comm_.size() <= 1) return;
+  if (extras.dim() != 1 || extras.scalar_type() != at::kDouble)
+    throw Error("SimpleDDP::sync: expected the extras as a 1-D float64 tensor");
+  const int64_t count = extras.numel(), total = numel_ + count;
   // Made once (collectively: every rank gets here with the same total), where the all-reduce
   // is cheapest: through shared memory, the backward then writes the gradients straight into
-  // this rank's slot of the segment.
+  // this rank's slot of the segment. Parameters on a device get a buffer there.
+  const at::ScalarType dtype = params_.empty() ? at::kDouble : params_[0].scalar_type();
+  const bool on_host = params_.empty() || params_[0].device().is_cpu();
   if (!flat_.defined() || flat_.numel() != total)
-    flat_ = comm_.make_reduce_buffer(total, params_.empty() ? at::kDouble : params_[0].scalar_type());
+    flat_ = on_host ? comm_.make_reduce_buffer(total, dtype)
+                    : at::zeros({total}, at::TensorOptions(dtype).device(params_[0].device()));
   // The gradients live in the flat buffer: after the first step each parameter's grad is a view
   // of its segment (zero_grad zeroes in place, the backward accumulates in place), so nothing
   // is copied. A gradient found elsewhere (new, replaced, or absent) is copied in (zeros when
@@ -43,15 +55,10 @@ void SimpleDDP::sync(std::vector<double>& extras) {
     }
     offset += p.numel();
   }
-  auto tail = flat_.narrow(0, numel_, int64_t(extras.size()));
-  if (flat_.scalar_type() == at::kDouble) {
-    std::copy(extras.begin(), extras.end(), tail.data_ptr<double>());
-  } else {
-    for (size_t k = 0; k < extras.size(); ++k) tail[int64_t(k)].fill_(extras[k]);
-  }
+  auto tail = flat_.narrow(0, numel_, count);
+  tail.copy_(extras);
   comm_.all_reduce_sum(flat_, numel_);  // the gradients' mean, the extras' sum
-  const auto summed = tail.to(at::kDouble).contiguous();
-  std::copy(summed.data_ptr<double>(), summed.data_ptr<double>() + extras.size(), extras.begin());
+  extras.copy_(tail);
 }
 
 void broadcast_tensors(Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {

@@ -12,7 +12,8 @@ namespace mlip::dist {
 /// every parameter gradient, in one fixed order (the same on every rank), sits in ONE flat
 /// buffer of the parameters' dtype (zeros for a parameter without gradient), followed by the
 /// caller's extra values; ONE all-reduce sums the buffer; the gradients are divided by the
-/// world size, the extras come back summed. Exactly one collective per call. To save two
+/// world size, the extras come back summed. The buffer lives on the parameters' device (NCCL
+/// then reduces it there; Gloo copies device tensors through the host). Exactly one collective per call. To save two
 /// copies of the buffer per step, sync leaves every parameter's grad as a view of its segment
 /// of the buffer (a grad found elsewhere is copied in first, so any grad works); the buffer is
 /// the communicator's make_reduce_buffer, so through shared memory the all-reduce copies
@@ -25,6 +26,9 @@ class SimpleDDP {
   /// Averages the gradients over the ranks and sums `extras` (e.g. error sums for the displayed
   /// metrics, a stop flag) in the same all-reduce. A no-op on one rank.
   void sync(std::vector<double>& extras);
+  /// The same with the extras as a 1-D float64 tensor on any device (summed in place): on a
+  /// GPU the error sums then never leave the device.
+  void sync(at::Tensor& extras);
 
   /// Elements in the flat buffer for the parameters (the bytes per step are this times the
   /// dtype size, plus the extras).

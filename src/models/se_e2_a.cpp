@@ -203,11 +203,16 @@ torch::jit::Module build_se_e2_a(const SeAConfig& c) {
   const auto dtype = c.dtype();
   const int64_t ntypes = int64_t(c.type_map.size());
   const int64_t m = c.neuron.back();
-  auto gen = at::detail::createCPUGenerator(c.seed);
+  // The embedding nets draw from the descriptor's seed, the fitting nets from their own; the
+  // latter is mixed with a fixed odd constant, so that equal seeds (the usual case) still give
+  // two different streams.
+  auto embedding_gen = at::detail::createCPUGenerator(c.seed);
+  auto fitting_gen = at::detail::createCPUGenerator(c.fitting_seed ^ 0x9E3779B97F4A7C15ULL);
+  at::Generator* gen = &embedding_gen;
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   // Drawn in float64 then cast, so float32 and float64 models start from the same numbers.
   auto normal = [&](std::vector<int64_t> shape, double mean, double stddev) {
-    return (at::randn(shape, gen, f64) * stddev + mean).to(dtype);
+    return (at::randn(shape, *gen, f64) * stddev + mean).to(dtype);
   };
 
   torch::jit::Module module("mlip_se_e2_a");
@@ -234,6 +239,7 @@ torch::jit::Module build_se_e2_a(const SeAConfig& c) {
     for (int64_t t = 0; t < ntypes; ++t)
       add_net(c.type_one_side ? "emb_" + std::to_string(t) : "emb_" + std::to_string(ti) + "_" + std::to_string(t),
               layers_of(emb_widths, c.resnet_dt), false);
+  gen = &fitting_gen;
   for (int64_t t = 0; t < ntypes; ++t) add_net("fit_" + std::to_string(t), layers_of(fit_widths, c.fitting_resnet_dt), true);
 
   module.register_buffer("davg", torch::zeros({ntypes, 4}, torch::TensorOptions().dtype(dtype)));

@@ -8,20 +8,22 @@
 
 namespace mlip::models {
 
-/// Hyperparameters of the se_e2_a energy model (se_e2_a.md; DeePMD key names).
+/// Hyperparameters of the se_e2_a energy model (docs/se_e2_a.md; DeePMD key names). The
+/// defaults are DeePMD-kit's, the same as the training input's (docs/input.md).
 struct SeAConfig {
   std::vector<std::string> type_map;
   std::vector<int64_t> sel;                        ///< slots per neighbour type
   double rcut = 6.0;                               ///< Å
   double rcut_smth = 0.5;                          ///< Å
-  std::vector<int64_t> neuron = {25, 50, 100};     ///< embedding widths; M = neuron.back()
-  int64_t axis_neuron = 16;                        ///< M_<
-  bool type_one_side = true;                       ///< one embedding net per neighbour type
+  std::vector<int64_t> neuron = {10, 20, 40};      ///< embedding widths; M = neuron.back()
+  int64_t axis_neuron = 4;                         ///< M_<
+  bool type_one_side = false;                      ///< one embedding net per neighbour type (else per type pair)
   bool resnet_dt = false;                          ///< embedding nets
-  std::vector<int64_t> fitting_neuron = {240, 240, 240};
+  std::vector<int64_t> fitting_neuron = {120, 120, 120};
   bool fitting_resnet_dt = true;
   std::string precision = "float64";               ///< "float64" or "float32"
-  uint64_t seed = 1;
+  uint64_t seed = 1;                               ///< initialises the embedding nets
+  uint64_t fitting_seed = 1;                       ///< initialises the fitting nets
 
   /// Throws mlip::Error naming the key (model.descriptor.sel, ...) that is invalid.
   void validate() const;

@@ -30,7 +30,7 @@ Tensor& grad_of(Tensor p) {
 
 }  // namespace
 
-PackedEnv PackedEnv::pack(const EnvMatrix& env, const std::vector<int>& types, const SeAConfig& c) {
+PackedEnv PackedEnv::pack(const EnvMatrix& env, const std::vector<int>& types, const SeAConfig& c, bool with_slots) {
   const int64_t n = env.rij.size(0), nc = env.rij.size(1), nt = ntypes_of(c), ng = ngroups_of(c);
   if (nc != c.nslots() || int64_t(types.size()) != n)
     throw Error("PackedEnv::pack: environment matrix of " + std::to_string(n) + " atoms x " + std::to_string(nc) +
@@ -43,6 +43,7 @@ PackedEnv PackedEnv::pack(const EnvMatrix& env, const std::vector<int>& types, c
   PackedEnv out;
   out.nframes = 1;
   out.natoms = n;
+  out.nslots = nc;
   out.groups.resize(size_t(ng));
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(ng));
   for (auto& g : out.groups) g.offsets.assign(size_t(n + 1), 0);
@@ -70,14 +71,27 @@ PackedEnv PackedEnv::pack(const EnvMatrix& env, const std::vector<int>& types, c
     grp.r = rij.index_select(0, idx).contiguous();
     grp.dr = drij.index_select(0, idx).contiguous();
     grp.vec = vec.index_select(0, idx).contiguous();
+    if (with_slots) {
+      grp.slot = idx;
+      grp.neighbor_in_frame = torch::tensor(grp.neighbor, torch::kInt64);
+    }
   }
   return out;
 }
 
-PackedEnv PackedEnv::concat(const std::vector<const PackedEnv*>& frames) {
+PackedEnv PackedEnv::to(const torch::Device& device) const {
+  PackedEnv out = *this;
+  for (auto& g : out.groups)
+    for (Tensor* t : {&g.r, &g.dr, &g.vec, &g.slot, &g.neighbor_in_frame})
+      if (t->defined()) *t = t->to(device);
+  return out;
+}
+
+PackedEnv PackedEnv::concat(const std::vector<const PackedEnv*>& frames, bool with_slots) {
   if (frames.empty()) throw Error("PackedEnv::concat: no frames");
   PackedEnv out;
   out.natoms = frames[0]->natoms;
+  out.nslots = frames[0]->nslots;
   const size_t ng = frames[0]->groups.size();
   out.groups.resize(ng);
   for (const PackedEnv* f : frames) {
@@ -87,11 +101,17 @@ PackedEnv PackedEnv::concat(const std::vector<const PackedEnv*>& frames) {
   }
   for (size_t g = 0; g < ng; ++g) {
     auto& dst = out.groups[g];
-    std::vector<Tensor> r, dr, vec;
+    std::vector<Tensor> r, dr, vec, slot, neighbor_in_frame;
     dst.offsets.push_back(0);
     int64_t atom0 = 0;
     for (const PackedEnv* f : frames) {
       const auto& src = f->groups[g];
+      if (with_slots) {
+        if (!src.slot.defined()) throw Error("PackedEnv::concat: a frame without slots (made by pack?)");
+        // The frame's centres come after those of the frames before it.
+        slot.push_back(src.slot + atom0 * f->nslots);
+        neighbor_in_frame.push_back(src.neighbor_in_frame);
+      }
       const int64_t pair0 = dst.offsets.back();
       for (size_t i = 1; i < src.offsets.size(); ++i) dst.offsets.push_back(pair0 + src.offsets[i]);
       for (int64_t j : src.neighbor) dst.neighbor.push_back(atom0 + j);
@@ -103,6 +123,10 @@ PackedEnv PackedEnv::concat(const std::vector<const PackedEnv*>& frames) {
     dst.r = at::cat(r, 0);
     dst.dr = at::cat(dr, 0);
     dst.vec = at::cat(vec, 0);
+    if (with_slots) {
+      dst.slot = at::cat(slot, 0);
+      dst.neighbor_in_frame = at::cat(neighbor_in_frame, 0);
+    }
   }
   return out;
 }

@@ -23,15 +23,27 @@ struct PackedEnv {
     torch::Tensor r;                ///< [P, 4] raw rows R (se_e2_a.md), model dtype
     torch::Tensor dr;               ///< [P, 4, 3] dR/dd_ij
     torch::Tensor vec;              ///< [P, 3] pair vectors d_ij, Å
+    /// [P] int64: where each pair sits in the dense environment matrix of the batch, as the
+    /// flat index (centre * N_c + slot) into [nframes * natoms * N_c] (the device-generic
+    /// path scatters the rows back there).
+    torch::Tensor slot;
+    /// [P] int64: the neighbour's index within its own frame (0 <= j < natoms).
+    torch::Tensor neighbor_in_frame;
   };
   int64_t nframes = 0;
   int64_t natoms = 0;               ///< atoms per frame; centres are numbered frame * natoms + i
+  int64_t nslots = 0;               ///< N_c = sum(sel): slots per centre of the dense matrix
   std::vector<Group> groups;
 
-  /// Packs one frame (env from compute_env_matrix, types [N]).
-  static PackedEnv pack(const EnvMatrix& env, const std::vector<int>& types, const SeAConfig& config);
-  /// Concatenates frames with the same atoms into one batch.
-  static PackedEnv concat(const std::vector<const PackedEnv*>& frames);
+  /// Packs one frame (env from compute_env_matrix, types [N]); `with_slots` also fills each
+  /// group's `slot` and `neighbor_in_frame` (16 bytes per pair, for the device-generic path).
+  static PackedEnv pack(const EnvMatrix& env, const std::vector<int>& types, const SeAConfig& config,
+                        bool with_slots = false);
+  /// Concatenates frames with the same atoms into one batch; `with_slots` also concatenates
+  /// `slot` and `neighbor_in_frame` (on the frames' device; the hand-written path needs neither).
+  static PackedEnv concat(const std::vector<const PackedEnv*>& frames, bool with_slots = false);
+  /// A copy with every tensor on `device` (the host vectors stay).
+  PackedEnv to(const torch::Device& device) const;
 };
 
 /// se_e2_a's energy, forces and virial and the gradient of a loss of them with respect to the

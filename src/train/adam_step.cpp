@@ -31,6 +31,17 @@ void update(Real* p, const Real* g, Real* m, Real* v, int64_t n, double beta1, d
   });
 }
 
+/// The update of `update` above as tensor operations, for any device.
+void update_with_tensor_ops(at::Tensor p, const at::Tensor& grad, at::Tensor m, at::Tensor v, double beta1,
+                            double beta2, double weight_decay, double step_size, double inv_sqrt_bc2, double eps,
+                            at::Tensor avg, double avg_weight) {
+  const at::Tensor g = weight_decay != 0 ? grad + weight_decay * p : grad;
+  m.mul_(beta1).add_(g, 1 - beta1);
+  v.mul_(beta2).addcmul_(g, g, 1 - beta2);
+  p.addcdiv_(m, v.sqrt().mul_(inv_sqrt_bc2).add_(eps), -step_size);
+  if (avg.defined()) avg.add_(p - avg, avg_weight);
+}
+
 /// The index in `ema` of each of the optimiser's parameters, in their order (checked up front,
 /// so that a mismatch fails before anything is updated).
 std::vector<size_t> averages_in_order(torch::optim::Adam& optimizer, const Ema& ema) {
@@ -51,7 +62,7 @@ std::vector<size_t> averages_in_order(torch::optim::Adam& optimizer, const Ema& 
 
 }  // namespace
 
-void adam_step(torch::optim::Adam& optimizer, Ema* ema) {
+void adam_step(torch::optim::Adam& optimizer, Ema* ema, bool tensor_ops) {
   torch::NoGradGuard no_grad;
   const double avg_weight = ema != nullptr ? 1 - ema->next_decay() : 0.0;
   const std::vector<size_t> order = ema != nullptr ? averages_in_order(optimizer, *ema) : std::vector<size_t>{};
@@ -84,7 +95,10 @@ void adam_step(torch::optim::Adam& optimizer, Ema* ema) {
       const at::Tensor grad = p.grad().contiguous();
       if (!p.is_contiguous() || !st.exp_avg().is_contiguous() || !st.exp_avg_sq().is_contiguous())
         throw Error("adam_step: parameters and their state must be contiguous");
-      if (p.scalar_type() == at::kDouble)
+      if (tensor_ops || !p.device().is_cpu())
+        update_with_tensor_ops(p.detach(), grad, st.exp_avg(), st.exp_avg_sq(), beta1, beta2, o.weight_decay(),
+                               o.lr() / bc1, 1 / std::sqrt(bc2), o.eps(), avg, avg_weight);
+      else if (p.scalar_type() == at::kDouble)
         update<double>(p.data_ptr<double>(), grad.data_ptr<double>(), st.exp_avg().data_ptr<double>(),
                        st.exp_avg_sq().data_ptr<double>(), p.numel(), beta1, beta2, o.weight_decay(), o.lr() / bc1,
                        1 / std::sqrt(bc2), o.eps(), avg.defined() ? avg.data_ptr<double>() : nullptr, avg_weight);

@@ -13,6 +13,9 @@ namespace mlip::train {
 /// does not shrink with the model's arithmetic. float32 and float64 parameters; no amsgrad.
 /// With `ema`, the moving average's update (Ema::update) is fused into the same pass: `ema`
 /// must average exactly the optimiser's parameters.
-void adam_step(torch::optim::Adam& optimizer, Ema* ema = nullptr);
+///
+/// Parameters outside host memory (a GPU) take the same update as LibTorch tensor operations;
+/// `tensor_ops` makes host parameters take that path too (tests compare the two).
+void adam_step(torch::optim::Adam& optimizer, Ema* ema = nullptr, bool tensor_ops = false);
 
 }  // namespace mlip::train

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "error.h"
+#include "models/registry.h"
 
 namespace fs = std::filesystem;
 
@@ -40,309 +41,11 @@ int64_t BatchSize::for_system(size_t index, int64_t natoms) const {
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Scalars and how they are shown in messages
+}  // namespace
 
-/// The value as the user wrote it: plain scalars bare, quoted ones in double quotes, lists and
-/// mappings in flow style (shortened when long).
-std::string describe(const YAML::Node& node) {
-  if (!node.IsDefined() || node.IsNull()) return "null";
-  if (node.IsScalar()) return node.Tag() == "?" ? node.Scalar() : "\"" + node.Scalar() + "\"";
-  YAML::Emitter out;
-  out.SetSeqFormat(YAML::Flow);
-  out.SetMapFormat(YAML::Flow);
-  out << node;
-  std::string text = out.c_str();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return (node.IsSequence() ? "a list " : "a mapping ") + text;
-}
+using namespace mlip::input;
 
-[[noreturn]] void fail(const std::string& path, const std::string& message) {
-  throw Error(path.empty() ? message : path + ": " + message);
-}
-
-[[noreturn]] void expected(const std::string& path, const std::string& what,
-                           const YAML::Node& got) {
-  fail(path, "expected " + what + ", got " + describe(got));
-}
-
-/// Whether `node` is an unquoted, untagged scalar (numbers and booleans must be written so).
-bool is_plain(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
-
-enum class Bound { kAny, kNonNegative, kPositive };
-
-std::string number_kind(Bound bound, const std::string& noun) {
-  switch (bound) {
-    case Bound::kNonNegative:
-      return "a non-negative " + noun;
-    case Bound::kPositive:
-      return "a positive " + noun;
-    default:
-      return (noun[0] == 'i' ? "an " : "a ") + noun;
-  }
-}
-
-bool in_bound(double v, Bound bound) {
-  return bound == Bound::kAny || (bound == Bound::kPositive ? v > 0 : v >= 0);
-}
-
-/// Parses a decimal integer written in full ("12", "-3"); nothing else (no "1e3", "12.0").
-bool parse_integer(const std::string& text, int64_t& out) {
-  static const std::regex kInteger("[-+]?[0-9]+");
-  if (!std::regex_match(text, kInteger)) return false;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), nullptr, 10);
-  if (errno == ERANGE) return false;
-  out = v;
-  return true;
-}
-
-/// Parses a finite decimal number ("1", "-0.5", "3.51e-8"; not "nan", "inf" or hex).
-bool parse_number(const std::string& text, double& out) {
-  static const std::regex kNumber("[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?");
-  if (!std::regex_match(text, kNumber)) return false;
-  out = std::strtod(text.c_str(), nullptr);
-  return std::isfinite(out);
-}
-
-int64_t to_integer(const YAML::Node& node, const std::string& path, Bound bound) {
-  int64_t v = 0;
-  if (!is_plain(node) || !parse_integer(node.Scalar(), v) || !in_bound(double(v), bound)) {
-    expected(path, number_kind(bound, "integer"), node);
-  }
-  return v;
-}
-
-double to_number(const YAML::Node& node, const std::string& path, Bound bound) {
-  double v = 0;
-  if (!is_plain(node) || !parse_number(node.Scalar(), v) || !in_bound(v, bound)) {
-    expected(path, number_kind(bound, "number"), node);
-  }
-  return v;
-}
-
-/// Reads a YAML boolean written as true/True/TRUE or false/False/FALSE (not yes/no/on/off).
-bool parse_bool(const YAML::Node& node, bool& out) {
-  if (!is_plain(node)) return false;
-  const std::string& s = node.Scalar();
-  out = s == "true" || s == "True" || s == "TRUE";
-  return out || s == "false" || s == "False" || s == "FALSE";
-}
-
-bool to_bool(const YAML::Node& node, const std::string& path) {
-  bool v = false;
-  if (!parse_bool(node, v)) expected(path, "true or false", node);
-  return v;
-}
-
-std::string to_text(const YAML::Node& node, const std::string& path) {
-  if (!node.IsScalar() || node.Scalar().empty()) expected(path, "a non-empty string", node);
-  return node.Scalar();
-}
-
-uint64_t to_seed(const YAML::Node& node, const std::string& path) {
-  static const std::regex kDigits("\\+?[0-9]+");
-  if (is_plain(node) && std::regex_match(node.Scalar(), kDigits)) {
-    errno = 0;
-    const unsigned long long v = std::strtoull(node.Scalar().c_str(), nullptr, 10);
-    if (errno != ERANGE) return v;
-  }
-  expected(path, "a non-negative integer or null", node);
-}
-
-/// A list whose elements are read by `element(node, "path[i]")`; `what` names the whole.
-template <class T, class F>
-std::vector<T> to_list(const YAML::Node& node, const std::string& path, const std::string& what,
-                       F element) {
-  if (!node.IsSequence() || node.size() == 0) expected(path, what, node);
-  std::vector<T> out;
-  for (size_t i = 0; i < node.size(); ++i) {
-    out.push_back(element(node[i], path + "[" + std::to_string(i) + "]"));
-  }
-  return out;
-}
-
-std::string quoted_list(const std::vector<std::string>& items) {
-  std::string s;
-  for (size_t i = 0; i < items.size(); ++i) {
-    s += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + ("\"" + items[i] + "\"");
-  }
-  return s;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// ---------------------------------------------------------------------------------------------
-// Section: one mapping of the input, with its path and the keys it may hold
-
-/// A mapping of the input ("training.training_data"), checked on construction: it must be a
-/// mapping, and every key must be known (keys starting with '_' are comments). `old_names` are
-/// accepted but never suggested. The readers return the default when the key is absent.
-class Section {
- public:
-  Section(const YAML::Node& node, std::string path, std::vector<std::string> known,
-          std::vector<std::string> old_names = {})
-      : node_(node), path_(std::move(path)), known_(std::move(known)) {
-    if (!node_.IsDefined() || node_.IsNull()) return;  // an absent section reads as empty
-    if (!node_.IsMap()) {
-      expected(path_, "a mapping with keys " + join(known_), node_);
-    }
-    std::vector<std::string> seen;
-    for (const auto& kv : node_) {
-      if (!kv.first.IsScalar()) fail(path_, "expected string keys, got " + describe(kv.first));
-      const std::string& key = kv.first.Scalar();
-      if (!key.empty() && key[0] == '_') continue;
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-        fail(path_of(key), "duplicate key");
-      }
-      seen.push_back(key);
-      if (std::find(known_.begin(), known_.end(), key) == known_.end() &&
-          std::find(old_names.begin(), old_names.end(), key) == old_names.end()) {
-        unknown_key(key);
-      }
-    }
-  }
-
-  std::string path_of(const std::string& key) const {
-    return path_.empty() ? key : path_ + "." + key;
-  }
-
-  /// The value of `key`, or an undefined node when absent. An explicit null counts as given.
-  YAML::Node get(const std::string& key) const {
-    if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
-    for (const auto& kv : node_) {
-      if (kv.first.Scalar() == key) return kv.second;
-    }
-    return YAML::Node(YAML::NodeType::Undefined);
-  }
-  bool has(const std::string& key) const { return get(key).IsDefined(); }
-  /// Present and not null (for keys where DeePMD takes null as "not set").
-  bool has_value(const std::string& key) const { return has(key) && !get(key).IsNull(); }
-
-  void require(std::initializer_list<const char*> keys) const {
-    for (const char* key : keys) {
-      if (!has(key)) fail(path_of(key), "required key is missing");
-    }
-  }
-
-  /// The key actually used among a current name and its old one (DeePMD renamed a few).
-  std::string current_or_old(const std::string& key, const std::string& old) const {
-    if (has(key) && has(old)) {
-      fail(path_, "both '" + key + "' and its old name '" + old + "' are given; keep one");
-    }
-    return has(old) ? old : key;
-  }
-
-  Section section(const std::string& key, std::vector<std::string> known,
-                  std::vector<std::string> old_names = {}) const {
-    return Section(get(key), path_of(key), std::move(known), std::move(old_names));
-  }
-
-  double number(const std::string& key, double def, Bound bound = Bound::kAny) const {
-    return has(key) ? to_number(get(key), path_of(key), bound) : def;
-  }
-  int64_t integer(const std::string& key, int64_t def, Bound bound = Bound::kPositive) const {
-    return has(key) ? to_integer(get(key), path_of(key), bound) : def;
-  }
-  bool flag(const std::string& key, bool def) const {
-    return has(key) ? to_bool(get(key), path_of(key)) : def;
-  }
-  std::string text(const std::string& key, const std::string& def) const {
-    return has(key) ? to_text(get(key), path_of(key)) : def;
-  }
-  std::optional<uint64_t> seed(const std::string& key, std::optional<uint64_t> def) const {
-    if (!has(key)) return def;
-    if (get(key).IsNull()) return std::nullopt;
-    return to_seed(get(key), path_of(key));
-  }
-  std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& def,
-                                Bound bound = Bound::kPositive) const {
-    if (!has(key)) return def;
-    const std::string each = number_kind(bound, "integer");
-    return to_list<int64_t>(
-        get(key), path_of(key), "a non-empty list of " + plural(each),
-        [&](const YAML::Node& n, const std::string& p) { return to_integer(n, p, bound); });
-  }
-  std::vector<double> numbers(const std::string& key, Bound bound) const {
-    if (!has_value(key)) return {};
-    const std::string each = number_kind(bound, "number");
-    return to_list<double>(
-        get(key), path_of(key), "a non-empty list of " + plural(each),
-        [&](const YAML::Node& n, const std::string& p) { return to_number(n, p, bound); });
-  }
-  std::vector<std::string> texts(const std::string& key) const {
-    if (!has(key)) return {};
-    return to_list<std::string>(get(key), path_of(key), "a non-empty list of strings", to_text);
-  }
-
-  /// A string among `allowed`; `aliases` maps other accepted spellings onto one of them.
-  std::string choice(const std::string& key, const std::string& def,
-                     const std::vector<std::string>& allowed,
-                     const std::vector<std::pair<std::string, std::string>>& aliases = {}) const {
-    if (!has(key)) return def;
-    const YAML::Node n = get(key);
-    if (n.IsScalar()) {
-      if (std::find(allowed.begin(), allowed.end(), n.Scalar()) != allowed.end()) return n.Scalar();
-      for (const auto& [alias, name] : aliases) {
-        if (n.Scalar() == alias) return name;
-      }
-    }
-    if (allowed.size() == 1) {
-      expected(path_of(key), quoted_list(allowed) + " (the only one supported)", n);
-    }
-    expected(path_of(key), "one of " + quoted_list(allowed), n);
-  }
-
-  /// A DeePMD option this program does not implement: accepted only with its default value.
-  void only_default(const std::string& key, const std::string& what,
-                    bool (*is_default)(const YAML::Node&)) const {
-    if (has(key) && !is_default(get(key))) {
-      expected(path_of(key), what + " (other values are not supported)", get(key));
-    }
-  }
-
- private:
-  static std::string join(const std::vector<std::string>& items) {
-    std::string s;
-    for (const auto& item : items) s += (s.empty() ? "" : ", ") + item;
-    return s;
-  }
-  /// "a positive integer" -> "positive integers"
-  static std::string plural(const std::string& kind) {
-    return kind.substr(kind.find(' ') + 1) + "s";
-  }
-
-  [[noreturn]] void unknown_key(const std::string& key) const {
-    const std::string* best = nullptr;
-    size_t best_distance = 0;
-    for (const auto& k : known_) {
-      const size_t d = edit_distance(key, k);
-      if (!best || d < best_distance) best = &k, best_distance = d;
-    }
-    if (best && best_distance <= std::max<size_t>(2, key.size() / 3)) {
-      fail(path_of(key), "unknown key; did you mean '" + *best + "'?");
-    }
-    fail(path_of(key), "unknown key (known: " + join(known_) + ")");
-  }
-
-  YAML::Node node_;
-  std::string path_;
-  std::vector<std::string> known_;
-};
-
+namespace {
 // ---------------------------------------------------------------------------------------------
 // Values with a syntax of their own
 
@@ -374,29 +77,6 @@ BatchSize to_batch_size(const YAML::Node& node, const std::string& path) {
     expected(path, what, node);
   }
   return b;
-}
-
-/// descriptor.sel: a list of non-negative integers, "auto" or "auto:ratio".
-SelSpec to_sel(const YAML::Node& node, const std::string& path) {
-  const std::string what = "a list of non-negative integers, or \"auto[:ratio]\"";
-  SelSpec sel;
-  if (node.IsSequence()) {
-    sel.values = to_list<int64_t>(node, path, what, [](const YAML::Node& n, const std::string& p) {
-      return to_integer(n, p, Bound::kNonNegative);
-    });
-    return sel;
-  }
-  const std::string s = node.IsScalar() ? node.Scalar() : "";
-  double ratio = 0;
-  if (s == "auto") {
-    sel.automatic = true;
-  } else if (s.rfind("auto:", 0) == 0 && parse_number(s.substr(5), ratio) && ratio > 0) {
-    sel.automatic = true;
-    sel.ratio = ratio;
-  } else {
-    expected(path, what, node);
-  }
-  return sel;
 }
 
 /// Checks auto_prob: "prob_uniform", "prob_sys_size", or "prob_sys_size;a:b:w;..." with
@@ -439,118 +119,57 @@ std::string resolve_system(const std::string& given, const std::string& input_di
 // ---------------------------------------------------------------------------------------------
 // The sections
 
-bool is_true(const YAML::Node& n) {
-  bool v = false;
-  return parse_bool(n, v) && v;
-}
-bool is_false(const YAML::Node& n) {
-  bool v = true;
-  return parse_bool(n, v) && !v;
-}
-bool is_zero(const YAML::Node& n) {
-  double v = 1;
-  return is_plain(n) && parse_number(n.Scalar(), v) && v == 0;
-}
-bool is_empty_list(const YAML::Node& n) { return n.IsNull() || (n.IsSequence() && n.size() == 0); }
-
-void read_descriptor(const Section& d, TrainConfig& c) {
-  d.require({"sel", "rcut"});
-  c.descriptor_type = d.choice("type", c.descriptor_type, {"se_e2_a"}, {{"se_a", "se_e2_a"}});
-  c.sel = to_sel(d.get("sel"), d.path_of("sel"));
-  if (!c.sel.automatic && c.sel.values.size() != c.type_map.size()) {
-    fail(d.path_of("sel"), std::to_string(c.sel.values.size()) + " entries for " +
-                               std::to_string(c.type_map.size()) + " types in model.type_map");
-  }
-  c.rcut = d.number("rcut", c.rcut, Bound::kPositive);
-  c.rcut_smth = d.number("rcut_smth", c.rcut_smth, Bound::kNonNegative);
-  if (c.rcut_smth >= c.rcut) {
-    expected(d.path_of("rcut_smth"), "a number below rcut (" + describe(d.get("rcut")) + ")",
-             d.get("rcut_smth"));
-  }
-  c.neuron = d.integers("neuron", c.neuron);
-  c.axis_neuron = d.integer("axis_neuron", c.axis_neuron);
-  if (c.axis_neuron > c.neuron.back()) {
-    fail(d.path_of("axis_neuron"), "expected at most the last neuron (" +
-                                       std::to_string(c.neuron.back()) + "), got " +
-                                       std::to_string(c.axis_neuron));
-  }
-  c.type_one_side = d.flag("type_one_side", c.type_one_side);
-  c.resnet_dt = d.flag("resnet_dt", c.resnet_dt);
-  c.precision =
-      d.choice("precision", c.precision, {"float64", "float32"}, {{"default", "float64"}});
-  c.descriptor_seed = d.seed("seed", c.descriptor_seed);
-  d.choice("activation_function", "tanh", {"tanh"});
-  d.only_default("trainable", "true", is_true);
-  d.only_default("exclude_types", "an empty list", is_empty_list);
-  d.only_default("set_davg_zero", "false", is_false);
-  d.only_default("env_protection", "0", is_zero);
-}
-
-void read_fitting_net(const Section& f, TrainConfig& c) {
-  f.choice("type", "ener", {"ener"});
-  c.fitting_neuron = f.integers("neuron", c.fitting_neuron);
-  c.fitting_resnet_dt = f.flag("resnet_dt", c.fitting_resnet_dt);
-  c.fitting_precision =
-      f.choice("precision", c.fitting_precision, {"float64", "float32"}, {{"default", "float64"}});
-  c.fitting_seed = f.seed("seed", c.fitting_seed);
-  f.choice("activation_function", "tanh", {"tanh"});
-  f.only_default("trainable", "true", is_true);
-  if (f.has_value("rcond")) f.number("rcond", 0.0);  // accepted for DeePMD inputs; not used
-}
-
-void read_type_map(const Section& m, TrainConfig& c) {
-  c.type_map = m.texts("type_map");
-  for (size_t i = 0; i < c.type_map.size(); ++i) {
+void read_type_map(const Section& m, std::vector<std::string>& type_map) {
+  type_map = m.texts("type_map");
+  for (size_t i = 0; i < type_map.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      if (c.type_map[i] == c.type_map[j]) {
-        fail(m.path_of("type_map"), "\"" + c.type_map[i] + "\" appears twice");
+      if (type_map[i] == type_map[j]) {
+        fail(m.path_of("type_map"), "\"" + type_map[i] + "\" appears twice");
       }
     }
   }
 }
 
-/// model: {type: equivariant, ...}: the NequIP-style model.
-void read_equivariant_model(const Section& m, TrainConfig& c) {
-  m.require({"type_map"});
-  c.model_type = "equivariant";
-  read_type_map(m, c);
-  EquivariantSettings& e = c.equivariant;
-  e.r_max = m.number("r_max", e.r_max, Bound::kPositive);
-  e.num_features = m.integer("num_features", e.num_features);
-  e.l_max = m.integer("l_max", e.l_max, Bound::kNonNegative);
-  if (e.l_max > 3) expected(m.path_of("l_max"), "an integer from 0 to 3", m.get("l_max"));
-  e.parity = m.flag("parity", e.parity);
-  e.num_layers = m.integer("num_layers", e.num_layers);
-  e.num_bessels = m.integer("num_bessels", e.num_bessels);
-  e.polynomial_p = m.number("polynomial_p", e.polynomial_p, Bound::kPositive);
-  if (e.polynomial_p < 2) expected(m.path_of("polynomial_p"), "a number >= 2", m.get("polynomial_p"));
-  e.radial_width = m.integer("radial_width", e.radial_width);
-  e.radial_depth = m.integer("radial_depth", e.radial_depth);
-  if (m.has_value("avg_num_neighbors") && !(is_plain(m.get("avg_num_neighbors")) && m.get("avg_num_neighbors").Scalar() == "auto"))
-    e.avg_num_neighbors = m.number("avg_num_neighbors", 1.0, Bound::kPositive);
-  c.precision = m.choice("precision", c.precision, {"float64", "float32"}, {{"default", "float64"}});
-  c.fitting_precision = c.precision;
-  c.descriptor_seed = m.seed("seed", c.descriptor_seed);
-  c.rcut = e.r_max;
+/// The registry entry the `model` section selects: `model.type` names it, or, for DeePMD's
+/// standard model (type absent or "standard"), `model.descriptor.type` does (default
+/// se_e2_a).
+const models::ModelEntry& select_model(const YAML::Node& model) {
+  const YAML::Node type = model["type"];
+  const std::string given = type && type.IsScalar() ? type.Scalar() : "standard";
+  if (given != "standard") {
+    const models::ModelEntry* entry = is_plain(type) ? models::find_model(given, false) : nullptr;
+    if (entry == nullptr) {
+      std::vector<std::string> names = {"standard"};
+      for (const auto& n : models::model_names(false)) names.push_back(n);
+      expected("model.type", "one of " + quoted_list(names), type);
+    }
+    return *entry;
+  }
+  const YAML::Node descriptor = model["descriptor"];
+  const YAML::Node dtype = descriptor && descriptor.IsMap() ? descriptor["type"] : YAML::Node();
+  const std::string name = dtype && dtype.IsScalar() ? dtype.Scalar() : "se_e2_a";
+  const models::ModelEntry* entry = models::find_model(name, true);
+  if (entry == nullptr) {
+    const auto names = models::model_names(true);
+    expected("model.descriptor.type",
+             names.size() == 1 ? quoted_list(names) + " (the only one supported)" : "one of " + quoted_list(names),
+             dtype);
+  }
+  return *entry;
 }
 
-void read_model(const Section& m, TrainConfig& c) {
-  m.choice("type", "standard", {"standard", "equivariant"});
-  m.require({"type_map", "descriptor", "fitting_net"});
-  read_type_map(m, c);
-  for (const char* key : {"descriptor", "fitting_net"}) {
-    if (!m.get(key).IsMap()) expected(m.path_of(key), "a mapping", m.get(key));
-  }
-  read_descriptor(m.section("descriptor", {"type", "sel", "rcut", "rcut_smth", "neuron",
-                                           "axis_neuron", "type_one_side", "resnet_dt", "precision",
-                                           "seed", "activation_function", "trainable",
-                                           "exclude_types", "set_davg_zero", "env_protection"}),
-                  c);
-  read_fitting_net(m.section("fitting_net", {"type", "neuron", "resnet_dt", "precision", "seed",
-                                             "activation_function", "trainable", "rcond"}),
-                   c);
-  m.integer("data_stat_nbatch", 10);
-  m.number("data_stat_protect", 1e-2, Bound::kPositive);
+/// model: the common keys (type, type_map, data_stat_nbatch), then the model's own through
+/// its registry entry.
+std::shared_ptr<const models::ModelSettings> read_model(const YAML::Node& node) {
+  const models::ModelEntry& entry = select_model(node);
+  const Section m(node, "model", entry.keys);
+  m.require({"type_map"});
+  std::vector<std::string> type_map;
+  read_type_map(m, type_map);
+  std::shared_ptr<models::ModelSettings> settings = entry.read(m, type_map);
+  settings->type_map = type_map;
+  settings->statistics_batches = m.integer("data_stat_nbatch", settings->statistics_batches);
+  return settings;
 }
 
 void read_learning_rate(const Section& l, TrainConfig& c) {
@@ -644,6 +263,9 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
   if (c.ema_decay < 0 || c.ema_decay >= 1) {
     expected(t.path_of("ema_decay"), "a number in [0, 1) (0 turns the moving average off)", t.get("ema_decay"));
   }
+  c.device = t.text("device", c.device);
+  if (!std::regex_match(c.device, std::regex("auto|cpu|cuda(:[0-9]+)?")))
+    expected(t.path_of("device"), "auto, cpu, cuda or cuda:K", t.get("device"));
   t.flag("disp_training", true);
   t.flag("time_training", true);
   t.only_default("profiling", "false", is_false);
@@ -659,17 +281,7 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
   for (const char* key : {"model", "training"}) {
     if (!top.get(key).IsMap()) expected(key, "a mapping", top.get(key));
   }
-  const YAML::Node model_type = top.get("model")["type"];
-  if (model_type && is_plain(model_type) && model_type.Scalar() == "equivariant") {
-    read_equivariant_model(top.section("model", {"type", "type_map", "r_max", "num_features", "l_max", "parity",
-                                                 "num_layers", "num_bessels", "polynomial_p", "radial_width",
-                                                 "radial_depth", "avg_num_neighbors", "precision", "seed"}),
-                           c);
-  } else {
-    read_model(top.section("model", {"type", "type_map", "descriptor", "fitting_net", "data_stat_nbatch",
-                                     "data_stat_protect"}),
-               c);
-  }
+  c.model = read_model(top.get("model"));
   read_learning_rate(
       top.section("learning_rate", {"type", "start_lr", "stop_lr", "decay_steps", "decay_rate",
                                     "warmup_steps", "warmup_start_factor", "scale_by_worker"}),
@@ -679,7 +291,7 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
             c);
   read_training(top.section("training",
                             {"training_data", "validation_data", "numb_steps", "seed", "disp_file",
-                             "disp_freq", "save_freq", "save_ckpt", "max_ckpt_keep", "ema_decay",
+                             "disp_freq", "save_freq", "save_ckpt", "max_ckpt_keep", "ema_decay", "device",
                              "disp_training", "time_training", "profiling", "tensorboard"},
                             {"stop_batch"}),
                 input_dir, c);

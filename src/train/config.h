@@ -1,11 +1,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "train/learning_rate.h"
+
+namespace mlip::models {
+struct ModelSettings;
+}
 
 namespace mlip::train {
 
@@ -21,14 +26,6 @@ struct BatchSize {
   int64_t for_system(size_t index, int64_t natoms) const;
 };
 
-/// descriptor.sel: a list, or "auto" / "auto:ratio" (4 * ceil(max_neighbours * ratio / 4),
-/// ratio 1.1 for "auto").
-struct SelSpec {
-  bool automatic = false;
-  double ratio = 1.1;
-  std::vector<int64_t> values;
-};
-
 /// training.training_data or training.validation_data.
 struct DataConfig {
   /// Paths as written, and resolved against the input file's folder.
@@ -40,49 +37,20 @@ struct DataConfig {
   std::vector<double> sys_probs;
   /// validation only: number of batches per evaluation.
   int64_t numb_btch = 1;
-  /// validation only: rank 0 evaluates the whole set (distributed.md).
+  /// validation only: rank 0 evaluates the whole set (docs/distributed.md).
   bool single_rank = false;
   /// validation only: shard like torch's DistributedSampler, padding with repeated frames
   /// (skewed metrics, announced with a warning); the default shards without padding.
   bool padded = false;
 };
 
-/// model.type: equivariant, the NequIP-style model (equivariant.md; docs/input.md).
-struct EquivariantSettings {
-  double r_max = 5.0;
-  int64_t num_features = 32;
-  int64_t l_max = 1;
-  bool parity = true;
-  int64_t num_layers = 4;
-  int64_t num_bessels = 8;
-  double polynomial_p = 6.0;
-  int64_t radial_width = 64;
-  int64_t radial_depth = 2;
-  /// Absent or "auto": the mean number of neighbours within r_max in the training data.
-  std::optional<double> avg_num_neighbors;
-};
-
-/// Everything `mlip train input.yaml` reads (training.md "Input"; DeePMD key names). Defaults
-/// are DeePMD-kit's.
+/// Everything `mlip train input.yaml` reads (docs/input.md; DeePMD key names). Defaults are
+/// DeePMD-kit's.
 struct TrainConfig {
   // model
-  std::string model_type = "se_e2_a";  ///< "se_e2_a" (model.descriptor) or "equivariant" (model.type)
-  EquivariantSettings equivariant;
-  std::vector<std::string> type_map;
-  std::string descriptor_type = "se_e2_a";
-  SelSpec sel;
-  double rcut = 6.0;
-  double rcut_smth = 0.5;
-  std::vector<int64_t> neuron = {10, 20, 40};
-  int64_t axis_neuron = 4;
-  bool type_one_side = false;
-  bool resnet_dt = false;
-  std::string precision = "float64";  ///< descriptor.precision ("default" reads as float64)
-  std::optional<uint64_t> descriptor_seed;
-  std::vector<int64_t> fitting_neuron = {120, 120, 120};
-  bool fitting_resnet_dt = true;
-  std::string fitting_precision = "float64";
-  std::optional<uint64_t> fitting_seed;
+  /// The `model` section, read by the model's registry entry (models/registry.h): its type,
+  /// type_map, precision, cutoff and its own keys. Never null after parsing.
+  std::shared_ptr<const models::ModelSettings> model;
   // learning_rate
   ExpLearningRate learning_rate;  ///< numb_steps filled from training.numb_steps
   std::string scale_by_worker = "linear";
@@ -103,6 +71,9 @@ struct TrainConfig {
   /// Decay of the moving average of the weights (train/ema.h) that validation, checkpoints
   /// and frozen models use; 0 turns it off (the raw weights are used, as DeePMD-kit does).
   double ema_decay = 0.99;
+  /// training.device: "auto" (CUDA when the build and the machine have it, else the CPU),
+  /// "cpu", "cuda" or "cuda:K"; `mlip train --device` overrides it (train/device.h).
+  std::string device = "auto";
   // provenance
   std::string input_path;  ///< the file read ("" for parse_train_config without one)
   std::string input_dir;   ///< its folder: relative system paths are taken from here
@@ -121,5 +92,16 @@ TrainConfig load_train_config(const std::string& path);
 
 /// The same from text; `source` names it in messages, `input_dir` resolves relative paths.
 TrainConfig parse_train_config(const std::string& text, const std::string& source, const std::string& input_dir);
+
+}  // namespace mlip::train
+
+namespace mlip::train {
+
+/// The model settings of `config` as the model's own type (e.g. models::SeASettings); throws
+/// std::bad_cast for another model type.
+template <class Settings>
+const Settings& model_settings(const TrainConfig& config) {
+  return dynamic_cast<const Settings&>(*config.model);
+}
 
 }  // namespace mlip::train

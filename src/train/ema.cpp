@@ -41,7 +41,12 @@ void Ema::swap() noexcept {
   // the constructor and kept by reset()).
   for (size_t k = 0; k < params_.size(); ++k) {
     const int64_t n = params_[k].numel();
-    if (params_[k].scalar_type() == at::kDouble) {
+    if (!params_[k].device().is_cpu()) {  // device memory: three copies on the device
+      at::NoGradGuard no_grad;
+      scratch_[k].copy_(params_[k].detach());
+      params_[k].detach().copy_(averages_[k]);
+      averages_[k].copy_(scratch_[k]);
+    } else if (params_[k].scalar_type() == at::kDouble) {
       double* p = params_[k].data_ptr<double>();
       std::swap_ranges(p, p + n, averages_[k].data_ptr<double>());
     } else {
@@ -54,7 +59,11 @@ void Ema::swap() noexcept {
 void Ema::reset(int64_t updates) {
   at::NoGradGuard no_grad;
   averages_.clear();
-  for (const auto& p : params_) averages_.push_back(p.detach().clone(at::MemoryFormat::Contiguous));
+  scratch_.clear();
+  for (const auto& p : params_) {
+    averages_.push_back(p.detach().clone(at::MemoryFormat::Contiguous));
+    scratch_.push_back(p.device().is_cpu() ? at::Tensor() : at::empty_like(p));
+  }
   updates_ = updates;
 }
 

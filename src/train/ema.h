@@ -38,7 +38,7 @@ class Ema {
 
   /// Exchanges the values of the parameters and the averages in place (their storage stays,
   /// so modules that hold the parameters see the averages): call it twice to undo. Allocates
-  /// nothing and cannot fail.
+  /// nothing and cannot fail (on a device it goes through scratch tensors made by reset()).
   void swap() noexcept;
 
   /// The averages start again as copies of the parameters, with `updates` updates counted.
@@ -49,6 +49,7 @@ class Ema {
 
  private:
   std::vector<at::Tensor> params_, averages_;
+  std::vector<at::Tensor> scratch_;  // one per parameter not in host memory (swap's third place)
   double decay_;
   int64_t updates_ = 0;
 };

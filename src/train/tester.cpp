@@ -11,6 +11,7 @@
 #include "data/load.h"
 #include "data/neighbor_list.h"
 #include "error.h"
+#include "models/pair_list.h"
 #include "train/checkpoint.h"
 
 namespace mlip::train {
@@ -93,26 +94,15 @@ int run_test(const TestOptions& options) {
     Metrics m;
     auto atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64);
     for (int64_t f = 0; f < nframes; ++f) {
-      auto nl = builder.build(sys.frame_coord(f), n, sys.frame_box(f), sys.pbc, rcut);
-      const int64_t np = nl.npairs();
-      auto edges = torch::empty({2, np}, torch::kInt64);
-      auto shift = torch::empty({np, 3}, torch::kFloat64);
-      auto ea = edges.accessor<int64_t, 2>();
-      auto sa = shift.accessor<double, 2>();
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t p = nl.offsets(i); p < nl.offsets(i + 1); ++p) {
-          ea[0][p] = i;
-          ea[1][p] = nl.neighbor(p);
-          for (int k = 0; k < 3; ++k) sa[p][k] = double(nl.shift(p, k));
-        }
+      const models::PairList pairs = models::pair_list(builder.build(sys.frame_coord(f), n, sys.frame_box(f), sys.pbc, rcut));
       c10::Dict<std::string, torch::Tensor> input;
       input.insert("pos", torch::from_blob(const_cast<double*>(sys.frame_coord(f)), {n, 3}, torch::kFloat64).to(dtype));
       input.insert("atom_types", atype);
-      input.insert("edge_index", edges);
+      input.insert("edge_index", pairs.edge_index());
       input.insert("cell", (sys.has_box() ? torch::from_blob(const_cast<double*>(sys.frame_box(f)), {3, 3}, torch::kFloat64)
                                           : torch::zeros({3, 3}, torch::kFloat64))
                                .to(dtype));
-      input.insert("edge_cell_shift", shift.to(dtype));
+      input.insert("edge_cell_shift", pairs.shift.to(dtype));
       auto out = model.forward({input}).toGenericDict();
       const double e_pred = out.at("total_energy").toTensor().item<double>();
       auto forces = out.at("forces").toTensor().to(torch::kFloat64).contiguous();

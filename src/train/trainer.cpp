@@ -22,15 +22,11 @@
 
 #include "data/load.h"
 #include "dist/simple_ddp.h"
-#include "data/neighbor_list.h"
-#include "data/neighbor_stat.h"
 #include "error.h"
-#include "models/env_matrix.h"
-#include "models/equivariant.h"
-#include "models/se_e2_a.h"
-#include "models/se_e2_a_training.h"
+#include "models/registry.h"
 #include "train/adam_step.h"
 #include "train/checkpoint.h"
+#include "train/device.h"
 #include "train/ema.h"
 #include "train/sampler.h"
 #include "version.h"
@@ -47,100 +43,46 @@ extern "C" void on_sigint(int sig) {
   g_interrupted = true;
 }
 
-/// Labels and cached environment matrices of one system (training frames do not move, so the
-/// Kokkos rows and derivatives are computed once).
+/// One system of the training or validation set: its labels and the model's cached input of
+/// every frame (training frames do not move), on the model's device.
 struct SystemData {
   std::string name;
-  int64_t natoms = 0, nframes = 0, batch = 1;
-  torch::Tensor atype;                      // [N] int64
-  std::vector<int> types;
-  std::vector<models::EnvMatrix> env;       // frames used for the statistics: rij only, freed after them
-  std::vector<models::PackedEnv> packed;    // per frame: the real pairs, for the training path
-  torch::Tensor energy, force, virial;      // [nf] f64, [nf,N,3] f64, [nf,9] f64 (undefined if absent)
-  std::vector<int64_t> type_count;          // atoms per type
-  /// Equivariant model, per frame: the pairs within r_max (frames do not move).
-  struct Edges {
-    torch::Tensor d;     // [E, 3] model dtype, d_ij = r_j - r_i + shift·cell
-    torch::Tensor i, j;  // [E] int64
-  };
-  std::vector<Edges> edges;
+  int64_t nframes = 0, batch = 1;
+  models::SystemAtoms atoms;
+  std::vector<std::unique_ptr<models::FrameInput>> inputs;  // [nframes]
+  torch::Tensor energy, force, virial;  // [nf] f64, [nf,N,3] f64, [nf,9] f64 (undefined if absent)
 };
 
-template <typename Real>
-std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
-                                const models::SeAConfig& model, int ntypes, const std::string& key,
-                                int64_t statistics_batches, int64_t& truncated_blocks, double edge_cutoff = 0) {
-  const models::EnvMatrixParams params{model.rcut, model.rcut_smth, model.sel};
-  std::vector<SystemData> out;
-  data::NeighborListBuilder<Real> builder;
-  for (size_t s = 0; s < systems.size(); ++s) {
-    const data::System& sys = systems[s];
-    SystemData d;
-    d.name = sys.name;
-    d.natoms = sys.natoms();
-    d.nframes = sys.nframes;
-    d.batch = data.batch_size.for_system(s, d.natoms);
-    d.types = sys.types;
-    d.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64);
-    d.type_count.assign(size_t(ntypes), 0);
-    for (int t : sys.types) ++d.type_count[size_t(t)];
-    if (sys.energy.empty())
-      throw Error(sys.name + ": " + key + " needs energy labels (energy.npy), found none");
-    d.energy = torch::tensor(sys.energy, torch::kFloat64);
-    if (!sys.force.empty()) d.force = torch::tensor(sys.force, torch::kFloat64).reshape({d.nframes, d.natoms, 3});
-    if (!sys.virial.empty()) d.virial = torch::tensor(sys.virial, torch::kFloat64).reshape({d.nframes, 9});
-    std::vector<Real> pos(size_t(d.natoms) * 3);
-    for (int64_t f = 0; f < d.nframes; ++f) {
-      const double* x = sys.frame_coord(f);
-      for (size_t k = 0; k < pos.size(); ++k) pos[k] = Real(x[k]);
-      if (edge_cutoff > 0) {  // the equivariant model: pair vectors only
-        auto nl = builder.build(pos.data(), d.natoms, sys.frame_box(f), sys.pbc, edge_cutoff);
-        const int64_t e = nl.npairs();
-        SystemData::Edges g;
-        g.i = torch::empty({e}, torch::kInt64);
-        g.j = torch::empty({e}, torch::kInt64);
-        auto dd = torch::empty({e, 3}, torch::kFloat64);
-        auto ia = g.i.accessor<int64_t, 1>(), ja = g.j.accessor<int64_t, 1>();
-        auto da = dd.accessor<double, 2>();
-        for (int64_t a = 0; a < d.natoms; ++a)
-          for (int64_t p = nl.offsets(a); p < nl.offsets(a + 1); ++p) {
-            ia[p] = a;
-            ja[p] = nl.neighbor(p);
-            for (int k = 0; k < 3; ++k) da[p][k] = double(nl.vector(p, k));
-          }
-        g.d = dd.to(std::is_same_v<Real, float> ? torch::kFloat32 : torch::kFloat64);
-        d.edges.push_back(std::move(g));
-        continue;
-      }
-      auto nl = builder.build(pos.data(), d.natoms, sys.frame_box(f), sys.pbc, params.rcut);
-      models::EnvMatrix env = models::compute_env_matrix<Real>(nl, sys.types, params);
-      truncated_blocks += env.truncated_blocks;
-      d.packed.push_back(models::PackedEnv::pack(env, sys.types, model));
-      if (f < statistics_batches * d.batch) {
-        env.drij = env.vec = env.nlist = torch::Tensor();
-        d.env.push_back(std::move(env));
-      }
-    }
-    out.push_back(std::move(d));
-  }
-  return out;
-}
-
-/// Sums of squared errors of a set of frames, for exact RMSEs over several batches.
+/// Sums of squared errors of a set of frames, for exact RMSEs over several batches. The sums
+/// stay on the model's device (reading them back every step would make the host wait for the
+/// device); the counts are known on the host.
 struct ErrorSums {
-  double loss = 0;                 // sum over frames of the loss terms (weighted by prefactors)
-  double e2_per_atom2 = 0;         // sum of dE^2 / N^2
-  double f2 = 0;                   // sum of dF^2 over components
-  double v2_per_atom2 = 0;         // sum of mean_9(dW^2) / N^2
+  /// [4] float64: the loss terms summed over frames (weighted by the prefactors), the sum of
+  /// dE^2 / N^2, the sum of dF^2 over components, the sum of mean_9(dW^2) / N^2. Undefined
+  /// until something is added.
+  torch::Tensor sums;
   int64_t frames = 0, force_components = 0, virial_frames = 0;
-  void add(const ErrorSums& o) {
-    loss += o.loss, e2_per_atom2 += o.e2_per_atom2, f2 += o.f2, v2_per_atom2 += o.v2_per_atom2;
-    frames += o.frames, force_components += o.force_components, virial_frames += o.virial_frames;
+
+  void add(const torch::Tensor& values) { sums = sums.defined() ? sums + values : values; }
+  /// The sums as host numbers (one device-to-host copy).
+  std::vector<double> host() const {
+    if (!sums.defined()) return {0, 0, 0, 0};
+    const auto h = sums.to(torch::kCPU).contiguous();
+    return std::vector<double>(h.data_ptr<double>(), h.data_ptr<double>() + 4);
   }
-  double rmse() const { return std::sqrt(loss / std::max<int64_t>(frames, 1)); }
-  double rmse_e() const { return std::sqrt(e2_per_atom2 / std::max<int64_t>(frames, 1)); }
-  double rmse_f() const { return std::sqrt(f2 / std::max<int64_t>(force_components, 1)); }
-  double rmse_v() const { return std::sqrt(v2_per_atom2 / std::max<int64_t>(virial_frames, 1)); }
+};
+
+/// The RMSEs of lcurve.out from host sums and counts.
+struct Rmse {
+  double loss = 0, e = 0, f = 0, v = 0;
+  Rmse() = default;
+  explicit Rmse(const ErrorSums& s) {
+    const auto h = s.host();
+    loss = std::sqrt(h[0] / double(std::max<int64_t>(s.frames, 1)));
+    e = std::sqrt(h[1] / double(std::max<int64_t>(s.frames, 1)));
+    f = std::sqrt(h[2] / double(std::max<int64_t>(s.force_components, 1)));
+    v = std::sqrt(h[3] / double(std::max<int64_t>(s.virial_frames, 1)));
+  }
 };
 
 struct Prefactors {
@@ -163,33 +105,55 @@ class AveragedWeights {
   Ema* ema_;
 };
 
+std::string format_duration(double s) {
+  char buf[32];
+  if (s < 0 || !std::isfinite(s)) return "?";
+  const int64_t t = int64_t(s + 0.5);
+  std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", long(t / 3600), long(t / 60 % 60), long(t % 60));
+  return buf;
+}
+
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options) : config_(config), options_(options) {}
   int run();
 
  private:
+  // Stages of run(), in order.
+  void set_up_threads_and_ranks();
   void load_data();
   void build_model();
+  void prepare_sets();
+  void make_samplers();
+  void set_up_optimisation();
+  void print_model_line() const;
+  std::ofstream open_lcurve();
+  int train_loop(std::ofstream& lcurve);
+  void print_communication() const;
+
+  std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
+                                  const std::string& key);
   void compute_statistics();
-  /// Forward on one batch; adds to the error sums and returns the loss. When training, also
+  /// Prediction and loss on one batch; adds to the error sums. When training, also
   /// accumulates the loss gradient into the parameters' grad.
-  double evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
-                  ErrorSums& sums);
+  void evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
+                ErrorSums& sums);
   Prefactors prefactors(int64_t step) const;
+  ErrorSums validate(const Prefactors& pref);
+  void write_lcurve_line(std::ofstream& lcurve, int64_t step, double lr, const Rmse& trn, const Rmse* val) const;
   void save_checkpoint(int64_t step);
   void restore(const std::string& path, bool full);
+  void broadcast_start_state();
   std::string ckpt_path(int64_t step) const;
+  void print_summary() const;
+  bool root() const { return comm_->rank() == 0; }
 
   TrainConfig config_;
   TrainOptions options_;
-  models::SeAConfig model_config_;
-  torch::Dtype dtype_ = torch::kFloat64;
+  torch::Device device_ = torch::kCPU;
   std::vector<data::System> train_raw_, valid_raw_;
   std::vector<SystemData> train_, valid_;
-  torch::jit::Module model_;
-  std::unique_ptr<models::SeATrainingPath> path_;  // the model's training computation (shares its parameters)
-  models::PackedEnv batch_;                        // the current batch when it has several frames
+  std::unique_ptr<models::Model> model_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
   std::unique_ptr<Ema> ema_;  // the moving average of the weights (null when ema_decay is 0)
@@ -200,16 +164,10 @@ class Trainer {
   dist::Communicator* comm_ = nullptr;
   std::unique_ptr<dist::SimpleDDP> ddp_;
   int64_t validation_reduces_ = 0;
-  bool root() const { return comm_->rank() == 0; }
-  bool equivariant() const { return config_.model_type == "equivariant"; }
-  void build_equivariant_model();
-  void equivariant_statistics();
-  /// Energy [B] f64, forces [B,N,3] and virial [B,3,3] of the equivariant model, through autograd
-  /// (create_graph when training, for the force loss).
-  void equivariant_predict(const SystemData& d, const std::vector<int64_t>& frames, bool training,
-                           torch::Tensor& energy, torch::Tensor& forces, torch::Tensor& virial);
-  void print_summary() const;
-  ErrorSums validate(const Prefactors& pref);
+  bool has_virial_ = false;
+  // Timings of the loop, for the communication line.
+  double sync_seconds_ = 0, sync_wait_seconds_ = 0, step_seconds_ = 0;
+  int64_t reduces_before_ = 0;
 };
 
 void Trainer::print_summary() const {
@@ -225,15 +183,16 @@ void Trainer::print_summary() const {
             << (env ? env->local_rank : 0) << ")\n";
   if (env && !env->node_list.empty()) std::cout << "  node list:    " << env->node_list << "\n";
   if (w > 1 && env) std::cout << "  rendezvous:   " << (comm_->backend() == "mpi" ? std::string("MPI_COMM_WORLD") : env->master_addr + ":" + std::to_string(env->master_port)) << "\n";
-  std::cout << "  host:         " << host << "\n  device:       cpu\n  backend:      " << comm_->backend()
-            << (w > 1 ? " (all-reduce: " + comm_->all_reduce_transport() + ")" : std::string())
-            << "\n  threads:      " << at::get_num_threads() << " per rank\n"
-            << "---------------------------------\n";
+  std::cout << "  host:         " << host << "\n  device:       " << describe_device(device_)
+            << "\n  backend:      " << comm_->backend()
+            << (w > 1 ? " (all-reduce: " + comm_->all_reduce_transport() + ")" : std::string()) << "\n";
+  if (device_.is_cpu()) std::cout << "  threads:      " << at::get_num_threads() << " per rank\n";
+  std::cout << "---------------------------------\n";
 }
 
 ErrorSums Trainer::validate(const Prefactors& pref) {
   // The frames of this evaluation are those one rank would use (the validation sampler is the
-  // same on every rank and not sharded); distributed.md "Validation and test metrics".
+  // same on every rank and not sharded); docs/distributed.md "Validation and test metrics".
   ErrorSums val;
   const int w = comm_->size(), r = comm_->rank();
   const DataConfig& vc = *config_.validation_data;
@@ -253,21 +212,24 @@ ErrorSums Trainer::validate(const Prefactors& pref) {
     if (!mine.empty()) evaluate(valid_[vb.system], mine, pref, false, val);
   }
   if (w > 1 && !vc.single_rank) {
-    auto t = torch::tensor({val.loss, val.e2_per_atom2, val.f2, val.v2_per_atom2, double(val.frames),
-                            double(val.force_components), double(val.virial_frames)}, torch::kFloat64);
+    auto t = torch::cat({val.sums.defined() ? val.sums : torch::zeros({4}, torch::dtype(torch::kFloat64).device(device_)),
+                         torch::tensor({double(val.frames), double(val.force_components), double(val.virial_frames)},
+                                       torch::kFloat64)
+                             .to(device_)});
     comm_->all_reduce_sum(t);
     ++validation_reduces_;
-    auto a = t.accessor<double, 1>();
-    val.loss = a[0], val.e2_per_atom2 = a[1], val.f2 = a[2], val.v2_per_atom2 = a[3];
-    val.frames = int64_t(a[4]), val.force_components = int64_t(a[5]), val.virial_frames = int64_t(a[6]);
+    val.sums = t.narrow(0, 0, 4);
+    const auto counts = t.narrow(0, 4, 3).to(torch::kCPU).contiguous();
+    const double* a = counts.data_ptr<double>();
+    val.frames = int64_t(a[0]), val.force_components = int64_t(a[1]), val.virial_frames = int64_t(a[2]);
   }
   return val;
 }
 
 void Trainer::load_data() {
-  std::vector<std::string> type_map = config_.type_map;
+  std::vector<std::string> type_map = config_.model->type_map;
   train_raw_ = data::load_systems(config_.training_data.systems, type_map);
-  if (type_map.size() != config_.type_map.size())
+  if (type_map.size() != config_.model->type_map.size())
     throw Error("model.type_map: the training data has types beyond it");
   if (config_.validation_data) valid_raw_ = data::load_systems(config_.validation_data->systems, type_map);
   int64_t frames = 0;
@@ -281,134 +243,65 @@ void Trainer::load_data() {
   std::cout << "\n";
 }
 
-void Trainer::build_equivariant_model() {
-  const TrainConfig& c = config_;
-  const EquivariantSettings& e = c.equivariant;
-  models::EquivariantConfig m;
-  m.type_map = c.type_map;
-  m.r_max = e.r_max;
-  m.num_features = e.num_features;
-  m.l_max = e.l_max;
-  m.parity = e.parity;
-  m.num_layers = e.num_layers;
-  m.num_bessels = e.num_bessels;
-  m.polynomial_p = e.polynomial_p;
-  m.radial_width = e.radial_width;
-  m.radial_depth = e.radial_depth;
-  m.avg_num_neighbors = e.avg_num_neighbors.value_or(1.0);
-  m.precision = c.precision;
-  m.seed = c.descriptor_seed ? *c.descriptor_seed : (c.seed ? *c.seed : 1);
-  dtype_ = m.dtype();
-  model_ = models::build_equivariant(m);
-  model_config_.type_map = c.type_map;  // the se_e2_a fields stay unused
-  model_config_.rcut = e.r_max;
-  model_config_.precision = c.precision;
-  metadata_["model_type"] = "equivariant";
-}
-
 void Trainer::build_model() {
   const TrainConfig& c = config_;
-  if (equivariant()) {
-    build_equivariant_model();
-  } else {
-    if (c.fitting_precision != c.precision)
-      throw Error(c.input_path + ": model.fitting_net.precision: expected the descriptor's precision (\"" + c.precision +
-                  "\"; one model has one precision), got \"" + c.fitting_precision + "\"");
-    model_config_.type_map = c.type_map;
-    model_config_.rcut = c.rcut;
-    model_config_.rcut_smth = c.rcut_smth;
-    model_config_.neuron = c.neuron;
-    model_config_.axis_neuron = c.axis_neuron;
-    model_config_.type_one_side = c.type_one_side;
-    model_config_.resnet_dt = c.resnet_dt;
-    model_config_.fitting_neuron = c.fitting_neuron;
-    model_config_.fitting_resnet_dt = c.fitting_resnet_dt;
-    model_config_.precision = c.precision;
-    model_config_.seed = c.descriptor_seed ? *c.descriptor_seed : (c.seed ? *c.seed : 1);
-    if (c.sel.automatic) {
-      auto stat = data::neighbor_stat(train_raw_, int(c.type_map.size()), c.rcut);
-      model_config_.sel.clear();
-      for (auto m : stat.max_neighbors)
-        model_config_.sel.push_back(4 * int64_t(std::ceil(double(m) * c.sel.ratio / 4.0)));
-      std::cout << "sel: auto:" << c.sel.ratio << " -> [";
-      for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
-      std::cout << "] (min neighbour distance " << stat.min_distance << " Å)\n";
-    } else {
-      model_config_.sel = c.sel.values;
-    }
-    dtype_ = model_config_.dtype();
-    model_ = models::build_se_e2_a(model_config_);
-    path_ = std::make_unique<models::SeATrainingPath>(model_config_, model_);
-    metadata_["model_type"] = "se_e2_a";
-  }
-  metadata_["r_max"] = std::to_string(c.rcut);
+  models::ModelContext context;
+  context.device = device_;
+  context.training_seed = c.seed;
+  context.training_systems = &train_raw_;
+  context.log = &std::cout;
+  model_ = models::create_model(*c.model, context);
+  metadata_["model_type"] = c.model->type;
+  metadata_["r_max"] = std::to_string(c.model->cutoff());
   std::string names;
-  for (auto& n : c.type_map) names += (names.empty() ? "" : " ") + n;
+  for (auto& n : c.model->type_map) names += (names.empty() ? "" : " ") + n;
   metadata_["type_names"] = names;
-  metadata_["num_types"] = std::to_string(c.type_map.size());
-  metadata_["model_dtype"] = c.precision;
+  metadata_["num_types"] = std::to_string(c.model->type_map.size());
+  metadata_["model_dtype"] = c.model->precision;
   metadata_["mlip_version"] = MLIP_VERSION;
   metadata_["config"] = c.input_text;
   metadata_["units"] = "eV Angstrom";
 }
 
-/// The per-type energy bias of the statistics frames (up to 10 global batches, batch_size x
-/// ranks frames, of every system: the frames one rank with the global batch would use), by
-/// minimum-norm least squares (SVD pseudo-inverse: well defined when the type counts are rank
-/// deficient, as in water, where O:H is always 1:2). Returns [ntypes] f64 and prints it with
-/// the per-atom RMSE of the fit.
-torch::Tensor energy_bias(const std::vector<SystemData>& systems, int ntypes, int64_t batches_per_system,
-                          const char* name) {
-  std::vector<double> counts, energies, natoms;
-  for (const SystemData& d : systems) {
-    const int64_t n = std::min<int64_t>(d.nframes, batches_per_system * d.batch);
-    for (int64_t f = 0; f < n; ++f) {
-      for (int t = 0; t < ntypes; ++t) counts.push_back(double(d.type_count[size_t(t)]));
-      energies.push_back(d.energy[f].item<double>());
-      natoms.push_back(double(d.natoms));
-    }
+std::vector<SystemData> Trainer::prepare(const std::vector<data::System>& systems, const DataConfig& data,
+                                         const std::string& key) {
+  std::vector<SystemData> out;
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  for (size_t s = 0; s < systems.size(); ++s) {
+    const data::System& sys = systems[s];
+    SystemData d;
+    d.name = sys.name;
+    d.nframes = sys.nframes;
+    d.batch = data.batch_size.for_system(s, sys.natoms());
+    d.atoms.natoms = sys.natoms();
+    d.atoms.types = sys.types;
+    d.atoms.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64).to(device_);
+    if (sys.energy.empty()) throw Error(sys.name + ": " + key + " needs energy labels (energy.npy), found none");
+    d.energy = torch::tensor(sys.energy, f64).to(device_);
+    if (!sys.force.empty()) d.force = torch::tensor(sys.force, f64).reshape({d.nframes, sys.natoms(), 3}).to(device_);
+    if (!sys.virial.empty()) d.virial = torch::tensor(sys.virial, f64).reshape({d.nframes, 9}).to(device_);
+    for (int64_t f = 0; f < d.nframes; ++f) d.inputs.push_back(model_->prepare_frame(sys, f));
+    out.push_back(std::move(d));
   }
-  const int64_t nf = int64_t(energies.size());
-  const auto c = torch::tensor(counts, torch::kFloat64).reshape({nf, ntypes});
-  const auto e = torch::tensor(energies, torch::kFloat64);
-  const auto bias = torch::linalg_pinv(c).matmul(e);
-  const auto residual = (c.matmul(bias) - e) / torch::tensor(natoms, torch::kFloat64);
-  std::cout << "statistics from " << nf << " frame(s): " << name << " [";
-  for (int t = 0; t < ntypes; ++t) std::cout << (t ? ", " : "") << std::setprecision(10) << bias[t].item<double>();
-  std::cout << "] eV; per-atom energy RMSE of the linear fit " << std::setprecision(4)
-            << residual.pow(2).mean().sqrt().item<double>() << " eV/atom\n";
-  return bias;
+  return out;
+}
+
+void Trainer::prepare_sets() {
+  train_ = prepare(train_raw_, config_.training_data, "training");
+  if (config_.validation_data) valid_ = prepare(valid_raw_, *config_.validation_data, "validation");
+  const std::string warning = model_->preparation_warning();
+  if (!warning.empty()) std::cout << "warning: " << warning << "\n";
+  for (auto& d : train_) has_virial_ = has_virial_ || d.virial.defined();
 }
 
 void Trainer::compute_statistics() {
-  if (equivariant()) return equivariant_statistics();
-  // davg/dstd and the energy bias from the statistics frames (energy_bias).
-  const int ntypes = int(config_.type_map.size());
-  models::EnvStat stat(ntypes, model_config_.nslots());
-  for (const SystemData& d : train_)
-    for (const auto& env : d.env) stat.add(env, d.types);
-  model_.setattr("davg", stat.davg().to(dtype_));
-  model_.setattr("dstd", stat.dstd().to(dtype_));
-  model_.setattr("bias", energy_bias(train_, ntypes, 10 * comm_->size(), "energy bias").to(dtype_));
-}
-
-void Trainer::equivariant_statistics() {
-  // Per-type shift (least squares), scale = RMS of the force labels, and the mean number of
-  // neighbours within r_max (unless given).
-  const int ntypes = int(config_.type_map.size());
-  const auto shift = energy_bias(train_, ntypes, 10 * comm_->size(), "per-type energy shift");
-  double f2 = 0, nf = 0, pairs = 0, atoms = 0;
-  for (const SystemData& d : train_) {
-    const int64_t n = std::min<int64_t>(d.nframes, 10 * d.batch * comm_->size());
-    if (d.force.defined()) f2 += d.force.narrow(0, 0, n).pow(2).sum().item<double>(), nf += double(n * d.natoms * 3);
-    for (const auto& e : d.edges) pairs += double(e.i.numel()), atoms += double(d.natoms);
-  }
-  const double scale = nf > 0 && f2 > 0 ? std::sqrt(f2 / nf) : 1.0;
-  model_.run_method("set_scale_shift", torch::full({ntypes}, scale, torch::kFloat64), shift);
-  const double avg = config_.equivariant.avg_num_neighbors.value_or(atoms > 0 ? pairs / atoms : 1.0);
-  model_.setattr("avg_num_neighbors", avg);
-  std::cout << "scale " << std::setprecision(6) << scale << " (RMS of the force labels, eV/Å); avg_num_neighbors "
-            << avg << (config_.equivariant.avg_num_neighbors ? " (given)" : " (from the data)") << "\n";
+  // The first data_stat_nbatch global batches (batch_size x ranks frames) of every training
+  // system: the frames one rank with the global batch would use.
+  const int64_t batches = config_.model->statistics_batches * comm_->size();
+  std::vector<models::StatisticsFrames> frames;
+  for (size_t s = 0; s < train_raw_.size(); ++s)
+    frames.push_back({&train_raw_[s], std::min<int64_t>(train_raw_[s].nframes, batches * train_[s].batch)});
+  model_->compute_statistics(frames, std::cout);
 }
 
 Prefactors Trainer::prefactors(int64_t step) const {
@@ -418,80 +311,70 @@ Prefactors Trainer::prefactors(int64_t step) const {
           p(config_.start_pref_v, config_.limit_pref_v)};
 }
 
-void Trainer::equivariant_predict(const SystemData& d, const std::vector<int64_t>& frames, bool training,
-                                  torch::Tensor& energy, torch::Tensor& forces, torch::Tensor& virial) {
-  auto method = model_.get_method("atomic_energy");
-  std::vector<torch::Tensor> es, fs, vs;
-  for (int64_t f : frames) {
-    const auto& g = d.edges[size_t(f)];
-    const auto x = g.d.detach().requires_grad_(true);
-    const auto e = method({x, g.i, g.j, d.atype}).toTensor();
-    // Forces from the pair gradients: F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i).
-    const auto grad = torch::autograd::grad({e.sum()}, {x}, {}, training, training)[0];
-    es.push_back(e.to(torch::kFloat64).sum());
-    fs.push_back(torch::zeros({d.natoms, 3}, grad.options()).index_add(0, g.i, grad).index_add(0, g.j, -grad));
-    vs.push_back(-x.detach().t().matmul(grad));
-  }
-  energy = torch::stack(es);
-  forces = torch::stack(fs);
-  virial = torch::stack(vs);
-}
-
-double Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
-                         ErrorSums& sums) {
-  torch::Tensor energy, forces, virial;
-  if (equivariant()) {
-    // Autograd end to end: the force loss differentiates the forces again (create_graph).
-    equivariant_predict(d, frames, training, energy, forces, virial);
-  } else {
-    models::SeATrainingPath::Output out;
-    if (frames.size() == 1) {
-      out = path_->forward(d.packed[size_t(frames[0])], d.types);
-    } else {
-      std::vector<const models::PackedEnv*> parts;
-      for (int64_t f : frames) parts.push_back(&d.packed[size_t(f)]);
-      batch_ = models::PackedEnv::concat(parts);
-      out = path_->forward(batch_, d.types);
-    }
-    // The loss of training.md on leaf copies of the predictions: autograd gives d loss / d
-    // prediction, and the training path carries it to the parameters.
-    energy = out.energy.detach().requires_grad_(training);
-    forces = out.forces.detach().requires_grad_(training);
-    virial = out.virial.detach().requires_grad_(training);
-  }
-  const auto index = torch::tensor(frames, torch::kInt64);
-  const double n = double(d.natoms);
+void Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
+                       ErrorSums& sums) {
+  std::vector<const models::FrameInput*> inputs;
+  for (int64_t f : frames) inputs.push_back(d.inputs[size_t(f)].get());
+  const models::Prediction out = model_->predict(d.atoms, inputs, training);
+  // The loss of docs/training.md "Loss" on leaf copies of the predictions: autograd gives
+  // d loss / d prediction, and the model's backward carries it to the parameters.
+  const auto energy = out.energy.detach().requires_grad_(training);
+  const auto forces = out.forces.detach().requires_grad_(training);
+  const auto virial = out.virial.detach().requires_grad_(training);
+  const auto index = torch::tensor(frames, torch::kInt64).to(device_);
+  const double n = double(d.atoms.natoms);
+  const auto zero = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
   const auto de = energy - d.energy.index_select(0, index);
   auto loss = pref.e * (de * de).mean() / n;
-  sums.e2_per_atom2 += (de * de).sum().item<double>() / (n * n);
+  const auto e2 = (de * de).sum() / (n * n);
+  auto f2 = zero, v2 = zero;
   if (d.force.defined()) {
     const auto df = forces.to(torch::kFloat64) - d.force.index_select(0, index);
     loss = loss + pref.f * (df * df).sum({1, 2}).mean() / (3 * n);
-    sums.f2 += (df * df).sum().item<double>();
+    f2 = (df * df).sum();
     sums.force_components += df.numel();
   }
   if (d.virial.defined()) {
     const auto dv = virial.to(torch::kFloat64).reshape({-1, 9}) - d.virial.index_select(0, index);
     loss = loss + pref.v * (dv * dv).mean(1).mean() / n;
-    sums.v2_per_atom2 += (dv * dv).mean(1).sum().item<double>() / (n * n);
+    v2 = (dv * dv).mean(1).sum() / (n * n);
     sums.virial_frames += int64_t(frames.size());
   }
-  const double value = loss.item<double>();
-  sums.loss += value * double(frames.size());
+  sums.add(torch::stack({loss.detach() * double(frames.size()), e2.detach(), f2.detach(), v2.detach()}));
   sums.frames += int64_t(frames.size());
-  if (training && equivariant()) {
-    torch::autograd::backward({loss});
-  } else if (training) {
+  if (training) {
     const auto g = torch::autograd::grad({loss}, {energy, forces, virial}, {}, false, false, true);
-    path_->backward(g[0], g[1], g[2]);
+    model_->backward(g[0], g[1], g[2]);
   }
-  return value;
+}
+
+void Trainer::write_lcurve_line(std::ofstream& lcurve, int64_t step, double lr, const Rmse& trn, const Rmse* val) const {
+  char line[512];
+  std::string text;
+  std::snprintf(line, sizeof(line), "%7ld", long(step));
+  text += line;
+  auto col = [&](double v) {
+    std::snprintf(line, sizeof(line), "   %11.4e", v);
+    text += line;
+  };
+  if (val) col(val->loss);
+  col(trn.loss);
+  if (val) col(val->e);
+  col(trn.e);
+  if (val) col(val->f);
+  col(trn.f);
+  if (has_virial_) {
+    if (val) col(val->v);
+    col(trn.v);
+  }
+  std::snprintf(line, sizeof(line), "   %10.3e\n", lr);
+  text += line;
+  if (root()) lcurve << text << std::flush;
 }
 
 std::string Trainer::ckpt_path(int64_t step) const {
   return (fs::path(options_.output_dir) / (config_.save_ckpt + "-" + std::to_string(step) + ".pt")).string();
 }
-
 void Trainer::save_checkpoint(int64_t step) {
   ExtraFiles extra = metadata_;
   extra["mlip_checkpoint"] = "1";
@@ -507,13 +390,24 @@ void Trainer::save_checkpoint(int64_t step) {
     // The module's parameters are the averaged weights (what test, freeze and --init-model
     // use); the raw ones the optimiser steps travel beside them for --restart.
     std::ostringstream raw;
-    torch::save(params_, raw);
+    std::vector<torch::Tensor> host;
+    for (const auto& p : params_) host.push_back(p.detach().to(torch::kCPU));
+    torch::save(host, raw);
     extra["weights"] = raw.str();
     extra["ema_updates"] = std::to_string(ema_->updates());
   }
   {
+    // Written from host copies (docs/device.md "Checkpoints"): a checkpoint made on a GPU loads
+    // on a machine without one.
     AveragedWeights averaged(ema_.get());
-    save_module_atomically(model_, extra, path);
+    torch::jit::Module& module = model_->module();
+    if (device_.is_cpu()) {
+      save_module_atomically(module, extra, path);
+    } else {
+      torch::jit::Module host = module.deepcopy();
+      host.to(torch::kCPU);
+      save_module_atomically(host, extra, path);
+    }
   }
   const fs::path dir = options_.output_dir;
   write_file_atomically((dir / "checkpoint").string(), fs::path(path).filename().string() + "\n");
@@ -542,13 +436,14 @@ void Trainer::restore(const std::string& given, bool full) {
   const std::string path = resolve_checkpoint(given);
   ExtraFiles extra;
   torch::jit::Module loaded = load_model(path, extra);
-  if (extra["model_type"] != config_.model_type)
-    throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + config_.model_type);
+  if (extra["model_type"] != config_.model->type)
+    throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + config_.model->type);
+  torch::jit::Module& model = model_->module();
   // Copy weights and statistics into the freshly built model (same architecture required).
-  auto mine = model_.named_attributes(false);
+  auto mine = model.named_attributes(false);
   for (const auto& item : loaded.named_attributes(false)) {
     if (item.value.isDouble()) {  // e.g. the equivariant model's avg_num_neighbors
-      model_.setattr(item.name, item.value);
+      model.setattr(item.name, item.value);
       continue;
     }
     if (!item.value.isTensor()) continue;
@@ -576,11 +471,11 @@ void Trainer::restore(const std::string& given, bool full) {
     // the input's model's, name by name.
     std::vector<std::string> saved, mine;
     for (const auto& p : loaded.named_parameters(false)) saved.push_back(p.name);
-    for (const auto& p : model_.named_parameters(false)) mine.push_back(p.name);
+    for (const auto& p : model.named_parameters(false)) mine.push_back(p.name);
     if (saved != mine) throw Error(path + ": its parameters are not those of the input's model, in the same order");
     std::vector<torch::Tensor> raw;
     std::istringstream in(extra["weights"]);
-    torch::load(raw, in);
+    torch::load(raw, in, device_);
     if (raw.size() != params_.size())
       throw Error(path + ": " + std::to_string(raw.size()) + " raw weight tensors, the input's model has " +
                   std::to_string(params_.size()));
@@ -602,7 +497,7 @@ void Trainer::restore(const std::string& given, bool full) {
                 << "the average starts from its weights, with the warm-up of a fresh one\n";
   }
   std::istringstream opt(extra["optimizer"]);
-  torch::load(*optimizer_, opt);
+  torch::load(*optimizer_, opt, device_);  // onto this run's device, wherever it was written
   const std::string ranks = extra.count("world_size") ? extra["world_size"] : "1";
   if (ranks == std::to_string(comm_->size())) {
     sampler_->set_state(extra["sampler"]);
@@ -614,17 +509,23 @@ void Trainer::restore(const std::string& given, bool full) {
   if (root()) std::cout << "restarted from " << path << " at step " << start_step_ << "\n";
 }
 
-std::string format_duration(double s) {
-  char buf[32];
-  if (s < 0 || !std::isfinite(s)) return "?";
-  const int64_t t = int64_t(s + 0.5);
-  std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", long(t / 3600), long(t / 60 % 60), long(t % 60));
-  return buf;
+void Trainer::broadcast_start_state() {
+  // Identical start state on every rank: rank 0's weights and statistics, broadcast once.
+  torch::jit::Module& model = model_->module();
+  std::vector<torch::Tensor> state;
+  std::vector<std::string> scalars;
+  for (const auto& a : model.named_attributes(false)) {
+    if (a.value.isTensor()) state.push_back(a.value.toTensor());
+    if (a.value.isDouble()) scalars.push_back(a.name);
+  }
+  auto values = torch::empty({int64_t(scalars.size())}, torch::kFloat64);
+  for (size_t k = 0; k < scalars.size(); ++k) values[int64_t(k)] = model.attr(scalars[k]).toDouble();
+  if (!scalars.empty()) state.push_back(values);
+  dist::broadcast_tensors(*comm_, state);
+  for (size_t k = 0; k < scalars.size(); ++k) model.setattr(scalars[k], values[int64_t(k)].item<double>());
 }
 
-int Trainer::run() {
-  const TrainConfig& c = config_;
-  if (c.numb_steps <= 0) throw Error(c.input_path + ": training.numb_steps: expected a positive integer");
+void Trainer::set_up_threads_and_ranks() {
   // TorchScript's optimising executor runs the first calls of a method unoptimised and later
   // ones fused, with different rounding: a restart would then not continue bit for bit. The
   // plain executor computes every step the same way.
@@ -645,36 +546,15 @@ int Trainer::run() {
     own_comm_ = dist::make_communicator(dist::LaunchEnv{}, {});
     comm_ = own_comm_.get();
   }
-  const int world = comm_->size();
-  print_summary();
-  if (root() && !options_.output_dir.empty()) fs::create_directories(options_.output_dir);
-  config_.learning_rate.scale = scale_by_worker(c.scale_by_worker, world);
-  if (world > 1 && root())
-    std::cout << "learning rate: start_lr x " << config_.learning_rate.scale << " (scale_by_worker: "
-              << c.scale_by_worker << ", " << world << " ranks); batch_size is per rank\n";
-  load_data();
-  build_model();
-  // Only rank 0 of a fresh run computes statistics: the others keep no environment matrices.
-  const int64_t statistics_batches = root() && options_.restart.empty() && options_.init_model.empty() ? 10 * world : 0;
-  const models::SeAConfig& params = model_config_;
-  const int ntypes = int(c.type_map.size());
-  const double edge_cutoff = equivariant() ? c.equivariant.r_max : 0.0;
-  int64_t truncated = 0;
-  if (dtype_ == torch::kFloat32) {
-    train_ = prepare<float>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated,
-                            edge_cutoff);
-    if (c.validation_data)
-      valid_ = prepare<float>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated, edge_cutoff);
-  } else {
-    train_ = prepare<double>(train_raw_, c.training_data, params, ntypes, "training", statistics_batches, truncated,
-                            edge_cutoff);
-    if (c.validation_data)
-      valid_ = prepare<double>(valid_raw_, *c.validation_data, params, ntypes, "validation", 0, truncated, edge_cutoff);
-  }
-  if (truncated > 0)
-    std::cout << "warning: " << truncated << " (atom, neighbour type) blocks had more neighbours than sel; the "
-              << "farthest were dropped (raise model.descriptor.sel, or use sel: auto)\n";
+  // The command line's --device wins over training.device.
+  const int local_rank = options_.launch ? options_.launch->local_rank : 0;
+  device_ = options_.device.empty() ? resolve_device(config_.device, "training.device", local_rank)
+                                    : resolve_device(options_.device, "--device", local_rank);
+}
 
+void Trainer::make_samplers() {
+  const TrainConfig& c = config_;
+  const int world = comm_->size();
   auto make_sampler = [&](const std::vector<SystemData>& set, const DataConfig& data, uint64_t seed, const std::string& key,
                           int ranks) {
     std::vector<int64_t> frames, batch, nbatch;
@@ -711,68 +591,58 @@ int Trainer::run() {
                   << ". Use validation_data.single_rank: true, or drop padded for exact metrics\n";
       }
   }
+}
 
-  for (const auto& p : model_.parameters()) params_.push_back(p);
+void Trainer::set_up_optimisation() {
+  const TrainConfig& c = config_;
+  for (const auto& p : model_->module().parameters()) params_.push_back(p);
   optimizer_ = std::make_unique<torch::optim::Adam>(
       params_, torch::optim::AdamOptions(c.learning_rate.at(0)).betas({0.9, 0.999}).weight_decay(0.0));
   if (c.ema_decay > 0) ema_ = std::make_unique<Ema>(params_, c.ema_decay);
   if (!options_.restart.empty()) restore(options_.restart, true);
   else if (!options_.init_model.empty()) restore(options_.init_model, false);
   else if (root()) compute_statistics();
-  for (auto& d : train_) d.env.clear();  // the packed pairs are all training needs from here on
-  if (world > 1) {
-    // Identical start state: rank 0's weights and statistics, broadcast once.
-    std::vector<torch::Tensor> state;
-    std::vector<std::string> scalars;
-    for (const auto& a : model_.named_attributes(false)) {
-      if (a.value.isTensor()) state.push_back(a.value.toTensor());
-      if (a.value.isDouble()) scalars.push_back(a.name);
-    }
-    auto values = torch::empty({int64_t(scalars.size())}, torch::kFloat64);
-    for (size_t k = 0; k < scalars.size(); ++k) values[int64_t(k)] = model_.attr(scalars[k]).toDouble();
-    if (!scalars.empty()) state.push_back(values);
-    dist::broadcast_tensors(*comm_, state);
-    for (size_t k = 0; k < scalars.size(); ++k) model_.setattr(scalars[k], values[int64_t(k)].item<double>());
-  }
+  if (comm_->size() > 1) broadcast_start_state();
   // The average starts from the start weights (a --restart brought its own).
   if (ema_ && options_.restart.empty()) ema_->reset(0);
   ddp_ = std::make_unique<dist::SimpleDDP>(params_, *comm_);
+}
 
+void Trainer::print_model_line() const {
   int64_t nparams = 0;
   for (auto& p : params_) nparams += p.numel();
-  if (equivariant()) {
-    const EquivariantSettings& e = c.equivariant;
-    std::cout << "model: equivariant, " << c.precision << ", r_max " << e.r_max << " Å, l_max " << e.l_max
-              << (e.parity ? " with parity" : " (SO(3))") << ", " << e.num_layers << " layers x " << e.num_features
-              << " features";
-  } else {
-    std::cout << "model: se_e2_a, " << c.precision << ", sel [";
-    for (size_t t = 0; t < model_config_.sel.size(); ++t) std::cout << (t ? ", " : "") << model_config_.sel[t];
-    std::cout << "]";
-  }
-  std::cout << ", " << nparams << " parameters; " << at::get_num_threads() << " thread(s)\n";
+  std::cout << "model: " << model_->summary() << ", " << nparams << " parameters";
+  if (device_.is_cpu()) std::cout << "; " << at::get_num_threads() << " thread(s)";
+  else std::cout << "; on " << device_.str();
+  std::cout << "\n";
   if (ema_)
-    std::cout << "weights: moving average with ema_decay " << c.ema_decay
+    std::cout << "weights: moving average with ema_decay " << config_.ema_decay
               << " for validation, checkpoints and frozen models (training.ema_decay: 0 uses the raw weights)\n";
+}
 
+std::ofstream Trainer::open_lcurve() {
   // lcurve.out: a new file with its header, or appended to on --restart.
-  const fs::path lcurve_path = fs::path(options_.output_dir) / c.disp_file;
+  const fs::path path = fs::path(options_.output_dir) / config_.disp_file;
   const bool has_val = !valid_.empty();
-  bool has_virial = false;
-  for (auto& d : train_) has_virial = has_virial || d.virial.defined();
   std::ofstream lcurve;
-  if (!root()) {
-  } else if (options_.restart.empty()) {
-    lcurve.open(lcurve_path, std::ios::trunc);
+  if (!root()) return lcurve;
+  if (options_.restart.empty()) {
+    lcurve.open(path, std::ios::trunc);
     lcurve << "# step" << (has_val ? " rmse_val" : "") << " rmse_trn" << (has_val ? " rmse_e_val" : "") << " rmse_e_trn"
            << (has_val ? " rmse_f_val" : "") << " rmse_f_trn";
-    if (has_virial) lcurve << (has_val ? " rmse_v_val" : "") << " rmse_v_trn";
+    if (has_virial_) lcurve << (has_val ? " rmse_v_val" : "") << " rmse_v_trn";
     lcurve << " lr\n";
   } else {
-    lcurve.open(lcurve_path, std::ios::app);
+    lcurve.open(path, std::ios::app);
   }
-  if (root() && !lcurve) throw Error(lcurve_path.string() + ": cannot write");
+  if (!lcurve) throw Error(path.string() + ": cannot write");
+  return lcurve;
+}
 
+int Trainer::train_loop(std::ofstream& lcurve) {
+  const TrainConfig& c = config_;
+  const int world = comm_->size();
+  const bool has_val = !valid_.empty();
   g_interrupted = false;
   g_signal = 0;
   // SIGINT (Ctrl-C) and SIGTERM (torchrun's agent stopping its workers, Slurm at the time
@@ -791,8 +661,7 @@ int Trainer::run() {
   int64_t step = start_step_;
   int exit_code = 0;
   std::vector<double> step_ms;
-  double sync_seconds = 0, sync_wait_seconds = 0, step_seconds = 0;
-  const int64_t reduces_before = comm_->all_reduces();
+  reduces_before_ = comm_->all_reduces();
   double last_loss = 0;
   while (step < c.numb_steps) {
     const double lr = c.learning_rate.at(step);
@@ -806,57 +675,44 @@ int Trainer::run() {
     for (auto& p : params_)
       if (p.grad().defined()) p.mutable_grad().zero_();
     evaluate(train_[batch.system], sampler_->shard(batch, comm_->rank()), pref, true, trn);
-    // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop flag
-    // (so that every rank stops after the same step when any of them got SIGINT or SIGTERM).
-    // The counts need no communication: every rank has a shard of the same size of the same
-    // system, so the global counts are the local ones times the ranks (exact in any dtype).
-    std::vector<double> extras = {trn.loss, trn.e2_per_atom2, trn.f2, trn.v2_per_atom2, g_interrupted ? 1.0 : 0.0};
-    const auto sync_start = std::chrono::steady_clock::now();
-    const double wait_before = comm_->all_reduce_arrival_wait_seconds();
-    ddp_->sync(extras);
-    sync_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
-    if (wait_before >= 0) sync_wait_seconds += comm_->all_reduce_arrival_wait_seconds() - wait_before;
-    trn.loss = extras[0], trn.e2_per_atom2 = extras[1], trn.f2 = extras[2], trn.v2_per_atom2 = extras[3];
-    trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
-    const bool stop = extras[4] > 0;
+    bool stop = g_interrupted;
+    if (world > 1) {
+      // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop
+      // flag (so that every rank stops after the same step when any of them got SIGINT or
+      // SIGTERM). The counts need no communication: every rank has a shard of the same size of
+      // the same system, so the global counts are the local ones times the ranks.
+      auto extras = torch::cat({trn.sums, torch::full({1}, stop ? 1.0 : 0.0, torch::kFloat64).to(device_)});
+      const auto sync_start = std::chrono::steady_clock::now();
+      const double wait_before = comm_->all_reduce_arrival_wait_seconds();
+      ddp_->sync(extras);
+      sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
+      if (wait_before >= 0) sync_wait_seconds_ += comm_->all_reduce_arrival_wait_seconds() - wait_before;
+      trn.sums = extras.narrow(0, 0, 4);
+      trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
+      stop = extras[4].item<double>() > 0;  // a device-to-host read every step: the ranks must agree on stopping
+    }
     adam_step(*optimizer_, ema_.get());
-    step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    if (!options_.step_times.empty())
+    step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    if (!options_.step_times.empty()) {
+      if (!device_.is_cpu()) trn.host();  // the step's time includes the device's work
       step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
+    }
     ++step;
-    last_loss = trn.rmse();
-    if (step == 1 || step % c.disp_freq == 0 || step == c.numb_steps) {
-      ErrorSums val;
+    const bool display = step == 1 || step % c.disp_freq == 0 || step == c.numb_steps;
+    if (display || (tty && (step % 10 == 0 || step == c.numb_steps))) last_loss = Rmse(trn).loss;
+    if (display) {
+      const Rmse trn_rmse(trn);
+      Rmse val_rmse;
       if (has_val) {
         AveragedWeights averaged(ema_.get());
-        val = validate(pref);
+        val_rmse = Rmse(validate(pref));
       }
-      char line[512];
-      std::string text;
-      std::snprintf(line, sizeof(line), "%7ld", long(step));
-      text += line;
-      auto col = [&](double v) {
-        std::snprintf(line, sizeof(line), "   %11.4e", v);
-        text += line;
-      };
-      if (has_val) col(val.rmse());
-      col(trn.rmse());
-      if (has_val) col(val.rmse_e());
-      col(trn.rmse_e());
-      if (has_val) col(val.rmse_f());
-      col(trn.rmse_f());
-      if (has_virial) {
-        if (has_val) col(val.rmse_v());
-        col(trn.rmse_v());
-      }
-      std::snprintf(line, sizeof(line), "   %10.3e\n", lr);
-      text += line;
-      if (root()) lcurve << text << std::flush;
+      write_lcurve_line(lcurve, step, lr, trn_rmse, has_val ? &val_rmse : nullptr);
       if (!tty && root()) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double rate = double(step - start_step_) / std::max(elapsed, 1e-9);
         std::printf("step %ld/%ld  lr %.3e  loss %.4e  rmse_e %.4e  rmse_f %.4e  %.1f steps/s  ETA %s\n", long(step),
-                    long(c.numb_steps), lr, last_loss, trn.rmse_e(), trn.rmse_f(), rate,
+                    long(c.numb_steps), lr, last_loss, trn_rmse.e, trn_rmse.f, rate,
                     format_duration(double(c.numb_steps - step) / rate).c_str());
         std::fflush(stdout);
       }
@@ -890,19 +746,46 @@ int Trainer::run() {
     std::printf("finished %ld steps in %.1f s; checkpoint %s\n", long(step - start_step_), elapsed,
                 ckpt_path(step).c_str());
   }
-  if (world > 1 && root()) {
-    const int64_t reduces = comm_->all_reduces() - reduces_before;
-    // Through shared memory the all-reduce's time splits into the wait for the last rank to
-    // arrive (imbalance between the ranks' steps) and the rest (the transfer and the averaging).
-    char wait[96] = "";
-    if (comm_->all_reduce_arrival_wait_seconds() >= 0)
-      std::snprintf(wait, sizeof wait, "; %.3f s of it waiting for the last rank to arrive", sync_wait_seconds);
-    std::printf("communication (%s, %d ranks): %ld all-reduces = %ld gradient (one per step, %ld values) + %ld "
-                "validation; %.1f%% of the step time in the gradient all-reduce (%.3f of %.3f s%s)\n",
-                comm_->backend().c_str(), world, long(reduces), long(reduces - validation_reduces_),
-                long(ddp_->numel() + 5), long(validation_reduces_), 100.0 * sync_seconds / std::max(step_seconds, 1e-12),
-                sync_seconds, step_seconds, wait);
-  }
+  return exit_code;
+}
+
+void Trainer::print_communication() const {
+  const int world = comm_->size();
+  if (world <= 1 || !root()) return;
+  const int64_t reduces = comm_->all_reduces() - reduces_before_;
+  // Through shared memory the all-reduce's time splits into the wait for the last rank to
+  // arrive (imbalance between the ranks' steps) and the rest (the transfer and the averaging).
+  char wait[96] = "";
+  if (comm_->all_reduce_arrival_wait_seconds() >= 0)
+    std::snprintf(wait, sizeof wait, "; %.3f s of it waiting for the last rank to arrive", sync_wait_seconds_);
+  std::printf("communication (%s, %d ranks): %ld all-reduces = %ld gradient (one per step, %ld values) + %ld "
+              "validation; %.1f%% of the step time in the gradient all-reduce (%.3f of %.3f s%s)\n",
+              comm_->backend().c_str(), world, long(reduces), long(reduces - validation_reduces_),
+              long(ddp_->numel() + 5), long(validation_reduces_), 100.0 * sync_seconds_ / std::max(step_seconds_, 1e-12),
+              sync_seconds_, step_seconds_, wait);
+}
+
+int Trainer::run() {
+  const TrainConfig& c = config_;
+  if (c.numb_steps <= 0) throw Error(c.input_path + ": training.numb_steps: expected a positive integer");
+  if (!c.model) throw Error(c.input_path + ": no model section was read");
+  set_up_threads_and_ranks();
+  print_summary();
+  if (root() && !options_.output_dir.empty()) fs::create_directories(options_.output_dir);
+  const int world = comm_->size();
+  config_.learning_rate.scale = scale_by_worker(c.scale_by_worker, world);
+  if (world > 1 && root())
+    std::cout << "learning rate: start_lr x " << config_.learning_rate.scale << " (scale_by_worker: "
+              << c.scale_by_worker << ", " << world << " ranks); batch_size is per rank\n";
+  load_data();
+  build_model();
+  prepare_sets();
+  make_samplers();
+  set_up_optimisation();
+  print_model_line();
+  std::ofstream lcurve = open_lcurve();
+  const int exit_code = train_loop(lcurve);
+  print_communication();
   return exit_code;
 }
 

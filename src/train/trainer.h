@@ -18,7 +18,10 @@ struct TrainOptions {
   std::string output_dir = ".";
   /// When set, the wall time of every step (forward, backward, update; ms) is written there.
   std::string step_times;
-  /// The ranks of a distributed run (distributed.md); nullptr: one process. Rank 0 computes the
+  /// `--device`: "auto", "cpu", "cuda" or "cuda:K"; empty: training.device decides
+  /// (train/device.h).
+  std::string device;
+  /// The ranks of a distributed run (docs/distributed.md); nullptr: one process. Rank 0 computes the
   /// statistics and writes lcurve, checkpoints and progress; gradients are synchronised by
   /// SimpleDDP.
   dist::Communicator* comm = nullptr;
@@ -26,7 +29,8 @@ struct TrainOptions {
   const dist::LaunchEnv* launch = nullptr;
 };
 
-/// Runs the training of training.md. Returns the exit code: 0 when all steps ran, 130 when
+/// Runs the training of docs/training.md for the model the input selects (models/registry.h),
+/// on the device of TrainOptions::device or training.device. Returns the exit code: 0 when all steps ran, 130 when
 /// interrupted by SIGINT and 143 by SIGTERM (after saving a checkpoint; every rank stops after
 /// the same step). Throws mlip::Error for bad input.
 int train(const TrainConfig& config, const TrainOptions& options);

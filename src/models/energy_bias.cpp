@@ -1,0 +1,36 @@
+#include "models/energy_bias.h"
+
+#include <iomanip>
+#include <ostream>
+
+#include "error.h"
+
+namespace mlip::models {
+
+torch::Tensor energy_bias(const std::vector<StatisticsFrames>& frames, int ntypes, const char* name,
+                          std::ostream& log) {
+  std::vector<double> counts, energies, natoms;
+  for (const StatisticsFrames& s : frames) {
+    const data::System& sys = *s.system;
+    if (sys.energy.empty()) throw Error(sys.name + ": the statistics need energy labels (energy.npy), found none");
+    std::vector<double> type_count(size_t(ntypes), 0.0);
+    for (int t : sys.types) type_count[size_t(t)] += 1;
+    for (int64_t f = 0; f < s.frames; ++f) {
+      counts.insert(counts.end(), type_count.begin(), type_count.end());
+      energies.push_back(sys.energy[size_t(f)]);
+      natoms.push_back(double(sys.natoms()));
+    }
+  }
+  const int64_t nf = int64_t(energies.size());
+  const auto c = torch::tensor(counts, torch::kFloat64).reshape({nf, ntypes});
+  const auto e = torch::tensor(energies, torch::kFloat64);
+  const auto bias = torch::linalg_pinv(c).matmul(e);
+  const auto residual = (c.matmul(bias) - e) / torch::tensor(natoms, torch::kFloat64);
+  log << "statistics from " << nf << " frame(s): " << name << " [";
+  for (int t = 0; t < ntypes; ++t) log << (t ? ", " : "") << std::setprecision(10) << bias[t].item<double>();
+  log << "] eV; per-atom energy RMSE of the linear fit " << std::setprecision(4)
+      << residual.pow(2).mean().sqrt().item<double>() << " eV/atom\n";
+  return bias;
+}
+
+}  // namespace mlip::models

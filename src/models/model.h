@@ -1,0 +1,116 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/system.h"
+
+namespace mlip::models {
+
+/// A model's part of the training input (the `model` section), read and checked by its
+/// registry entry (models/registry.h). Each model derives its own settings from this.
+struct ModelSettings {
+  virtual ~ModelSettings() = default;
+  /// The registry name of the model ("se_e2_a", "equivariant", ...).
+  std::string type;
+  /// model.type_map: the type names; a type's id is its index here.
+  std::vector<std::string> type_map;
+  /// "float64" or "float32": the dtype of every parameter and of the per-frame inputs.
+  std::string precision = "float64";
+  /// model.data_stat_nbatch: the statistics (energy bias, normalisations) use the first this
+  /// many batches of every training system.
+  int64_t statistics_batches = 10;
+
+  /// The interaction range, Å: pairs farther apart never interact (the frozen model's r_max).
+  virtual double cutoff() const = 0;
+  torch::Dtype dtype() const { return precision == "float32" ? torch::kFloat32 : torch::kFloat64; }
+};
+
+/// What a model derives from one frame's geometry and caches (training frames do not move):
+/// se_e2_a's packed environment rows, the equivariant model's pair vectors. Opaque to the
+/// trainer; it lives on the model's device.
+struct FrameInput {
+  virtual ~FrameInput() = default;
+};
+
+/// The atoms of one system (every frame of a system has the same atoms).
+struct SystemAtoms {
+  int64_t natoms = 0;
+  /// [N] type id of each atom.
+  std::vector<int> types;
+  /// [N] int64 type ids on the model's device.
+  torch::Tensor atype;
+};
+
+/// A model's prediction for a batch of B frames of one system.
+struct Prediction {
+  torch::Tensor energy;  ///< [B] float64, eV
+  torch::Tensor forces;  ///< [B, N, 3] model dtype, eV/Å
+  torch::Tensor virial;  ///< [B, 3, 3] model dtype, eV
+};
+
+/// Frames for the statistics: the first `frames` frames of `system`.
+struct StatisticsFrames {
+  const data::System* system = nullptr;
+  int64_t frames = 0;
+};
+
+/// What a model is built with besides its settings.
+struct ModelContext {
+  /// Where its parameters and per-frame inputs live (cpu or cuda:K).
+  torch::Device device = torch::kCPU;
+  /// training.seed: the default of the model's own seeds when they are not given.
+  std::optional<uint64_t> training_seed;
+  /// The training systems, for settings derived from the data (se_e2_a's sel: auto).
+  const std::vector<data::System>* training_systems = nullptr;
+  /// Where to print what the model derives (nullptr: nowhere).
+  std::ostream* log = nullptr;
+};
+
+/// A trainable model: one implementation per model type, made by the registry. The trainer,
+/// the tester and freeze know only this interface (docs/models.md).
+///
+/// A training step: predict() on a batch, the loss on the prediction, then backward() with
+/// the loss's gradient with respect to the prediction, which adds d loss / d parameter to the
+/// parameters' .grad() (a hand-written adjoint or autograd, as the model chooses).
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  /// The TorchScript module: its parameters are what the optimiser steps; its buffers and
+  /// attributes hold the statistics. Checkpoints and frozen models save it as it is.
+  virtual torch::jit::Module& module() = 0;
+  /// The settings it was built from.
+  virtual const ModelSettings& settings() const = 0;
+  /// One line for the training summary: "se_e2_a, float64, sel [46, 92]".
+  virtual std::string summary() const = 0;
+  /// Where the parameters and per-frame inputs live.
+  virtual torch::Device device() const = 0;
+
+  /// The cached input of frame `frame` of `system`, on the model's device.
+  virtual std::unique_ptr<FrameInput> prepare_frame(const data::System& system, int64_t frame) = 0;
+  /// A warning about the frames prepared so far (e.g. neighbours beyond sel), or "".
+  virtual std::string preparation_warning() const { return ""; }
+
+  /// Sets the statistics (energy bias, normalisations) from these frames, printing what it
+  /// found to `log`.
+  virtual void compute_statistics(const std::vector<StatisticsFrames>& frames, std::ostream& log) = 0;
+
+  /// Energies, forces and virials of `frames` (inputs of frames of the system `atoms`). With
+  /// `training`, keeps what backward() needs.
+  virtual Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames,
+                             bool training) = 0;
+  /// After predict(..., true): adds d loss / d parameter to every parameter's .grad(), given
+  /// d loss / d energy [B] (float64), d loss / d forces [B, N, 3] and d loss / d virial
+  /// [B, 3, 3] (undefined: zero).
+  virtual void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
+                        const torch::Tensor& grad_virial) = 0;
+};
+
+}  // namespace mlip::models

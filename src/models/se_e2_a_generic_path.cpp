@@ -1,0 +1,63 @@
+#include "models/se_e2_a_generic_path.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "error.h"
+
+namespace mlip::models {
+
+SeAGenericPath::SeAGenericPath(const SeAConfig& config, torch::jit::Module module)
+    : config_(config), module_(std::move(module)) {}
+
+SeATrainingPath::Output SeAGenericPath::forward(const PackedEnv& batch, const std::vector<int>& types, bool training) {
+  const int64_t nb = batch.nframes, n = batch.natoms, nc = config_.nslots();
+  if (batch.nslots != nc)
+    throw Error("SeAGenericPath: the batch has " + std::to_string(batch.nslots) + " slots per atom, the model " +
+                std::to_string(nc));
+  if (int64_t(types.size()) != n)
+    throw Error("SeAGenericPath: " + std::to_string(types.size()) + " types for " + std::to_string(n) + " atoms");
+  const torch::Tensor& any_rows = batch.groups.at(0).r;
+  const auto options = any_rows.options();
+  if (types != types_ || !atype_.defined() || atype_.device() != any_rows.device()) {
+    types_ = types;
+    atype_ = torch::tensor(std::vector<int64_t>(types.begin(), types.end()), torch::kInt64).to(any_rows.device());
+  }
+  // The dense matrices of the batch, empty slots zero (nlist -1), the real pairs scattered back.
+  const int64_t rows = nb * n * nc;
+  auto rij = torch::zeros({rows, 4}, options);
+  auto drij = torch::zeros({rows, 4, 3}, options);
+  auto vec = torch::zeros({rows, 3}, options);
+  auto nlist = torch::full({rows}, -1, options.dtype(torch::kInt64));
+  for (const auto& g : batch.groups) {
+    if (!g.slot.defined() || !g.neighbor_in_frame.defined())
+      throw Error("SeAGenericPath: a batch without slots (made by PackedEnv::concat without with_slots?)");
+    rij.index_copy_(0, g.slot, g.r);
+    drij.index_copy_(0, g.slot, g.dr);
+    vec.index_copy_(0, g.slot, g.vec);
+    nlist.index_copy_(0, g.slot, g.neighbor_in_frame);
+  }
+  auto out = module_
+                 .run_method("energy_force_env", rij.view({nb, n, nc, 4}), drij.view({nb, n, nc, 4, 3}),
+                             vec.view({nb, n, nc, 3}), nlist.view({nb, n, nc}), atype_, training)
+                 .toTuple();
+  SeATrainingPath::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
+                                 out->elements()[2].toTensor(), out->elements()[3].toTensor()};
+  last_ = training ? result : SeATrainingPath::Output{};
+  return result;
+}
+
+void SeAGenericPath::backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
+                              const torch::Tensor& grad_virial) {
+  std::vector<torch::Tensor> outputs, grads;
+  const std::pair<const torch::Tensor*, const torch::Tensor*> parts[] = {
+      {&last_.energy, &grad_energy}, {&last_.forces, &grad_forces}, {&last_.virial, &grad_virial}};
+  for (const auto& [output, grad] : parts)
+    if (grad->defined() && output->defined() && output->requires_grad()) {
+      outputs.push_back(*output);
+      grads.push_back(grad->to(output->scalar_type()).reshape(output->sizes()));
+    }
+  if (!outputs.empty()) torch::autograd::backward(outputs, grads);
+  last_ = SeATrainingPath::Output{};
+}
+
+}  // namespace mlip::models

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <vector>
+
+#include "models/se_e2_a.h"
+#include "models/se_e2_a_training.h"
+
+namespace mlip::models {
+
+/// se_e2_a's training computation made only of LibTorch tensor operations, so that it runs on
+/// any device (docs/training_path.md "The device-generic path"): the packed real pairs are
+/// scattered back into the dense environment matrix of the batch, the module's
+/// `energy_force_env` gives energies, forces (the gradient of the energy with respect to the
+/// rows, kept as a graph) and virials, and backward() is autograd's double backward through
+/// that graph. Same interface and same numbers as SeATrainingPath (the hand-written CPU path);
+/// tests/test_se_e2_a_generic_path.cpp checks both on the CPU.
+class SeAGenericPath {
+ public:
+  /// `module` from build_se_e2_a(config); its parameters are shared, on the module's device.
+  SeAGenericPath(const SeAConfig& config, torch::jit::Module module);
+
+  /// Energies [B] float64, forces [B, N, 3] and virials [B, 3, 3] of a batch whose tensors
+  /// (rows, slots) live on the module's device. With `training`, keeps the graph that
+  /// backward() differentiates (create_graph); without, keeps nothing.
+  SeATrainingPath::Output forward(const PackedEnv& batch, const std::vector<int>& types, bool training = true);
+
+  /// After forward(..., true): adds d loss / d parameter to every parameter's grad, given
+  /// d loss / d energy [B], d loss / d forces [B, N, 3] and d loss / d virial [B, 3, 3] (any
+  /// floating dtype; undefined counts as zero).
+  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial);
+
+ private:
+  SeAConfig config_;
+  torch::jit::Module module_;
+  torch::Tensor atype_;          // [N] int64 on the device, for types_
+  std::vector<int> types_;
+  SeATrainingPath::Output last_;  // the outputs of the last training forward, with their graph
+};
+
+}  // namespace mlip::models

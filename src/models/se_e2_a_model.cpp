@@ -1,0 +1,279 @@
+#include "models/se_e2_a_model.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <ostream>
+#include <sstream>
+
+#include "data/neighbor_list.h"
+#include "data/neighbor_stat.h"
+#include "error.h"
+#include "models/energy_bias.h"
+#include "models/env_matrix.h"
+#include "models/se_e2_a_generic_path.h"
+#include "models/se_e2_a_training.h"
+
+namespace mlip::models {
+
+using input::Bound;
+using input::Section;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Input: model.descriptor and model.fitting_net
+
+/// descriptor.sel: a list of non-negative integers, "auto" or "auto:ratio".
+SelSpec to_sel(const YAML::Node& node, const std::string& path) {
+  const std::string what = "a list of non-negative integers, or \"auto[:ratio]\"";
+  SelSpec sel;
+  if (node.IsSequence()) {
+    sel.values = input::to_list<int64_t>(node, path, what, [](const YAML::Node& n, const std::string& p) {
+      return input::to_integer(n, p, Bound::kNonNegative);
+    });
+    return sel;
+  }
+  const std::string s = node.IsScalar() ? node.Scalar() : "";
+  double ratio = 0;
+  if (s == "auto") {
+    sel.automatic = true;
+  } else if (s.rfind("auto:", 0) == 0 && input::parse_number(s.substr(5), ratio) && ratio > 0) {
+    sel.automatic = true;
+    sel.ratio = ratio;
+  } else {
+    input::expected(path, what, node);
+  }
+  return sel;
+}
+
+void read_descriptor(const Section& d, SeASettings& s) {
+  SeAConfig& c = s.config;
+  d.require({"sel", "rcut"});
+  d.choice("type", "se_e2_a", {"se_e2_a"}, {{"se_a", "se_e2_a"}});
+  s.sel = to_sel(d.get("sel"), d.path_of("sel"));
+  if (!s.sel.automatic && s.sel.values.size() != s.type_map.size()) {
+    input::fail(d.path_of("sel"), std::to_string(s.sel.values.size()) + " entries for " +
+                                      std::to_string(s.type_map.size()) + " types in model.type_map");
+  }
+  c.rcut = d.number("rcut", c.rcut, Bound::kPositive);
+  c.rcut_smth = d.number("rcut_smth", c.rcut_smth, Bound::kNonNegative);
+  if (c.rcut_smth >= c.rcut) {
+    input::expected(d.path_of("rcut_smth"), "a number below rcut (" + input::describe(d.get("rcut")) + ")",
+                    d.get("rcut_smth"));
+  }
+  c.neuron = d.integers("neuron", c.neuron);
+  c.axis_neuron = d.integer("axis_neuron", c.axis_neuron);
+  if (c.axis_neuron > c.neuron.back()) {
+    input::fail(d.path_of("axis_neuron"), "expected at most the last neuron (" + std::to_string(c.neuron.back()) +
+                                              "), got " + std::to_string(c.axis_neuron));
+  }
+  c.type_one_side = d.flag("type_one_side", c.type_one_side);
+  c.resnet_dt = d.flag("resnet_dt", c.resnet_dt);
+  s.precision = d.choice("precision", s.precision, {"float64", "float32"}, {{"default", "float64"}});
+  s.descriptor_seed = d.seed("seed", s.descriptor_seed);
+  d.choice("activation_function", "tanh", {"tanh"});
+  d.only_default("trainable", "true", input::is_true);
+  d.only_default("exclude_types", "an empty list", input::is_empty_list);
+  d.only_default("set_davg_zero", "false", input::is_false);
+  d.only_default("env_protection", "0", input::is_zero);
+}
+
+void read_fitting_net(const Section& f, SeASettings& s) {
+  SeAConfig& c = s.config;
+  f.choice("type", "ener", {"ener"});
+  c.fitting_neuron = f.integers("neuron", c.fitting_neuron);
+  c.fitting_resnet_dt = f.flag("resnet_dt", c.fitting_resnet_dt);
+  s.fitting_precision = f.choice("precision", s.fitting_precision, {"float64", "float32"}, {{"default", "float64"}});
+  s.fitting_seed = f.seed("seed", s.fitting_seed);
+  f.choice("activation_function", "tanh", {"tanh"});
+  f.only_default("trainable", "true", input::is_true);
+  if (f.has_value("rcond")) f.number("rcond", 0.0);  // accepted for DeePMD inputs; not used
+}
+
+std::shared_ptr<ModelSettings> read_se_e2_a(const Section& m, const std::vector<std::string>& type_map) {
+  auto s = std::make_shared<SeASettings>();
+  s->type = "se_e2_a";
+  s->type_map = type_map;
+  s->config.type_map = type_map;
+  m.require({"descriptor", "fitting_net"});
+  for (const char* key : {"descriptor", "fitting_net"})
+    if (!m.get(key).IsMap()) input::expected(m.path_of(key), "a mapping", m.get(key));
+  read_descriptor(m.section("descriptor", {"type", "sel", "rcut", "rcut_smth", "neuron", "axis_neuron",
+                                           "type_one_side", "resnet_dt", "precision", "seed",
+                                           "activation_function", "trainable", "exclude_types", "set_davg_zero",
+                                           "env_protection"}),
+                  *s);
+  read_fitting_net(m.section("fitting_net", {"type", "neuron", "resnet_dt", "precision", "seed",
+                                             "activation_function", "trainable", "rcond"}),
+                   *s);
+  if (s->fitting_precision != s->precision)
+    input::fail(m.path_of("fitting_net.precision"), "expected the descriptor's precision (\"" + s->precision +
+                                                        "\"; one model has one precision), got \"" +
+                                                        s->fitting_precision + "\"");
+  s->config.precision = s->precision;
+  m.number("data_stat_protect", 1e-2, Bound::kPositive);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model
+
+struct SeAFrame : FrameInput {
+  PackedEnv packed;  // the real pairs of the frame, on the model's device
+};
+
+class SeAModel final : public Model {
+ public:
+  SeAModel(const SeASettings& settings, const ModelContext& context) : settings_(settings), device_(context.device) {
+    SeAConfig& c = settings_.config;
+    const uint64_t fallback = context.training_seed.value_or(1);
+    c.seed = settings_.descriptor_seed.value_or(fallback);
+    c.fitting_seed = settings_.fitting_seed.value_or(fallback);
+    c.sel = settings_.sel.automatic ? automatic_sel(context) : settings_.sel.values;
+    module_ = build_se_e2_a(c);
+    module_.to(device_);
+    kind_ = se_e2_a_path_kind(device_);
+    if (kind_ == SeAPathKind::kHandWritten) {
+      if (!device_.is_cpu())
+        throw Error("MLIP_SE_E2_A_PATH=hand-written: the hand-written path runs on the CPU only, the model is on " +
+                    device_.str());
+      hand_written_ = std::make_unique<SeATrainingPath>(c, module_);
+    } else {
+      generic_ = std::make_unique<SeAGenericPath>(c, module_);
+    }
+  }
+
+  torch::jit::Module& module() override { return module_; }
+  const ModelSettings& settings() const override { return settings_; }
+  torch::Device device() const override { return device_; }
+
+  std::string summary() const override {
+    std::ostringstream o;
+    o << "se_e2_a, " << settings_.precision << ", sel [";
+    for (size_t t = 0; t < settings_.config.sel.size(); ++t) o << (t ? ", " : "") << settings_.config.sel[t];
+    o << "], " << (kind_ == SeAPathKind::kGeneric ? "device-generic" : "hand-written") << " training path";
+    return o.str();
+  }
+
+  std::unique_ptr<FrameInput> prepare_frame(const data::System& system, int64_t frame) override {
+    auto out = std::make_unique<SeAFrame>();
+    const EnvMatrix env = settings_.dtype() == torch::kFloat32 ? environment<float>(system, frame)
+                                                              : environment<double>(system, frame);
+    truncated_ += env.truncated_blocks;
+    out->packed = PackedEnv::pack(env, system.types, settings_.config, kind_ == SeAPathKind::kGeneric);
+    if (!device_.is_cpu()) out->packed = out->packed.to(device_);
+    return out;
+  }
+
+  std::string preparation_warning() const override {
+    if (truncated_ == 0) return "";
+    return std::to_string(truncated_) +
+           " (atom, neighbour type) blocks had more neighbours than sel; the farthest were dropped (raise "
+           "model.descriptor.sel, or use sel: auto)";
+  }
+
+  void compute_statistics(const std::vector<StatisticsFrames>& frames, std::ostream& log) override {
+    // davg/dstd from the full environment matrices (empty slots included; docs/se_e2_a.md
+    // "Statistics"), made again for these frames, and the energy bias.
+    const int ntypes = int(settings_.type_map.size());
+    EnvStat stat(ntypes, settings_.config.nslots());
+    for (const StatisticsFrames& s : frames)
+      for (int64_t f = 0; f < s.frames; ++f)
+        stat.add(settings_.dtype() == torch::kFloat32 ? environment<float>(*s.system, f)
+                                                      : environment<double>(*s.system, f),
+                 s.system->types);
+    const auto dtype = settings_.dtype();
+    module_.setattr("davg", stat.davg().to(device_, dtype));
+    module_.setattr("dstd", stat.dstd().to(device_, dtype));
+    module_.setattr("bias", energy_bias(frames, ntypes, "energy bias", log).to(device_, dtype));
+  }
+
+  Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames, bool training) override {
+    const PackedEnv* batch = &static_cast<const SeAFrame*>(frames[0])->packed;
+    if (frames.size() > 1) {
+      std::vector<const PackedEnv*> parts;
+      for (const FrameInput* f : frames) parts.push_back(&static_cast<const SeAFrame*>(f)->packed);
+      batch_ = PackedEnv::concat(parts, generic_ != nullptr);
+      batch = &batch_;
+    }
+    const SeATrainingPath::Output out =
+        generic_ ? generic_->forward(*batch, atoms.types, training) : hand_written_->forward(*batch, atoms.types);
+    return {out.energy, out.forces, out.virial};
+  }
+
+  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
+                const torch::Tensor& grad_virial) override {
+    if (generic_) generic_->backward(grad_energy, grad_forces, grad_virial);
+    else hand_written_->backward(grad_energy, grad_forces, grad_virial);
+  }
+
+ private:
+  /// The environment matrix of one frame (host), in the model's Real type.
+  template <typename Real>
+  EnvMatrix environment(const data::System& system, int64_t frame) {
+    const SeAConfig& c = settings_.config;
+    std::vector<Real> pos(size_t(system.natoms()) * 3);
+    const double* x = system.frame_coord(frame);
+    for (size_t k = 0; k < pos.size(); ++k) pos[k] = Real(x[k]);
+    auto& builder = builder_of<Real>();
+    auto nl = builder.build(pos.data(), system.natoms(), system.frame_box(frame), system.pbc, c.rcut);
+    return compute_env_matrix<Real>(nl, system.types, EnvMatrixParams{c.rcut, c.rcut_smth, c.sel});
+  }
+  template <typename Real>
+  data::NeighborListBuilder<Real>& builder_of() {
+    if constexpr (std::is_same_v<Real, float>) return builder_float_;
+    else return builder_double_;
+  }
+
+  std::vector<int64_t> automatic_sel(const ModelContext& context) const {
+    if (context.training_systems == nullptr) throw Error("model.descriptor.sel: \"auto\" needs the training data");
+    const SeAConfig& c = settings_.config;
+    auto stat = data::neighbor_stat(*context.training_systems, int(c.type_map.size()), c.rcut);
+    std::vector<int64_t> sel;
+    for (auto m : stat.max_neighbors) sel.push_back(4 * int64_t(std::ceil(double(m) * settings_.sel.ratio / 4.0)));
+    if (context.log != nullptr) {
+      *context.log << "sel: auto:" << settings_.sel.ratio << " -> [";
+      for (size_t t = 0; t < sel.size(); ++t) *context.log << (t ? ", " : "") << sel[t];
+      *context.log << "] (min neighbour distance " << stat.min_distance << " Å)\n";
+    }
+    return sel;
+  }
+
+  SeASettings settings_;
+  torch::Device device_;
+  torch::jit::Module module_;
+  SeAPathKind kind_ = SeAPathKind::kHandWritten;
+  std::unique_ptr<SeATrainingPath> hand_written_;
+  std::unique_ptr<SeAGenericPath> generic_;
+  PackedEnv batch_;  // the current batch when it has several frames (the paths keep references into it)
+  int64_t truncated_ = 0;
+  data::NeighborListBuilder<float> builder_float_;
+  data::NeighborListBuilder<double> builder_double_;
+};
+
+}  // namespace
+
+SeAPathKind se_e2_a_path_kind(torch::Device device) {
+  const char* env = std::getenv("MLIP_SE_E2_A_PATH");
+  const std::string choice = env != nullptr ? env : "";
+  if (choice == "generic") return SeAPathKind::kGeneric;
+  if (choice == "hand-written") return SeAPathKind::kHandWritten;
+  if (!choice.empty())
+    throw Error("MLIP_SE_E2_A_PATH: expected \"generic\" or \"hand-written\" (or unset), got \"" + choice + "\"");
+  return device.is_cpu() ? SeAPathKind::kHandWritten : SeAPathKind::kGeneric;
+}
+
+ModelEntry se_e2_a_entry() {
+  ModelEntry e;
+  e.name = "se_e2_a";
+  e.descriptor = true;
+  e.aliases = {"se_a"};
+  e.keys = {"type", "type_map", "descriptor", "fitting_net", "data_stat_nbatch", "data_stat_protect"};
+  e.read = read_se_e2_a;
+  e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
+    return std::make_unique<SeAModel>(dynamic_cast<const SeASettings&>(settings), context);
+  };
+  return e;
+}
+
+}  // namespace mlip::models
