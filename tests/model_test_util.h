@@ -10,7 +10,7 @@
 
 namespace mlip::test {
 
-/// The deploy.md input dictionary of a frame, with the edges of the Kokkos neighbour list
+/// The docs/deploy.md input dictionary of a frame, with the edges of the Kokkos neighbour list
 /// within rcut, positions and cell in `dtype`.
 c10::Dict<std::string, torch::Tensor> deploy_input(const Frame& f, double rcut, torch::Dtype dtype);
 

@@ -27,7 +27,7 @@ EnvMatrixParams params(std::vector<int64_t> sel) {
   return p;
 }
 
-/// Direct formula of se_e2_a.md for one pair vector.
+/// Direct formula of docs/se_e2_a.md for one pair vector.
 std::array<double, 4> direct_row(const double* d) {
   const double r = std::sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
   double w;

@@ -192,7 +192,9 @@ TEST(Device, CpuAndAutoAndClearErrors) {
       mlip::train::resolve_device("cuda:" + std::to_string(count), "--device");
     });
     EXPECT_NE(error.find("--device cuda:" + std::to_string(count) + ": this machine has "), std::string::npos) << error;
-    if (count > 0) EXPECT_EQ(mlip::train::resolve_device("auto", "training.device", 1).index(), 1 % count);
+    if (count > 0) {
+      EXPECT_EQ(mlip::train::resolve_device("auto", "training.device", 1).index(), 1 % count);
+    }
   }
 }
 

@@ -84,7 +84,7 @@ TEST(SystemSampler, SeedReproducesAndStateRestoresExactly) {
   EXPECT_THROW(d.set_state(state), mlip::Error);
 }
 
-// distributed.md "Batches": W ranks with batch b draw, step for step, the global batch of one
+// docs/distributed.md "Batch size and learning rate": W ranks with batch b draw, step for step, the global batch of one
 // rank with batch W*b, and the shards of the ranks partition it.
 TEST(SystemSampler, RanksShardTheGlobalBatchOfOneRank) {
   const std::vector<int64_t> frames = {190, 40};

@@ -5,7 +5,7 @@
     atoms.get_potential_energy(), atoms.get_forces(), atoms.get_stress()
 
 The neighbour list comes from ASE (primitive_neighbor_list); the model computes energies,
-forces (autograd) and the virial itself (deploy.md). Units: eV, Angstrom.
+forces (autograd) and the virial itself (docs/deploy.md). Units: eV, Angstrom.
 """
 import numpy as np
 import torch

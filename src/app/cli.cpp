@@ -126,7 +126,7 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
 const char* kTrainUsage =
     "usage: mlip train <input.yaml> [--restart <checkpoint>] [--init-model <checkpoint>] [-o <dir>]\n"
     "\n"
-    "Trains the model of the input file (training.md; DeePMD's input.json works unchanged).\n"
+    "Trains the model of the input file (docs/training.md; DeePMD's input.json works unchanged).\n"
     "Writes lcurve.out and the checkpoints <save_ckpt>-<step>.pt (plus the link <save_ckpt>.pt\n"
     "and the pointer file 'checkpoint') into the output folder. Ctrl-C saves a checkpoint and\n"
     "stops (exit code 130); so does SIGTERM (exit code 143; Slurm's time limit, scancel).\n"
@@ -157,7 +157,7 @@ const char* kFreezeUsage =
     "usage: mlip freeze [-c <checkpoint>] [-o <model.pt>]\n"
     "\n"
     "Writes the checkpoint's model as one TorchScript file that runs without mlip\n"
-    "(torch.jit.load in Python, torch::jit::load in C++), with its metadata (deploy.md).\n"
+    "(torch.jit.load in Python, torch::jit::load in C++), with its metadata (docs/deploy.md).\n"
     "\n"
     "options:\n"
     "  -c, --checkpoint <path>  checkpoint file, or training folder (default: .)\n"
@@ -284,7 +284,7 @@ int train_command(const std::vector<std::string>& args) {
   comm_options.cuda = device.is_cuda();
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, comm_options);
   const int rank = comm->rank();
-  // Rank-0 I/O (distributed.md): the other ranks' standard output per --log-mode.
+  // Rank-0 I/O (docs/distributed.md): the other ranks' standard output per --log-mode.
   std::ofstream worker_log;
   std::unique_ptr<PrefixBuf> prefix;
   std::streambuf* saved = std::cout.rdbuf();

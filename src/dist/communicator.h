@@ -11,7 +11,7 @@
 
 namespace mlip::dist {
 
-/// Collectives over the ranks of one run (distributed.md). Implementations: c10d's Gloo process
+/// Collectives over the ranks of one run (docs/distributed.md). Implementations: c10d's Gloo process
 /// group with a TCPStore rendezvous (the torchrun protocol; CPU tensors), MPI when started by
 /// mpirun (Debian's LibTorch is built without c10d's MPI group, so the MPI library is called
 /// directly), c10d's NCCL group when built against a CUDA LibTorch, and a one-rank no-op.

@@ -6,7 +6,7 @@
 
 namespace mlip::dist {
 
-/// Which launcher started this process (distributed.md "Ranks and launchers").
+/// Which launcher started this process (docs/distributed.md "How a rank finds the others").
 enum class Launcher { kNone, kTorchrun, kSlurm, kMpi };
 
 /// Name for messages: "none", "torchrun", "srun", "mpirun".

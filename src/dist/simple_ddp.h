@@ -8,7 +8,7 @@
 
 namespace mlip::dist {
 
-/// Gradient synchronisation after the complete local backward (distributed.md "SimpleDDP"):
+/// Gradient synchronisation after the complete local backward (docs/distributed.md "What every step does (SimpleDDP)"):
 /// every parameter gradient, in one fixed order (the same on every rank), sits in ONE flat
 /// buffer of the parameters' dtype (zeros for a parameter without gradient), followed by the
 /// caller's extra values; ONE all-reduce sums the buffer; the gradients are divided by the

@@ -4,7 +4,7 @@
 
 namespace mlip::models {
 
-/// TorchScript lines shared by the models' deploy.md `forward(data)`. Statements are indented
+/// TorchScript lines shared by the models' docs/deploy.md `forward(data)`. Statements are indented
 /// by 4 spaces; `nested` is the further indentation of a block inside them (the model source's
 /// own indentation unit).
 

@@ -9,7 +9,7 @@
 
 namespace mlip::models {
 
-/// Cutoff and slot layout of the se_e2_a environment matrix (se_e2_a.md).
+/// Cutoff and slot layout of the se_e2_a environment matrix (docs/se_e2_a.md).
 struct EnvMatrixParams {
   double rcut = 6.0;       ///< Å
   double rcut_smth = 0.5;  ///< Å, w(r) = 1 below it
@@ -47,10 +47,10 @@ template <typename Real>
 EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vector<int>& types,
                              const EnvMatrixParams& params);
 
-/// The smooth switch w(r) of se_e2_a.md and its derivative dw/dr (for tests and the model).
+/// The smooth switch w(r) of docs/se_e2_a.md and its derivative dw/dr (for tests and the model).
 double switch_function(double r, double rcut_smth, double rcut, double* dw_dr = nullptr);
 
-/// Accumulates the davg/dstd statistics of se_e2_a.md over frames, per centre type, over all
+/// Accumulates the davg/dstd statistics of docs/se_e2_a.md over frames, per centre type, over all
 /// N_c slots including empty ones, in float64.
 class EnvStat {
  public:

@@ -113,7 +113,7 @@ std::string equivariant_source(const EquivariantConfig& c) {
        "    n = atype.size(0)\n"
        "    r = torch.sqrt((d * d).sum(1))\n"
        "    x = r / " << literal(c.r_max) << "\n"
-       // Polynomial cutoff u(x) (equivariant.md), zero from r_max on.
+       // Polynomial cutoff u(x) (docs/equivariant.md), zero from r_max on.
        "    cut = 1.0 - " << literal((p + 1) * (p + 2) / 2) << " * torch.pow(x, " << literal(p) << ") + "
     << literal(p * (p + 2)) << " * torch.pow(x, " << literal(p + 1) << ") - " << literal(p * (p + 1) / 2)
     << " * torch.pow(x, " << literal(p + 2) << ")\n"

@@ -8,7 +8,7 @@
 
 namespace mlip::models {
 
-/// Hyperparameters of the NequIP-style E(3)-equivariant model (equivariant.md; defaults in
+/// Hyperparameters of the NequIP-style E(3)-equivariant model (docs/equivariant.md; defaults in
 /// brackets there).
 struct EquivariantConfig {
   std::vector<std::string> type_map;
@@ -39,7 +39,7 @@ std::string equivariant_source(const EquivariantConfig& config);
 /// - `atomic_energy(d [E,3], i [E] int64, j [E] int64, atype [N] int64) -> [N]`: atomic
 ///   energies from the pair vectors d_ij = r_j - r_i (+ shift·cell) of centre i and neighbour
 ///   j; pairs at r >= r_max contribute exactly zero.
-/// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the deploy.md interface, with
+/// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the docs/deploy.md interface, with
 ///   forces and virial from autograd through the pair vectors.
 /// - `set_scale_shift(scale [ntypes], shift [ntypes])`: E_i = scale[t] e_i + shift[t].
 /// - attribute `avg_num_neighbors` (float; config value at build, set from the data by the

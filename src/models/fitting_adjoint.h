@@ -9,7 +9,7 @@
 
 namespace mlip::models {
 
-/// One se_e2_a fitting net (se_e2_a.md: hidden layers of the layer rule, then a linear output
+/// One se_e2_a fitting net (docs/se_e2_a.md: hidden layers of the layer rule, then a linear output
 /// E = x_L wout + bout) on a set of rows, with dE/dx carried along, and the exact adjoint of
 /// both (docs/training_path.md, step 3). The rows are atoms of one type, gathered by index from
 /// [rows, width] arrays of the whole batch.

@@ -5,7 +5,7 @@
 
 namespace mlip::models {
 
-/// One dense layer of se_e2_a.md's layer rule: y = tanh(x W + b), times idt when resnet_dt,
+/// One dense layer of docs/se_e2_a.md's layer rule: y = tanh(x W + b), times idt when resnet_dt,
 /// plus x (same width) or concat(x, x) (double width).
 struct Layer {
   int64_t in, out;

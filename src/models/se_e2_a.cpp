@@ -111,7 +111,7 @@ std::string se_e2_a_source(const SeAConfig& c) {
       << "      tm = torch.zeros([nb, idx.numel(), 4, " << m << "], dtype=rij.dtype, device=rij.device)\n"
       // Empty slots sit at the end of each type block and all hold the same normalised row
       // (-davg/dstd, 0, 0, 0): the net runs only on the slots some atom uses, and the
-      // remaining empty slots are added in closed form (se_e2_a.md: no materialised padding).
+      // remaining empty slots are added in closed form (docs/se_e2_a.md: no materialised padding).
       << "      e0 = -self.davg[" << ti << ", 0] / self.dstd[" << ti << ", 0]\n";
     int64_t off = 0;
     for (int64_t t = 0; t < ntypes; ++t) {

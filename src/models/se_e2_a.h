@@ -36,7 +36,7 @@ struct SeAConfig {
 std::string se_e2_a_source(const SeAConfig& config);
 
 /// Builds the se_e2_a model as a TorchScript module (source compiled with Module::define), with
-/// freshly initialised, seeded parameters (se_e2_a.md "Initialisation"), davg = 0, dstd = 1 and
+/// freshly initialised, seeded parameters (docs/se_e2_a.md "Nets"), davg = 0, dstd = 1 and
 /// a zero energy bias. The module runs without this project. Methods:
 ///
 /// - `atomic_energy(rij [B,N,Nc,4], atype [N] int64) -> [B,N]`: the atomic energies from raw
@@ -46,7 +46,7 @@ std::string se_e2_a_source(const SeAConfig& config);
 ///   atype [N], create_graph: bool) -> (energy [B] float64, atomic [B,N], forces [B,N,3],
 ///   virial [B,3,3])`: the training path, from precomputed rows and their derivatives (chain
 ///   rule; create_graph keeps the graph for a force loss).
-/// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the deploy.md interface
+/// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the docs/deploy.md interface
 ///   (pos, atom_types, edge_index, cell, edge_cell_shift -> atomic_energy, total_energy,
 ///   forces, virial), building the environment matrix itself from positions.
 /// - `set_statistics(davg [ntypes,4], dstd [ntypes,4])`, `set_bias(bias [ntypes])`.

@@ -20,7 +20,7 @@ struct PackedEnv {
   struct Group {
     std::vector<int64_t> offsets;   ///< [natoms + 1]: pairs of atom i are [offsets[i], offsets[i+1])
     std::vector<int64_t> neighbor;  ///< [P] neighbour atom index (same numbering as the centres)
-    torch::Tensor r;                ///< [P, 4] raw rows R (se_e2_a.md), model dtype
+    torch::Tensor r;                ///< [P, 4] raw rows R (docs/se_e2_a.md), model dtype
     torch::Tensor dr;               ///< [P, 4, 3] dR/dd_ij
     torch::Tensor vec;              ///< [P, 3] pair vectors d_ij, Å
     /// [P] int64: where each pair sits in the dense environment matrix of the batch, as the
@@ -49,7 +49,7 @@ struct PackedEnv {
 /// se_e2_a's energy, forces and virial and the gradient of a loss of them with respect to the
 /// parameters, written by hand: the embedding nets run forward with their derivative dG/ds
 /// carried along (one GEMM for value and derivative), and the backward pass is the exact
-/// adjoint of that forward pass and of the force computation (se_e2_a.md "Forces"), so that a
+/// adjoint of that forward pass and of the force computation (docs/se_e2_a.md "Forces and virial"), so that a
 /// force loss needs no double backward through LibTorch's autograd. Only real pairs go through
 /// the embedding nets; the empty slots enter in closed form.
 ///

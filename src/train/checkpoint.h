@@ -8,7 +8,7 @@
 namespace mlip::train {
 
 /// Extra files stored beside the TorchScript module in checkpoints and frozen models
-/// (deploy.md: r_max, type_names, num_types, model_dtype, model_type, mlip_version, config,
+/// (docs/deploy.md: r_max, type_names, num_types, model_dtype, model_type, mlip_version, config,
 /// units; checkpoints add step, sampler, val_sampler, optimizer).
 using ExtraFiles = std::map<std::string, std::string>;
 
@@ -27,7 +27,7 @@ std::string resolve_checkpoint(const std::string& given);
 /// that are present). Throws mlip::Error naming the file when it is not a model of this project.
 torch::jit::Module load_model(const std::string& path, ExtraFiles& extra);
 
-/// `mlip freeze`: the checkpoint's module with the deploy.md metadata, without training state.
+/// `mlip freeze`: the checkpoint's module with the docs/deploy.md metadata, without training state.
 void freeze(const std::string& checkpoint, const std::string& output);
 
 }  // namespace mlip::train

@@ -5,7 +5,7 @@
 
 namespace mlip::train {
 
-/// DeePMD's "exp" learning rate with linear warm-up (training.md "Learning rate").
+/// DeePMD's "exp" learning rate with linear warm-up (docs/training.md "Learning rate").
 ///   t <  warmup_steps: lr = f*start_lr + (1 - f)*start_lr*t/warmup_steps  (f = warmup_start_factor)
 ///   t >= warmup_steps: lr = max(stop_lr, start_lr * r^floor((t - warmup_steps)/decay_steps))
 /// with r = decay_rate when given (> 0), else exp(ln(stop_lr/start_lr) / ((numb_steps -

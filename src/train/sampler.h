@@ -7,7 +7,7 @@
 
 namespace mlip::train {
 
-/// The probability of each system per step (training.md "Sampling across systems").
+/// The probability of each system per step (docs/training.md "Sampling across systems").
 /// nbatch[s] = ceil(frames_s / batch_s). auto_prob: "prob_sys_size" (p ∝ nbatch),
 /// "prob_uniform", or "prob_sys_size;a:b:w;c:d:v" (systems [a, b) share weight w, within the
 /// block ∝ nbatch; weights normalised). A non-empty sys_probs overrides auto_prob. Throws
@@ -19,7 +19,7 @@ std::vector<double> system_probabilities(const std::vector<int64_t>& nbatch, con
 /// system: every system cycles through its frames in a shuffled order, reshuffled at every
 /// pass. Seeded and serialisable, so a restart continues the exact same sequence.
 ///
-/// Over `ranks` ranks (distributed.md) every rank runs the same sampler, so all draw the same
+/// Over `ranks` ranks (docs/distributed.md) every rank runs the same sampler, so all draw the same
 /// system; a batch is then the global batch of ranks x batch[s] frames and each rank takes its
 /// shard. As torch's DistributedSampler does, a pass over a system of n frames is padded to a
 /// multiple of `ranks` by repeating the first frames of its shuffled order. With ranks = 1 and

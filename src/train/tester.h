@@ -14,7 +14,7 @@ struct TestOptions {
   std::string detail;                ///< prefix of the .e.out/.e_peratom.out/.f.out/.v.out files
 };
 
-/// Per-system and weighted metrics of training.md "Other commands". Energies, forces and
+/// Per-system and weighted metrics of docs/training.md "Other commands". Energies, forces and
 /// virials are predicted through the model's forward() (the deploy path, from positions).
 /// Prints the report to stdout; returns 0. Throws mlip::Error for bad input.
 int run_test(const TestOptions& options);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest (distributed.md "Ranks and launchers"): the water example (reference settings, a few
+# ctest (docs/distributed.md "How a rank finds the others"): the water example (reference settings, a few
 # steps) under the real OpenMPI mpirun -np 2 and, when the Slurm packages are there, under srun
 # -n 2 on a real one-node Slurm cluster that this script starts and stops: both must match
 # torchrun's result (same lcurve, same weights).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest (distributed.md "Rank-0 duties, failure"): in a 2-rank run (the torchrun environment
+# ctest (docs/distributed.md "When a rank fails"): in a 2-rank run (the torchrun environment
 # protocol, started without torchrun's agent so that nothing else ends the survivor), a rank
 # killed with SIGKILL makes the other exit non-zero within seconds, with a message; a rank that
 # stops answering (SIGSTOP) makes the other exit non-zero after --timeout. The all-reduce goes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest (distributed.md "SimpleDDP"): the real torchrun with W ranks and per-rank batch 1 gives,
+# ctest (docs/distributed.md "What every step does (SimpleDDP)"): the real torchrun with W ranks and per-rank batch 1 gives,
 # after 20 steps, the same weights (relative 1e-10, float64) and the same lcurve numbers as one
 # rank with batch W over the same frames, with the all-reduce through shared memory (the
 # default on one host) and through Gloo's TCP; exactly one gradient all-reduce per step.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest (distributed.md "Validation and test metrics"): a validation set of 15 frames over 2
+# ctest (docs/distributed.md "Validation"): a validation set of 15 frames over 2
 # ranks. The exact default mode reports the same validation metrics as 1 rank; single_rank too;
 # the padded mode prints the duplication warning (1 frame). The training itself is the same in
 # all runs (1 rank x batch 2 == 2 ranks x batch 1), so only the validation could differ.

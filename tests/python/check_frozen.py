@@ -1,6 +1,6 @@
 """Checks a frozen mlip model from Python (Debian's PyTorch), independently of mlip:
 
-1. torch.jit.load works and the deploy.md metadata is there;
+1. torch.jit.load works and the docs/deploy.md metadata is there;
 2. energies and forces from an independent brute-force neighbour list (numpy, explicit
    images) equal the predictions `mlip test -d` wrote (1e-10 relative);
 3. the ASE calculator (tools/mlip_ase.py) gives the same numbers, and its forces equal
