@@ -84,11 +84,7 @@ class PairModel final : public models::Model {
     return last_;
   }
   void backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) override {
-    std::vector<torch::Tensor> outs, grads;
-    if (ge.defined()) outs.push_back(last_.energy), grads.push_back(ge);
-    if (gf.defined()) outs.push_back(last_.forces), grads.push_back(gf);
-    if (gv.defined()) outs.push_back(last_.virial), grads.push_back(gv);
-    torch::autograd::backward(outs, grads);
+    models::backward_through_graph(last_, ge, gf, gv);
   }
 
   static inline int statistics_calls = 0;

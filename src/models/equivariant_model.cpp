@@ -134,15 +134,7 @@ class EquivariantModel final : public Model {
 
   void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
                 const torch::Tensor& grad_virial) override {
-    std::vector<torch::Tensor> outputs, grads;
-    const std::pair<const torch::Tensor*, const torch::Tensor*> parts[] = {
-        {&last_.energy, &grad_energy}, {&last_.forces, &grad_forces}, {&last_.virial, &grad_virial}};
-    for (const auto& [output, grad] : parts)
-      if (grad->defined() && output->defined() && output->requires_grad()) {
-        outputs.push_back(*output);
-        grads.push_back(grad->to(output->scalar_type()));
-      }
-    if (!outputs.empty()) torch::autograd::backward(outputs, grads);
+    backward_through_graph(last_, grad_energy, grad_forces, grad_virial);
     last_ = Prediction{};
   }
 

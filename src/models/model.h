@@ -113,4 +113,11 @@ class Model {
                         const torch::Tensor& grad_virial) = 0;
 };
 
+/// Model::backward for models whose prediction carries an autograd graph: runs autograd's
+/// backward from `outputs` (energy, forces, virial) with the given gradients, skipping pairs
+/// where either is undefined or the output has no graph; gradients are cast to the outputs'
+/// dtypes. The parameters' .grad() accumulate.
+void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad_energy,
+                            const torch::Tensor& grad_forces, const torch::Tensor& grad_virial);
+
 }  // namespace mlip::models

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "error.h"
+#include "models/model.h"
 
 namespace mlip::models {
 
@@ -48,15 +49,7 @@ SeATrainingPath::Output SeAGenericPath::forward(const PackedEnv& batch, const st
 
 void SeAGenericPath::backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
                               const torch::Tensor& grad_virial) {
-  std::vector<torch::Tensor> outputs, grads;
-  const std::pair<const torch::Tensor*, const torch::Tensor*> parts[] = {
-      {&last_.energy, &grad_energy}, {&last_.forces, &grad_forces}, {&last_.virial, &grad_virial}};
-  for (const auto& [output, grad] : parts)
-    if (grad->defined() && output->defined() && output->requires_grad()) {
-      outputs.push_back(*output);
-      grads.push_back(grad->to(output->scalar_type()).reshape(output->sizes()));
-    }
-  if (!outputs.empty()) torch::autograd::backward(outputs, grads);
+  backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial);
   last_ = SeATrainingPath::Output{};
 }
 

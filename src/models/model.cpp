@@ -1,0 +1,20 @@
+#include "models/model.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+namespace mlip::models {
+
+void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad_energy,
+                            const torch::Tensor& grad_forces, const torch::Tensor& grad_virial) {
+  std::vector<torch::Tensor> roots, grads;
+  const std::pair<const torch::Tensor*, const torch::Tensor*> parts[] = {
+      {&outputs.energy, &grad_energy}, {&outputs.forces, &grad_forces}, {&outputs.virial, &grad_virial}};
+  for (const auto& [output, grad] : parts)
+    if (grad->defined() && output->defined() && output->requires_grad()) {
+      roots.push_back(*output);
+      grads.push_back(grad->to(output->scalar_type()).reshape(output->sizes()));
+    }
+  if (!roots.empty()) torch::autograd::backward(roots, grads);
+}
+
+}  // namespace mlip::models
