@@ -28,7 +28,7 @@ done
 
 say() { echo "[mlip setup] $*"; }
 
-# Debian packages (DEVELOPERS.md): compilers and build tools, LibTorch with c10d, Kokkos,
+# Debian packages (README.md "Two commands"): compilers and build tools, LibTorch with c10d, Kokkos,
 # yaml-cpp, GoogleTest, OpenMPI, the real torchrun (python3-torch), a one-node Slurm, and
 # OpenBLAS (Debian's LibTorch calls the system BLAS; the reference BLAS is ~15x slower).
 PACKAGES=(
