@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "data/kokkos_runtime.h"
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/pair_list.h"
@@ -33,6 +34,7 @@ struct PairSettings : models::ModelSettings {
 };
 
 struct PairFrame : models::FrameInput {
+  int64_t bytes() const override { return models::tensor_bytes(d) + models::tensor_bytes(i) + models::tensor_bytes(j); }
   torch::Tensor d, i, j;  // [E, 3] pair vectors, [E] centres and neighbours
 };
 
@@ -55,9 +57,12 @@ class PairModel final : public models::Model {
   std::string summary() const override { return "pair (test model)"; }
   torch::Device device() const override { return device_; }
 
-  std::unique_ptr<models::FrameInput> prepare_frame(const mlip::data::System& sys, int64_t f) override {
+  std::unique_ptr<models::FrameInput> prepare_frame(const mlip::data::System& sys,
+                                                    const mlip::data::Frame& frame) override {
+    std::unique_lock<std::mutex> lock(mlip::data::kokkos_mutex());  // called on worker threads
     const auto pairs = models::pair_list(mlip::data::build_neighbor_list<double>(
-        sys.frame_coord(f), sys.natoms(), sys.frame_box(f), sys.pbc, settings_.r_max));
+        frame.coord.data(), sys.natoms(), frame.cell(), sys.pbc, settings_.r_max));
+    lock.unlock();
     auto out = std::make_unique<PairFrame>();
     out->d = pairs.vector.to(device_);
     out->i = pairs.centre.to(device_);

@@ -129,6 +129,55 @@ TEST_F(TrainTest, RestartContinuesExactly) {
     EXPECT_TRUE(torch::equal(a[k], b[k])) << "parameter " << k << " differs by " << (a[k] - b[k]).abs().max().item<double>();
 }
 
+TEST_F(TrainTest, CacheBudgetAndWorkersDoNotChangeTheTraining) {
+  // The water data (192 atoms a frame) when present: every frame cached and made by the training
+  // thread, against frames made by 2 worker threads and never cached, and a budget of a few
+  // frames with one worker. Same lcurve and weights, bit for bit (docs/data.md "Determinism").
+  const std::string water = mlip::test::shared_water_dir();
+  const std::string systems = water.empty() ? "[data/sys_a, data/sys_b]" : "[" + water + "/data_0, " + water + "/data_1]";
+  const std::string valid = water.empty() ? "[data/sys_v]" : "[" + water + "/data_3]";
+  if (water.empty()) std::cout << "[ note ] ../shared/data/water not found: synthetic systems instead\n";
+  auto text = [&](const std::string& cache, int workers) {
+    return "model:\n"
+           "  type_map: [O, H]\n"
+           "  descriptor: {type: se_e2_a, sel: [16, 32], rcut: 3.5, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4,\n"
+           "               type_one_side: true, seed: 3}\n"
+           "  fitting_net: {neuron: [8, 8], resnet_dt: true, seed: 3}\n"
+           "learning_rate: {type: exp, start_lr: 0.005, stop_lr: 1.0e-4, decay_steps: 5}\n"
+           "loss: {type: ener, start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1}\n"
+           "training:\n"
+           "  training_data: {systems: " + systems + ", batch_size: 2}\n"
+           "  validation_data: {systems: " + valid + ", batch_size: 1, numb_btch: 2}\n"
+           "  numb_steps: 40\n  seed: 5\n  disp_freq: 5\n  save_freq: 40\n"
+           "  cache_mb: " + cache + "\n  data_workers: " + std::to_string(workers) + "\n";
+  };
+  const std::vector<std::pair<std::string, int>> runs = {{"all", 0}, {"0", 2}, {"1", 1}};
+  for (size_t k = 0; k < runs.size(); ++k) {
+    write_text(dir_ / ("in" + std::to_string(k) + ".yaml"), text(runs[k].first, runs[k].second));
+    auto r = mlip("train in" + std::to_string(k) + ".yaml -o run" + std::to_string(k));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const std::string note = "is smaller than one made frame";
+    const size_t first = r.out.find(note);
+    if (runs[k].first == "0") {
+      // Said once, however many frames were made again.
+      EXPECT_NE(first, std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find(note, first + 1), std::string::npos) << r.out;
+    } else if (runs[k].first == "all") {
+      EXPECT_EQ(first, std::string::npos) << r.out;
+    }
+    EXPECT_NE(r.out.find("waited for data in "), std::string::npos) << r.out;
+  }
+  const std::string lcurve = read("run0/lcurve.out");
+  EXPECT_EQ(std::count(lcurve.begin(), lcurve.end(), '\n'), 10) << lcurve;
+  const auto reference = parameters_of(dir_ / "run0/model.ckpt-40.pt");
+  for (size_t k = 1; k < runs.size(); ++k) {
+    EXPECT_EQ(read("run" + std::to_string(k) + "/lcurve.out"), lcurve) << "cache_mb " << runs[k].first;
+    const auto p = parameters_of(dir_ / ("run" + std::to_string(k) + "/model.ckpt-40.pt"));
+    ASSERT_EQ(p.size(), reference.size());
+    for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(torch::equal(p[i], reference[i])) << "cache_mb " << runs[k].first;
+  }
+}
+
 TEST_F(TrainTest, TrainingLowersTheLossOfBothModels) {
   // 100 steps at a steady learning rate and prefactors: the validation loss (the frames are
   // never trained on, the raw weights are used) falls well below its value at step 1. A sign

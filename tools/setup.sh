@@ -30,7 +30,8 @@ say() { echo "[mlip setup] $*"; }
 
 # Debian packages (README.md "Two commands"): compilers and build tools, LibTorch with c10d, Kokkos,
 # yaml-cpp, GoogleTest, OpenMPI, the real torchrun (python3-torch), a one-node Slurm, and
-# OpenBLAS (Debian's LibTorch calls the system BLAS; the reference BLAS is ~15x slower).
+# OpenBLAS (Debian's LibTorch calls the system BLAS; the reference BLAS is ~15x slower), and the
+# HDF5 C library for DeePMD's .hdf5 systems (docs/data.md "HDF5 systems").
 PACKAGES=(
   build-essential cmake ccache pkg-config
   libtorch-dev libgloo-dev libyaml-cpp-dev
@@ -39,6 +40,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-ase
   slurm-wlm munge
   libopenblas0-openmp
+  libhdf5-dev
 )
 
 if [ "$INSTALL" = 1 ]; then

@@ -100,7 +100,8 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
   }
   if (systems.empty()) throw UsageError{"neighbor-stat: -s <system> is required", kNeighborStatUsage};
 
-  auto data = data::load_systems(systems, type_map);
+  // Streamed: every frame is scanned, one at a time (docs/data.md).
+  auto data = data::load_systems(systems, type_map, "", data::Loading::kStreamed);
   int64_t frames = 0, atoms = 0;
   for (auto& s : data) frames += s.nframes, atoms += s.nframes * s.natoms();
   std::cout << "neighbor-stat: " << data.size() << " system(s), " << frames << " frame(s), "

@@ -54,73 +54,103 @@ std::vector<int> read_type_raw(const std::string& path) {
   return types;
 }
 
-/// One label array of one set, checked against the expected per-frame size.
-/// nframes < 0: not yet known (coord.npy), taken from the array.
-std::vector<double> read_frames(const std::string& path, int64_t& nframes, int64_t per_frame,
-                                const std::string& what) {
-  NpyArray a = read_npy(path);
-  auto fail = [&]() {
-    const std::string nf_text = nframes < 0 ? "nframes" : std::to_string(nframes);
-    const std::string nf_note =
-        nframes < 0 ? "nframes" : "nframes " + std::to_string(nframes) + " from coord.npy";
-    std::string expected = per_frame == 1
-                               ? "[" + nf_text + "] (" + nf_note + ")"
-                               : "[" + nf_text + ", " + std::to_string(per_frame) + "] (" +
-                                     nf_note + " x " + what + ")";
-    throw Error(path + ": expected shape " + expected + ", got " + shape_string(a.shape));
-  };
-  if (a.shape.empty()) {
-    // A 0-d array: a single value, acceptable only for one frame of one value.
-    if (per_frame == 1 && nframes <= 1) {
-      nframes = 1;
-      return a.values;
-    }
-    fail();
-  }
-  int64_t nf = a.shape[0];
-  if (a.shape.size() == 1 && per_frame != 1) {
-    // A single frame stored flat.
-    if (a.shape[0] != per_frame || nframes > 1) fail();
-    nf = 1;
-  }
-  if (nframes >= 0 && nf != nframes) fail();
-  if (a.size() != nf * per_frame) fail();
-  if (nframes < 0 && nf == 0) {
-    throw Error(path + ": expected at least one frame, got shape " + shape_string(a.shape));
-  }
-  nframes = nf;
-  return std::move(a.values);
+/// One array of one set (coord.npy, ...), opened and checked against the expected per-frame
+/// size. nframes < 0: not yet known (coord.npy), taken from the array.
+NpyFile open_frames(const std::string& path, int64_t& nframes, int64_t per_frame, const std::string& what) {
+  NpyFile a = open_npy(path);
+  check_frame_shape(path, a.shape, nframes, per_frame, what);
+  return a;
 }
 
 }  // namespace
 
-System read_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map) {
-  if (!fs::is_directory(dir)) {
-    throw Error(dir + ": not a folder (expected a DeePMD system folder holding type.raw)");
-  }
-  System sys;
-  sys.name = dir;
-
-  const std::string type_path = dir + "/type.raw";
-  if (!fs::exists(type_path)) {
-    throw Error(type_path + ": not found (a DeePMD system folder needs type.raw)");
-  }
-  std::vector<int> raw_types = read_type_raw(type_path);
-  const int64_t natoms = static_cast<int64_t>(raw_types.size());
-  const int max_id = *std::max_element(raw_types.begin(), raw_types.end());
-
-  const std::string map_path = dir + "/type_map.raw";
-  const bool has_map_file = fs::exists(map_path);
-  std::vector<std::string> file_names;
-  if (has_map_file) {
-    file_names = read_tokens(map_path);
-    if (max_id >= static_cast<int>(file_names.size())) {
-      throw Error(type_path + ": type id " + std::to_string(max_id) + " is out of range for " +
-                  map_path + " which names " + std::to_string(file_names.size()) + " types " +
-                  join_names(file_names));
+void check_frame_shape(const std::string& path, const std::vector<int64_t>& shape, int64_t& nframes,
+                       int64_t per_frame, const std::string& what) {
+  auto fail = [&]() {
+    const std::string nf_text = nframes < 0 ? "nframes" : std::to_string(nframes);
+    const std::string nf_note = nframes < 0 ? "nframes" : "nframes " + std::to_string(nframes) + " from coord.npy";
+    std::string expected = per_frame == 1 ? "[" + nf_text + "] (" + nf_note + ")"
+                                          : "[" + nf_text + ", " + std::to_string(per_frame) + "] (" + nf_note +
+                                                " x " + what + ")";
+    throw Error(path + ": expected shape " + expected + ", got " + shape_string(shape));
+  };
+  int64_t size = 1;
+  for (int64_t d : shape) size *= d;
+  if (shape.empty()) {
+    // A 0-d array: a single value, acceptable only for one frame of one value.
+    if (per_frame == 1 && nframes <= 1) {
+      nframes = 1;
+      return;
     }
+    fail();
+  }
+  int64_t nf = shape[0];
+  if (shape.size() == 1 && per_frame != 1) {
+    // A single frame stored flat.
+    if (shape[0] != per_frame || nframes > 1) fail();
+    nf = 1;
+  }
+  if (nframes >= 0 && nf != nframes) fail();
+  if (size != nf * per_frame) fail();
+  if (nframes < 0 && nf == 0) {
+    throw Error(path + ": expected at least one frame, got shape " + shape_string(shape));
+  }
+  nframes = nf;
+}
+
+namespace {
+
+/// Frames [first, first + count) of an array opened by open_frames, per_frame values each.
+std::vector<double> read_frames(const NpyFile& a, int64_t first, int64_t count, int64_t per_frame) {
+  const int64_t rows_per_frame = per_frame / a.row_size();
+  return read_npy_rows(a, first * rows_per_frame, count * rows_per_frame);
+}
+
+/// The arrays of one set.* folder.
+struct SetFiles {
+  int64_t nframes = 0;
+  NpyFile coord, box, energy, force, virial;
+  bool has_box = false;
+};
+
+/// Reads the frames of a DeePMD npy system: each frame from the set that holds it.
+class NpyFrameReader : public FrameReader {
+ public:
+  NpyFrameReader(std::vector<SetFiles> sets, int64_t natoms, bool energy, bool force, bool virial)
+      : sets_(std::move(sets)), natoms_(natoms), energy_(energy), force_(force), virial_(virial) {}
+
+  Frame read(int64_t frame) const override {
+    size_t s = 0;
+    int64_t f = frame;
+    while (s < sets_.size() && f >= sets_[s].nframes) f -= sets_[s++].nframes;
+    if (s == sets_.size()) throw Error("frame " + std::to_string(frame) + " is beyond the system's frames");
+    const SetFiles& set = sets_[s];
+    Frame out;
+    out.coord = read_frames(set.coord, f, 1, 3 * natoms_);
+    if (set.has_box) out.box = read_frames(set.box, f, 1, 9);
+    if (energy_) out.energy = read_frames(set.energy, f, 1, 1);
+    if (force_) out.force = read_frames(set.force, f, 1, 3 * natoms_);
+    if (virial_) out.virial = read_frames(set.virial, f, 1, 9);
+    return out;
   }
 
+ private:
+  std::vector<SetFiles> sets_;
+  int64_t natoms_;
+  bool energy_, force_, virial_;
+};
+
+}  // namespace
+
+void assign_types(System& sys, const std::vector<int>& raw_types, const std::vector<std::string>* names_in_file,
+                  const std::vector<std::string>& type_map, const std::string& type_path, const std::string& map_path) {
+  const bool has_map_file = names_in_file != nullptr;
+  const std::vector<std::string> file_names = has_map_file ? *names_in_file : std::vector<std::string>{};
+  const int max_id = *std::max_element(raw_types.begin(), raw_types.end());
+  if (has_map_file && max_id >= static_cast<int>(file_names.size())) {
+    throw Error(type_path + ": type id " + std::to_string(max_id) + " is out of range for " + map_path +
+                " which names " + std::to_string(file_names.size()) + " types " + join_names(file_names));
+  }
   if (type_map.empty()) {
     if (has_map_file) {
       sys.type_map = file_names;
@@ -162,6 +192,29 @@ System read_deepmd_system(const std::string& dir, const std::vector<std::string>
     }
   }
 
+}
+
+System open_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map) {
+  if (!fs::is_directory(dir)) {
+    throw Error(dir + ": not a folder (expected a DeePMD system folder holding type.raw)");
+  }
+  System sys;
+  sys.name = dir;
+
+  const std::string type_path = dir + "/type.raw";
+  if (!fs::exists(type_path)) {
+    throw Error(type_path + ": not found (a DeePMD system folder needs type.raw)");
+  }
+  std::vector<int> raw_types = read_type_raw(type_path);
+  const int64_t natoms = static_cast<int64_t>(raw_types.size());
+
+  const std::string map_path = dir + "/type_map.raw";
+  const bool has_map_file = fs::exists(map_path);
+  std::vector<std::string> file_names;
+  if (has_map_file) file_names = read_tokens(map_path);
+
+  assign_types(sys, raw_types, has_map_file ? &file_names : nullptr, type_map, type_path, map_path);
+
   const bool nopbc = fs::exists(dir + "/nopbc");
   if (nopbc) sys.pbc = {false, false, false};
 
@@ -179,28 +232,28 @@ System read_deepmd_system(const std::string& dir, const std::vector<std::string>
   bool first = true;
   bool has_energy = false, has_force = false, has_virial = false;
   std::string first_set;
+  std::vector<SetFiles> files;
   for (const std::string& set : sets) {
     const std::string set_dir = dir + "/" + set;
     const std::string coord_path = set_dir + "/coord.npy";
     if (!fs::exists(coord_path)) {
       throw Error(coord_path + ": not found (every set.* folder needs coord.npy)");
     }
+    SetFiles sf;
     int64_t nf = -1;
-    std::vector<double> coord =
-        read_frames(coord_path, nf, 3 * natoms, "3*natoms, " + natoms_note);
-
-    std::vector<double> box;
+    sf.coord = open_frames(coord_path, nf, 3 * natoms, "3*natoms, " + natoms_note);
     if (!nopbc) {
       const std::string box_path = set_dir + "/box.npy";
       if (!fs::exists(box_path)) {
         throw Error(box_path + ": not found (box.npy is required unless the system folder has an "
                                "empty file 'nopbc')");
       }
-      box = read_frames(box_path, nf, 9, "9, rows are the cell vectors");
+      sf.box = open_frames(box_path, nf, 9, "9, rows are the cell vectors");
+      sf.has_box = true;
     }
 
-    auto label = [&](const std::string& file, bool& has, int64_t per_frame,
-                     const std::string& what, std::vector<double>& out) {
+    auto label = [&](const std::string& file, bool& has, int64_t per_frame, const std::string& what,
+                     NpyFile& out) {
       const std::string path = set_dir + "/" + file;
       const bool here = fs::exists(path);
       if (first) {
@@ -210,21 +263,26 @@ System read_deepmd_system(const std::string& dir, const std::vector<std::string>
                                  : ": not found, but " + first_set + " has " + file) +
                     " (a label must be in every set.* folder or in none)");
       }
-      if (here) {
-        std::vector<double> v = read_frames(path, nf, per_frame, what);
-        out.insert(out.end(), v.begin(), v.end());
-      }
+      if (here) out = open_frames(path, nf, per_frame, what);
     };
-
-    sys.coord.insert(sys.coord.end(), coord.begin(), coord.end());
-    sys.box.insert(sys.box.end(), box.begin(), box.end());
-    label("energy.npy", has_energy, 1, "", sys.energy);
-    label("force.npy", has_force, 3 * natoms, "3*natoms, " + natoms_note, sys.force);
-    label("virial.npy", has_virial, 9, "9", sys.virial);
+    label("energy.npy", has_energy, 1, "", sf.energy);
+    label("force.npy", has_force, 3 * natoms, "3*natoms, " + natoms_note, sf.force);
+    label("virial.npy", has_virial, 9, "9", sf.virial);
+    sf.nframes = nf;
     sys.nframes += nf;
+    files.push_back(std::move(sf));
     if (first) first_set = set;
     first = false;
   }
+  sys.has_cell = !nopbc;
+  sys.has_energy = has_energy, sys.has_force = has_force, sys.has_virial = has_virial;
+  sys.reader = std::make_shared<NpyFrameReader>(std::move(files), natoms, has_energy, has_force, has_virial);
+  return sys;
+}
+
+System read_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map) {
+  System sys = open_deepmd_system(dir, type_map);
+  sys.load_all();
   return sys;
 }
 

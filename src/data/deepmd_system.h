@@ -19,4 +19,22 @@ namespace mlip::data {
 /// Throws mlip::Error naming the file and what was wrong.
 System read_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map);
 
+/// As read_deepmd_system, but reads only type.raw, type_map.raw and the .npy headers (every check
+/// of the shapes is made here, with the same messages); the frames are read when asked for
+/// (System::frame, streamed).
+System open_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map);
+
+/// Sets sys.type_map and sys.types from the raw type ids of type.raw and, when the system names
+/// them, the names of type_map.raw (names_in_file; nullptr when absent), onto the model's
+/// type_map as read_deepmd_system describes. type_path and map_path name the sources in messages.
+void assign_types(System& sys, const std::vector<int>& raw_types, const std::vector<std::string>* names_in_file,
+                  const std::vector<std::string>& type_map, const std::string& type_path, const std::string& map_path);
+
+/// Checks the shape of a per-frame array (coord [nframes, 3N], box [nframes, 9], energy [nframes],
+/// ...) as DeePMD-kit accepts it: [nframes, per_frame] or more dimensions with that product, a
+/// single frame stored flat, a 0-d energy. nframes < 0: not yet known, set from the array.
+/// Throws mlip::Error("<path>: expected shape ..., got ...").
+void check_frame_shape(const std::string& path, const std::vector<int64_t>& shape, int64_t& nframes,
+                       int64_t per_frame, const std::string& what);
+
 }  // namespace mlip::data

@@ -172,7 +172,7 @@ struct Column {
 };
 
 /// One frame as read, before grouping.
-struct Frame {
+struct XyzFrame {
   int64_t line = 0;  ///< 1-based line number of the count line
   std::vector<std::string> elements;
   std::vector<double> pos, force;
@@ -195,9 +195,9 @@ double det3(const std::array<double, 9>& m) {
          m[2] * (m[3] * m[7] - m[4] * m[6]);
 }
 
-Frame read_frame(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms,
+XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms,
                  int64_t count_line) {
-  Frame fr;
+  XyzFrame fr;
   fr.line = count_line;
   std::string comment;
   if (!std::getline(in, comment)) {
@@ -384,16 +384,101 @@ Frame read_frame(std::istream& in, const std::string& path, int64_t& line_no, in
   return fr;
 }
 
+/// Where a frame starts in the file.
+struct FramePlace {
+  std::streamoff offset = 0;  ///< byte offset of its atom count line
+  int64_t line = 0;           ///< 1-based line number of that line
+};
+
+/// A frame's atom types (indices into `index`'s names) and the stable order that sorts them.
+void frame_types(const XyzFrame& f, const std::map<std::string, int>& index, const std::vector<std::string>& names,
+                 const std::string& path, std::vector<int>& types, std::vector<int64_t>& order) {
+  const int64_t natoms = static_cast<int64_t>(f.elements.size());
+  types.assign(size_t(natoms), 0);
+  for (int64_t a = 0; a < natoms; ++a) {
+    auto it = index.find(f.elements[size_t(a)]);
+    if (it == index.end()) {
+      throw Error(path + ":" + std::to_string(f.line) + ": atom " + std::to_string(a) + ": element '" +
+                  f.elements[size_t(a)] + "' is not in the type_map " + join_names(names));
+    }
+    types[size_t(a)] = it->second;
+  }
+  order.resize(size_t(natoms));
+  for (int64_t a = 0; a < natoms; ++a) order[size_t(a)] = a;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return types[size_t(x)] < types[size_t(y)]; });
+}
+
+/// The frame at `place`, parsed again from the file.
+XyzFrame read_frame_at(const std::string& path, const FramePlace& place) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
+  in.seekg(place.offset);
+  std::string line;
+  if (!std::getline(in, line)) throw Error(path + ":" + std::to_string(place.line) + ": cannot read the frame (file changed since it was opened?)");
+  const std::string t = trim(line);
+  if (t.empty() || t.size() > 12 || t.find_first_not_of("0123456789") != std::string::npos)
+    throw Error(path + ":" + std::to_string(place.line) + ": expected the atom count of a frame, got '" + t +
+                "' (file changed since it was opened?)");
+  int64_t line_no = place.line;
+  return read_frame(in, path, line_no, std::stoll(t), place.line);
+}
+
+/// Reads the frames of one composition of an extended XYZ file when asked for.
+class ExtxyzFrameReader : public FrameReader {
+ public:
+  ExtxyzFrameReader(std::string path, std::vector<std::string> names, std::vector<FramePlace> places, bool virial)
+      : path_(std::move(path)), names_(std::move(names)), places_(std::move(places)), virial_(virial) {
+    for (size_t i = 0; i < names_.size(); ++i) index_.emplace(names_[i], static_cast<int>(i));
+  }
+
+  data::Frame read(int64_t frame) const override {
+    const XyzFrame f = read_frame_at(path_, places_[size_t(frame)]);
+    std::vector<int> types;
+    std::vector<int64_t> order;
+    frame_types(f, index_, names_, path_, types, order);
+    data::Frame out;
+    const size_t n = order.size();
+    out.coord.resize(3 * n);
+    out.force.resize(3 * n);
+    for (size_t a = 0; a < n; ++a)
+      for (size_t d = 0; d < 3; ++d) {
+        out.coord[3 * a + d] = f.pos[3 * size_t(order[a]) + d];
+        out.force[3 * a + d] = f.force[3 * size_t(order[a]) + d];
+      }
+    if (f.has_cell) out.box.assign(f.cell.begin(), f.cell.end());
+    out.energy = {f.energy};
+    if (virial_) out.virial.assign(f.virial.begin(), f.virial.end());
+    return out;
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> names_;
+  std::map<std::string, int> index_;
+  std::vector<FramePlace> places_;
+  bool virial_;
+};
+
 }  // namespace
 
-std::vector<System> read_extxyz(const std::string& path, const std::vector<std::string>& type_map) {
+std::vector<System> open_extxyz(const std::string& path, const std::vector<std::string>& type_map) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
 
-  std::vector<Frame> frames;
+  // One pass: where each frame starts and what it holds (its element counts, periodicity, cell,
+  // virial); the coordinates are parsed (so every error is found now) but not kept.
+  struct Seen {
+    FramePlace place;
+    std::map<std::string, int64_t> counts;
+    std::array<bool, 3> pbc{};
+    bool has_cell = false, has_virial = false;
+  };
+  std::vector<Seen> seen;
   std::string line;
   int64_t line_no = 0;
-  while (std::getline(in, line)) {
+  while (true) {
+    const std::streamoff offset = in.tellg();
+    if (!std::getline(in, line)) break;
     ++line_no;
     const std::string t = trim(line);
     if (t.empty()) {
@@ -414,21 +499,29 @@ std::vector<System> read_extxyz(const std::string& path, const std::vector<std::
     if (!ok) {
       throw Error(path + ":" + std::to_string(line_no) +
                   ": expected the atom count of a frame (an integer), got '" + t +
-                  "'" + (frames.empty() ? "" : " (the previous frame's atom count may be wrong)"));
+                  "'" + (seen.empty() ? "" : " (the previous frame's atom count may be wrong)"));
     }
     const int64_t natoms = std::stoll(t);
     if (natoms == 0) {
       throw Error(path + ":" + std::to_string(line_no) + ": frame with 0 atoms");
     }
-    frames.push_back(read_frame(in, path, line_no, natoms, line_no));
+    Seen s;
+    s.place = {offset, line_no};
+    const XyzFrame f = read_frame(in, path, line_no, natoms, line_no);
+    for (const std::string& e : f.elements) ++s.counts[e];
+    s.pbc = f.pbc;
+    s.has_cell = f.has_cell;
+    s.has_virial = f.has_virial;
+    seen.push_back(std::move(s));
   }
-  if (frames.empty()) throw Error(path + ": no frames (empty extended XYZ file)");
+  if (seen.empty()) throw Error(path + ": no frames (empty extended XYZ file)");
 
   // Type names.
   std::vector<std::string> names = type_map;
   if (names.empty()) {
     std::set<std::string> found;
-    for (const Frame& f : frames) found.insert(f.elements.begin(), f.elements.end());
+    for (const Seen& f : seen)
+      for (const auto& [e, n] : f.counts) found.insert(e);
     names.assign(found.begin(), found.end());
   }
   std::map<std::string, int> index;
@@ -436,27 +529,22 @@ std::vector<System> read_extxyz(const std::string& path, const std::vector<std::
 
   // Group frames by (composition, pbc), in order of first appearance.
   std::vector<System> systems;
+  std::vector<std::vector<FramePlace>> places;
   std::map<std::pair<std::vector<int64_t>, std::string>, size_t> group;
   std::vector<int64_t> first_line;  // per system: line of its first frame
-  for (const Frame& f : frames) {
-    const int64_t natoms = static_cast<int64_t>(f.elements.size());
-    std::vector<int> types(natoms);
+  for (const Seen& f : seen) {
     std::vector<int64_t> counts(names.size(), 0);
-    for (int64_t a = 0; a < natoms; ++a) {
-      auto it = index.find(f.elements[a]);
+    for (const auto& [e, n] : f.counts) {
+      auto it = index.find(e);
       if (it == index.end()) {
-        throw Error(path + ":" + std::to_string(f.line) + ": atom " + std::to_string(a) +
-                    ": element '" + f.elements[a] + "' is not in the type_map " +
-                    join_names(names));
+        // Parse the frame again for the message naming the first atom of that element.
+        const XyzFrame fr = read_frame_at(path, f.place);
+        std::vector<int> types;
+        std::vector<int64_t> order;
+        frame_types(fr, index, names, path, types, order);
       }
-      types[a] = it->second;
-      ++counts[it->second];
+      counts[size_t(it->second)] += n;
     }
-    std::vector<int64_t> order(natoms);
-    for (int64_t a = 0; a < natoms; ++a) order[a] = a;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t x, int64_t y) { return types[x] < types[y]; });
-
     auto key = std::make_pair(counts, pbc_string(f.pbc));
     auto g = group.find(key);
     if (g == group.end()) {
@@ -468,32 +556,35 @@ std::vector<System> read_extxyz(const std::string& path, const std::vector<std::
       s.name = path + "[" + comp + (key.second == "TTT" ? "" : ",pbc=" + key.second) + "]";
       s.type_map = names;
       s.pbc = f.pbc;
-      for (int64_t a = 0; a < natoms; ++a) s.types.push_back(types[order[a]]);
+      for (size_t t = 0; t < names.size(); ++t) s.types.insert(s.types.end(), size_t(counts[t]), int(t));
+      s.has_energy = s.has_force = true;
+      s.has_virial = f.has_virial;
       g = group.emplace(key, systems.size()).first;
       systems.push_back(std::move(s));
-      first_line.push_back(f.line);
+      places.emplace_back();
+      first_line.push_back(f.place.line);
     }
     System& s = systems[g->second];
     const bool first_frame = s.nframes == 0;
-    if (!first_frame && f.has_virial != !s.virial.empty()) {
-      throw Error(path + ":" + std::to_string(f.line) + ": frame " +
+    if (!first_frame && f.has_virial != s.has_virial) {
+      throw Error(path + ":" + std::to_string(f.place.line) + ": frame " +
                   (f.has_virial ? "has" : "has no") + " virial/stress but the first frame of "
                   "its system (line " + std::to_string(first_line[g->second]) + ") " +
                   (f.has_virial ? "has none" : "has one") +
                   "; label every frame of a composition or none");
     }
-    for (int64_t a = 0; a < natoms; ++a) {
-      const int64_t src = order[a];
-      for (int d = 0; d < 3; ++d) {
-        s.coord.push_back(f.pos[3 * src + d]);
-        s.force.push_back(f.force[3 * src + d]);
-      }
-    }
-    if (f.has_cell) s.box.insert(s.box.end(), f.cell.begin(), f.cell.end());
-    s.energy.push_back(f.energy);
-    if (f.has_virial) s.virial.insert(s.virial.end(), f.virial.begin(), f.virial.end());
+    s.has_cell = s.has_cell || f.has_cell;
+    places[g->second].push_back(f.place);
     ++s.nframes;
   }
+  for (size_t k = 0; k < systems.size(); ++k)
+    systems[k].reader = std::make_shared<ExtxyzFrameReader>(path, names, std::move(places[k]), systems[k].has_virial);
+  return systems;
+}
+
+std::vector<System> read_extxyz(const std::string& path, const std::vector<std::string>& type_map) {
+  std::vector<System> systems = open_extxyz(path, type_map);
+  for (System& s : systems) s.load_all();
   return systems;
 }
 

@@ -18,4 +18,8 @@ namespace mlip::data {
 /// Throws mlip::Error naming the file, the line and what was wrong.
 std::vector<System> read_extxyz(const std::string& path, const std::vector<std::string>& type_map);
 
+/// As read_extxyz, in one pass that checks every frame and keeps only where each frame starts
+/// (16 bytes a frame); the frames are parsed again when asked for (System::frame, streamed).
+std::vector<System> open_extxyz(const std::string& path, const std::vector<std::string>& type_map);
+
 }  // namespace mlip::data

@@ -18,6 +18,11 @@ void ensure_kokkos_initialized() {
   });
 }
 
+std::mutex& kokkos_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 const char* kokkos_execution_space_name() { return Kokkos::DefaultExecutionSpace::name(); }
 
 }  // namespace mlip::data

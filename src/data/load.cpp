@@ -9,6 +9,7 @@
 
 #include "data/deepmd_system.h"
 #include "data/extxyz.h"
+#include "data/hdf5_system.h"
 #include "error.h"
 
 namespace fs = std::filesystem;
@@ -22,6 +23,13 @@ bool is_xyz_path(const fs::path& p) {
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".xyz" || ext == ".extxyz";
+}
+
+bool is_hdf5_path(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext == ".hdf5" || ext == ".h5";
 }
 
 bool has_set_folder(const fs::path& dir) {
@@ -70,51 +78,40 @@ std::vector<std::string> find_system_dirs(const fs::path& root) {
   return found;
 }
 
-std::string vec_string(const double* v, int n) {
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < n; ++i) s << (i ? ", " : "") << v[i];
-  s << "]";
-  return s.str();
-}
 
-/// Reorders the atoms of every frame so that type ids are non-decreasing (stable).
+/// Orders the atoms so that type ids are non-decreasing (stable): the frames' atoms are then
+/// read in that order (System::atom_order).
 void sort_atoms_by_type(System& s) {
   const int64_t n = s.natoms();
-  std::vector<int64_t> order(n);
+  std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return s.types[a] < s.types[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return s.types[size_t(a)] < s.types[size_t(b)]; });
   bool identity = true;
-  for (int64_t a = 0; a < n; ++a) identity = identity && order[a] == a;
+  for (int64_t a = 0; a < n; ++a) identity = identity && order[size_t(a)] == a;
   if (identity) return;
-  auto permute = [&](std::vector<double>& v) {
-    if (v.empty()) return;
-    std::vector<double> out(v.size());
-    for (int64_t f = 0; f < s.nframes; ++f) {
-      for (int64_t a = 0; a < n; ++a) {
-        for (int d = 0; d < 3; ++d) out[(f * n + a) * 3 + d] = v[(f * n + order[a]) * 3 + d];
-      }
-    }
-    v.swap(out);
-  };
-  permute(s.coord);
-  permute(s.force);
-  std::vector<int> types(n);
-  for (int64_t a = 0; a < n; ++a) types[a] = s.types[order[a]];
+  std::vector<int> types(static_cast<size_t>(n));
+  for (int64_t a = 0; a < n; ++a) types[size_t(a)] = s.types[size_t(order[size_t(a)])];
   s.types.swap(types);
+  s.atom_order = std::move(order);
 }
 
 }  // namespace
 
 std::vector<System> load_systems(const std::vector<std::string>& paths,
                                  std::vector<std::string>& type_map,
-                                 const std::string& base_dir) {
+                                 const std::string& base_dir, Loading loading) {
   if (paths.empty()) throw Error("data systems: expected at least one path, got none");
   const bool fill_type_map = type_map.empty();
   std::vector<System> systems;
   std::vector<bool> from_xyz;
-  for (const std::string& given : paths) {
+  for (const std::string& given_path : paths) {
+    // "file.hdf5#/group": one group of an HDF5 file.
+    std::string given = given_path, hdf5_group;
+    const size_t hash = given_path.find('#');
+    if (hash != std::string::npos && is_hdf5_path(fs::path(given_path.substr(0, hash)))) {
+      given = given_path.substr(0, hash);
+      hdf5_group = given_path.substr(hash + 1);
+    }
     const std::string ps = resolve_path(given, base_dir);
     const fs::path p(ps);
     const std::string origin = ps == given ? "" : " (data path '" + given + "')";
@@ -122,7 +119,7 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
     if (!fs::exists(p, ec)) {
       throw Error(ps + ": no such file or folder" + origin +
                   "; expected a DeePMD system folder (with type.raw), a folder of them, or an "
-                  ".xyz/.extxyz file");
+                  ".xyz/.extxyz or .hdf5 file");
     }
     if (fs::is_directory(p)) {
       std::vector<std::string> dirs;
@@ -140,16 +137,21 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
                     origin + hint);
       }
       for (const std::string& d : dirs) {
-        systems.push_back(read_deepmd_system(d, type_map));
+        systems.push_back(open_deepmd_system(d, type_map));
+        from_xyz.push_back(false);
+      }
+    } else if (is_hdf5_path(p)) {
+      for (System& s : open_hdf5_systems(ps, hdf5_group, type_map)) {
+        systems.push_back(std::move(s));
         from_xyz.push_back(false);
       }
     } else if (is_xyz_path(p)) {
-      for (System& s : read_extxyz(ps, type_map)) {
+      for (System& s : open_extxyz(ps, type_map)) {
         systems.push_back(std::move(s));
         from_xyz.push_back(true);
       }
     } else {
-      throw Error(ps + ": not a DeePMD system folder and not an .xyz/.extxyz file" + origin);
+      throw Error(ps + ": not a DeePMD system folder, not an .xyz/.extxyz file and not an .hdf5/.h5 file" + origin);
     }
   }
 
@@ -174,7 +176,10 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
     }
   }
 
-  for (const System& s : systems) validate_system(s);
+  for (System& s : systems) {
+    if (loading == Loading::kInMemory) s.load_all();
+    validate_system(s);
+  }
   return systems;
 }
 
@@ -200,102 +205,19 @@ void validate_system(const System& s) {
                   std::to_string(s.type_map.size()) + " (size of the type_map)");
     }
   }
+  const int nperiodic = s.pbc[0] + s.pbc[1] + s.pbc[2];
+  if (nperiodic > 0 && !s.has_box()) {
+    throw Error(who + ": periodic (pbc " + std::string(s.pbc[0] ? "T" : "F") +
+                (s.pbc[1] ? " T" : " F") + (s.pbc[2] ? " T" : " F") +
+                ") but has no cell; expected box.npy / Lattice, or `nopbc` for a cluster");
+  }
+  if (!s.in_memory()) return;  // streamed: each frame is checked when it is read
   check_size(s.coord, nf * n * 3, "coord", false);
   check_size(s.box, nf * 9, "box", true);
   check_size(s.energy, nf, "energy", true);
   check_size(s.force, nf * n * 3, "force", true);
   check_size(s.virial, nf * 9, "virial", true);
-
-  static const char* kAxis = "xyz";
-  for (int64_t f = 0; f < nf; ++f) {
-    const std::string frame = who + ": frame " + std::to_string(f);
-    for (int64_t a = 0; a < n; ++a) {
-      for (int d = 0; d < 3; ++d) {
-        const double v = s.coord[(f * n + a) * 3 + d];
-        if (!std::isfinite(v)) {
-          throw Error(frame + ", atom " + std::to_string(a) + ": coordinate " + kAxis[d] +
-                      " is " + (std::isnan(v) ? "NaN" : "Inf") + ", expected a finite number");
-        }
-      }
-    }
-    if (!s.force.empty()) {
-      for (int64_t a = 0; a < n; ++a) {
-        for (int d = 0; d < 3; ++d) {
-          const double v = s.force[(f * n + a) * 3 + d];
-          if (!std::isfinite(v)) {
-            throw Error(frame + ", atom " + std::to_string(a) + ": force " + kAxis[d] + " is " +
-                        (std::isnan(v) ? "NaN" : "Inf") + ", expected a finite number");
-          }
-        }
-      }
-    }
-    if (!s.energy.empty() && !std::isfinite(s.energy[f])) {
-      throw Error(frame + ": energy is " + (std::isnan(s.energy[f]) ? "NaN" : "Inf") +
-                  ", expected a finite number");
-    }
-    if (!s.virial.empty()) {
-      for (int k = 0; k < 9; ++k) {
-        const double v = s.virial[f * 9 + k];
-        if (!std::isfinite(v)) {
-          throw Error(frame + ": virial component " + std::to_string(k) + " is " +
-                      (std::isnan(v) ? "NaN" : "Inf") + ", expected a finite number");
-        }
-      }
-    }
-    if (!s.box.empty()) {
-      const double* b = s.frame_box(f);
-      for (int k = 0; k < 9; ++k) {
-        if (!std::isfinite(b[k])) {
-          throw Error(frame + ": cell " + vec_string(b, 9) + " has a non-finite component " +
-                      std::to_string(k) + ", expected finite numbers");
-        }
-      }
-    }
-  }
-
-  const int nperiodic = s.pbc[0] + s.pbc[1] + s.pbc[2];
-  if (nperiodic == 0) return;
-  if (s.box.empty()) {
-    throw Error(who + ": periodic (pbc " + std::string(s.pbc[0] ? "T" : "F") +
-                (s.pbc[1] ? " T" : " F") + (s.pbc[2] ? " T" : " F") +
-                ") but has no cell; expected box.npy / Lattice, or `nopbc` for a cluster");
-  }
-  for (int64_t f = 0; f < nf; ++f) {
-    const double* b = s.frame_box(f);
-    const std::string frame = who + ": frame " + std::to_string(f);
-    for (int d = 0; d < 3; ++d) {
-      const double* v = b + 3 * d;
-      if (s.pbc[d] && v[0] == 0 && v[1] == 0 && v[2] == 0) {
-        throw Error(frame + ": cell vector " + std::to_string(d) + " is zero in a periodic "
-                    "direction (cell " + vec_string(b, 9) + "), expected a non-singular cell");
-      }
-    }
-    double measure = 0;
-    std::string what;
-    if (nperiodic == 3) {
-      measure = b[0] * (b[4] * b[8] - b[5] * b[7]) - b[1] * (b[3] * b[8] - b[5] * b[6]) +
-                b[2] * (b[3] * b[7] - b[4] * b[6]);
-      what = "determinant";
-    } else if (nperiodic == 2) {
-      int d0 = s.pbc[0] ? 0 : 1;
-      int d1 = s.pbc[2] ? 2 : 1;
-      const double* u = b + 3 * d0;
-      const double* v = b + 3 * d1;
-      const double cx = u[1] * v[2] - u[2] * v[1];
-      const double cy = u[2] * v[0] - u[0] * v[2];
-      const double cz = u[0] * v[1] - u[1] * v[0];
-      measure = std::sqrt(cx * cx + cy * cy + cz * cz);
-      what = "area spanned by the periodic cell vectors";
-    } else {
-      continue;  // one periodic direction: a non-zero vector suffices
-    }
-    if (std::abs(measure) < 1e-10) {
-      std::ostringstream m;
-      m << frame << ": singular cell " << vec_string(b, 9) << ": " << what << " is " << measure
-        << ", expected |" << what << "| >= 1e-10";
-      throw Error(m.str());
-    }
-  }
+  for (int64_t f = 0; f < nf; ++f) validate_frame(s, f, s.frame(f));
 }
 
 }  // namespace mlip::data

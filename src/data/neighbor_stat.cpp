@@ -9,7 +9,23 @@
 
 namespace mlip::data {
 
-NeighborStat neighbor_stat(const std::vector<System>& systems, int ntypes, double rcut) {
+std::vector<int64_t> evenly_spaced_frames(int64_t nframes, int64_t take) {
+  std::vector<int64_t> out;
+  if (take >= nframes || take < 0) {
+    for (int64_t f = 0; f < nframes; ++f) out.push_back(f);
+    return out;
+  }
+  if (take <= 1) return {0};
+  for (int64_t k = 0; k < take; ++k) {
+    const int64_t f = k * (nframes - 1) / (take - 1);
+    if (out.empty() || f != out.back()) out.push_back(f);
+  }
+  return out;
+}
+
+NeighborStat neighbor_stat(const std::vector<System>& systems, int ntypes, double rcut, int64_t max_frames) {
+  const int64_t per_system =
+      max_frames < 0 ? -1 : std::max<int64_t>(1, max_frames / std::max<int64_t>(1, int64_t(systems.size())));
   NeighborStat stat;
   stat.min_distance = std::numeric_limits<double>::infinity();
   stat.max_neighbors.assign(size_t(std::max(ntypes, 0)), 0);
@@ -22,8 +38,9 @@ NeighborStat neighbor_stat(const std::vector<System>& systems, int ntypes, doubl
         msg << sys.name << ": atom type " << t << " outside the type map of " << ntypes << " types";
         throw Error(msg.str());
       }
-    for (int64_t f = 0; f < sys.nframes; ++f) {
-      auto nl = build_neighbor_list<double>(sys.frame_coord(f), n, sys.frame_box(f), sys.pbc, rcut);
+    for (int64_t f : evenly_spaced_frames(sys.nframes, per_system)) {
+      const Frame frame = sys.frame(f);
+      auto nl = build_neighbor_list<double>(frame.coord.data(), n, frame.cell(), sys.pbc, rcut);
       auto offsets = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.offsets);
       auto neighbor = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
       auto dist = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.distance);

@@ -1,5 +1,9 @@
 #include "data/npy.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -204,65 +208,73 @@ int64_t NpyArray::size() const {
   return n;
 }
 
-NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
-  }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto* raw = reinterpret_cast<const unsigned char*>(bytes.data());
+NpyFile open_npy(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw Error(path + ": cannot read file (" + std::strerror(errno) + ")");
+  const uint64_t file_size = uint64_t(st.st_size);
+  unsigned char pre[12] = {};
+  const ssize_t got = ::pread(fd, pre, sizeof pre, 0);
+  if (got < 0) throw Error(path + ": cannot read file (" + std::strerror(errno) + ")");
 
   static const char kMagic[] = "\x93NUMPY";
-  if (bytes.size() < 6 || std::memcmp(bytes.data(), kMagic, 6) != 0) {
+  if (file_size < 6 || std::memcmp(pre, kMagic, 6) != 0) {
     throw Error(path + ": not a .npy file (bad magic bytes; expected \\x93NUMPY, file is " +
-                std::to_string(bytes.size()) + " bytes)");
+                std::to_string(file_size) + " bytes)");
   }
-  if (bytes.size() < 10) {
-    throw Error(path + ": truncated: " + std::to_string(bytes.size()) +
-                " bytes, shorter than the .npy preamble");
+  if (file_size < 10) {
+    throw Error(path + ": truncated: " + std::to_string(file_size) + " bytes, shorter than the .npy preamble");
   }
-  const int major = raw[6], minor = raw[7];
-  size_t header_len = 0, header_start = 0;
+  const int major = pre[6], minor = pre[7];
+  uint64_t header_len = 0, header_start = 0;
   if (major == 1) {
-    header_len = read_le(raw + 8, 2);
+    header_len = read_le(pre + 8, 2);
     header_start = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) {
-      throw Error(path + ": truncated: " + std::to_string(bytes.size()) +
-                  " bytes, shorter than the .npy preamble");
+    if (file_size < 12) {
+      throw Error(path + ": truncated: " + std::to_string(file_size) + " bytes, shorter than the .npy preamble");
     }
-    header_len = read_le(raw + 8, 4);
+    header_len = read_le(pre + 8, 4);
     header_start = 12;
   } else {
-    throw Error(path + ": unsupported .npy format version " + std::to_string(major) + "." +
-                std::to_string(minor) + " (expected 1.0, 2.0 or 3.0)");
+    throw Error(path + ": unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+                " (expected 1.0, 2.0 or 3.0)");
   }
-  if (bytes.size() < header_start + header_len) {
-    throw Error(path + ": truncated: header length is " + std::to_string(header_len) +
-                " bytes but only " + std::to_string(bytes.size() - header_start) + " bytes follow");
+  if (file_size < header_start + header_len) {
+    throw Error(path + ": truncated: header length is " + std::to_string(header_len) + " bytes but only " +
+                std::to_string(file_size - header_start) + " bytes follow");
   }
-  const std::string header_text = bytes.substr(header_start, header_len);
+  std::string header_text(header_len, '\0');
+  if (header_len > 0 && ::pread(fd, header_text.data(), header_len, off_t(header_start)) != ssize_t(header_len))
+    throw Error(path + ": cannot read the header (" + std::strerror(errno) + ")");
   NpyHeader h = HeaderParser(path, header_text).parse();
 
   // dtype: byte order, kind, item size.
   const std::string& d = h.descr;
-  const std::string unsupported =
-      path + ": unsupported dtype '" + d + "' (expected float32/float64 or int32/int64)";
+  const std::string unsupported = path + ": unsupported dtype '" + d + "' (expected float32/float64 or int32/int64)";
   if (d.size() < 3) throw Error(unsupported);
-  char order = d[0];
-  char kind = d[1];
-  std::string size_text = d.substr(2);
+  const char order = d[0];
+  const char kind = d[1];
+  const std::string size_text = d.substr(2);
   if (order != '<' && order != '>' && order != '=' && order != '|') throw Error(unsupported);
   if (size_text != "4" && size_text != "8") throw Error(unsupported);
   if (kind != 'f' && kind != 'i') throw Error(unsupported);
   if (order == '|') throw Error(unsupported);  // '|' is only used for one-byte types
-  const int itemsize = size_text == "4" ? 4 : 8;
-  const bool file_little = order == '<' || (order == '=' && host_is_little_endian());
-  const bool swap = file_little != host_is_little_endian();
 
-  NpyArray a;
-  a.shape = h.shape;
-  a.dtype = d;
+  NpyFile file;
+  file.path = path;
+  file.shape = h.shape;
+  file.dtype = d;
+  file.fortran_order = h.fortran_order;
+  file.is_float = kind == 'f';
+  file.itemsize = size_text == "4" ? 4 : 8;
+  const bool file_little = order == '<' || (order == '=' && host_is_little_endian());
+  file.swap_bytes = file_little != host_is_little_endian();
   // Element count with overflow check.
   uint64_t count = 1;
   for (int64_t dim : h.shape) {
@@ -272,65 +284,110 @@ NpyArray read_npy(const std::string& path) {
     }
     count *= static_cast<uint64_t>(dim);
   }
-  const uint64_t data_start = header_start + header_len;
-  const uint64_t available = bytes.size() - data_start;
-  const uint64_t needed = count * itemsize;
+  file.data_offset = header_start + header_len;
+  const uint64_t available = file_size - file.data_offset;
+  const uint64_t needed = count * uint64_t(file.itemsize);
   if (available < needed) {
-    const char* type_name = kind == 'f' ? (itemsize == 4 ? "float32" : "float64")
-                                        : (itemsize == 4 ? "int32" : "int64");
-    throw Error(path + ": truncated: header says " + std::to_string(count) + " " + type_name +
-                " values (" + std::to_string(needed) + " bytes) but only " +
-                std::to_string(available) + " bytes follow");
+    const char* type_name = file.is_float ? (file.itemsize == 4 ? "float32" : "float64")
+                                          : (file.itemsize == 4 ? "int32" : "int64");
+    throw Error(path + ": truncated: header says " + std::to_string(count) + " " + type_name + " values (" +
+                std::to_string(needed) + " bytes) but only " + std::to_string(available) + " bytes follow");
   }
+  return file;
+}
 
-  std::vector<double> values(count);
-  const unsigned char* p = raw + data_start;
-  unsigned char buf[8];
-  for (uint64_t i = 0; i < count; ++i) {
-    const unsigned char* src = p + i * itemsize;
-    for (int b = 0; b < itemsize; ++b) buf[b] = swap ? src[itemsize - 1 - b] : src[b];
-    if (kind == 'f' && itemsize == 4) {
+int64_t NpyFile::rows() const { return shape.empty() ? 1 : shape[0]; }
+
+int64_t NpyFile::row_size() const {
+  int64_t n = 1;
+  for (size_t k = 1; k < shape.size(); ++k) n *= shape[k];
+  return n;
+}
+
+std::vector<double> read_npy_rows(const NpyFile& file, int64_t first, int64_t count) {
+  const int64_t row = file.row_size();
+  if (first < 0 || count < 0 || first + count > file.rows())
+    throw Error(file.path + ": rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                ") are outside the array's " + std::to_string(file.rows()) + " rows");
+  std::vector<double> values(size_t(count * row));
+  if (values.empty()) return values;
+  const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(file.path + ": cannot open file (" + std::strerror(errno) + ")");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const int item = file.itemsize;
+  std::vector<unsigned char> bytes(size_t(count) * size_t(item));
+  auto read_at = [&](unsigned char* to, size_t nbytes, uint64_t offset) {
+    size_t done = 0;
+    while (done < nbytes) {
+      const ssize_t r = ::pread(fd, to + done, nbytes - done, off_t(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        throw Error(file.path + ": cannot read " + std::to_string(nbytes) + " bytes at offset " +
+                    std::to_string(offset) + (r < 0 ? " (" + std::string(std::strerror(errno)) + ")" : " (file shortened since it was opened)"));
+      done += size_t(r);
+    }
+  };
+  auto convert = [&](const unsigned char* src) {
+    unsigned char buf[8];
+    for (int b = 0; b < item; ++b) buf[b] = file.swap_bytes ? src[item - 1 - b] : src[b];
+    if (file.is_float && item == 4) {
       float v;
       std::memcpy(&v, buf, 4);
-      values[i] = v;
-    } else if (kind == 'f') {
+      return double(v);
+    }
+    if (file.is_float) {
       double v;
       std::memcpy(&v, buf, 8);
-      values[i] = v;
-    } else if (itemsize == 4) {
+      return v;
+    }
+    if (item == 4) {
       int32_t v;
       std::memcpy(&v, buf, 4);
-      values[i] = v;
-    } else {
-      int64_t v;
-      std::memcpy(&v, buf, 8);
-      values[i] = static_cast<double>(v);
+      return double(v);
     }
+    int64_t v;
+    std::memcpy(&v, buf, 8);
+    return double(v);
+  };
+  if (!file.fortran_order || file.shape.size() <= 1) {
+    // C order: the rows are contiguous.
+    bytes.resize(size_t(count * row) * size_t(item));
+    read_at(bytes.data(), bytes.size(), file.data_offset + uint64_t(first * row) * uint64_t(item));
+    for (size_t k = 0; k < values.size(); ++k) values[k] = convert(bytes.data() + k * size_t(item));
+    return values;
   }
+  // Fortran order: the first index varies fastest, so each of the row_size columns holds the
+  // requested rows contiguously; column c (the C-order index within a row) starts at
+  // c' * rows, where c' is c's Fortran-order index among the trailing dimensions.
+  const size_t nd = file.shape.size();
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t c = 0; c < row; ++c) {
+    // C-order index c over shape[1..] -> Fortran-order position among the trailing dimensions.
+    int64_t rem = c, fpos = 0, stride = 1;
+    std::vector<int64_t> sub(nd, 0);
+    for (size_t k = nd; k-- > 1;) {
+      sub[k] = rem % file.shape[k];
+      rem /= file.shape[k];
+    }
+    for (size_t k = 1; k < nd; ++k) {
+      fpos += sub[k] * stride;
+      stride *= file.shape[k];
+    }
+    read_at(bytes.data(), bytes.size(), file.data_offset + uint64_t(fpos * file.rows() + first) * uint64_t(item));
+    for (int64_t r = 0; r < count; ++r) values[size_t(r * row + c)] = convert(bytes.data() + size_t(r) * size_t(item));
+  }
+  return values;
+}
 
-  if (h.fortran_order && h.shape.size() > 1) {
-    // Fortran order: the first index varies fastest. Transpose to C order.
-    const size_t nd = h.shape.size();
-    std::vector<uint64_t> fstride(nd);
-    uint64_t s = 1;
-    for (size_t k = 0; k < nd; ++k) {
-      fstride[k] = s;
-      s *= static_cast<uint64_t>(h.shape[k]);
-    }
-    std::vector<double> c_order(count);
-    std::vector<int64_t> idx(nd, 0);
-    for (uint64_t i = 0; i < count; ++i) {
-      uint64_t f = 0;
-      for (size_t k = 0; k < nd; ++k) f += static_cast<uint64_t>(idx[k]) * fstride[k];
-      c_order[i] = values[f];
-      for (size_t k = nd; k-- > 0;) {
-        if (++idx[k] < h.shape[k]) break;
-        idx[k] = 0;
-      }
-    }
-    values.swap(c_order);
-  }
-  a.values = std::move(values);
+NpyArray read_npy(const std::string& path) {
+  const NpyFile file = open_npy(path);
+  NpyArray a;
+  a.shape = file.shape;
+  a.dtype = file.dtype;
+  a.values = read_npy_rows(file, 0, file.rows());
   return a;
 }
 

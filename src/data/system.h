@@ -2,15 +2,45 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace mlip::data {
 
+/// One frame of a system: float64, Å and eV, atoms in the system's order (docs/data.md
+/// "Frames read on demand").
+struct Frame {
+  /// [natoms, 3] positions, Å.
+  std::vector<double> coord;
+  /// [9] cell, rows are the cell vectors, Å; empty when the system has no cell.
+  std::vector<double> box;
+  /// [1] total energy, eV; empty when not labelled.
+  std::vector<double> energy;
+  /// [natoms, 3] forces, eV/Å; empty when not labelled.
+  std::vector<double> force;
+  /// [9] virial, eV (XX XY XZ YX ...); empty when not labelled.
+  std::vector<double> virial;
+
+  /// nullptr when the frame has no cell.
+  const double* cell() const { return box.empty() ? nullptr : box.data(); }
+};
+
+/// Reads the frames of one system from its files when they are asked for. Thread-safe: read()
+/// is called from the trainer's worker threads, and keeps no file open between calls.
+class FrameReader {
+ public:
+  virtual ~FrameReader() = default;
+  /// Frame `frame` (0 <= frame < nframes), atoms in the order of the reader's system. Throws
+  /// mlip::Error naming the file when it cannot be read (a file changed since it was opened).
+  virtual Frame read(int64_t frame) const = 0;
+};
+
 /// Frames that share one atom count and one per-atom type order (a DeePMD "system").
-/// All arrays are float64, row-major, in Å and eV, whatever the precision of the files.
+/// Either in memory (the arrays below hold every frame) or streamed (the arrays are empty and
+/// frame() reads through `reader`); load_systems chooses (data/load.h).
 struct System {
-  /// Where it came from (a folder, or "file.xyz[composition]"), for messages.
+  /// Where it came from (a folder, "file.xyz[composition]", "file.hdf5#/group"), for messages.
   std::string name;
   /// Type names, indexed by type id (the model's type_map once remapped).
   std::vector<std::string> type_map;
@@ -20,23 +50,45 @@ struct System {
   std::array<bool, 3> pbc{{true, true, true}};
   /// Number of frames.
   int64_t nframes = 0;
-  /// [nframes, natoms, 3] positions, Å.
+  /// Which labels every frame has (known from the files' headers, in memory or not).
+  bool has_cell = false, has_energy = false, has_force = false, has_virial = false;
+
+  /// In memory only: [nframes, natoms, 3] positions, Å.
   std::vector<double> coord;
-  /// [nframes, 9] cell, rows are the cell vectors, Å. Empty when the system has no cell
-  /// (non-periodic in every direction).
+  /// In memory only: [nframes, 9] cells (empty without a cell).
   std::vector<double> box;
-  /// [nframes] total energy, eV. Empty when not labelled.
+  /// In memory only: [nframes] energies, eV (empty when not labelled).
   std::vector<double> energy;
-  /// [nframes, natoms, 3] forces, eV/Å. Empty when not labelled.
+  /// In memory only: [nframes, natoms, 3] forces, eV/Å (empty when not labelled).
   std::vector<double> force;
-  /// [nframes, 9] virial, eV (XX XY XZ YX ... ). Empty when not labelled.
+  /// In memory only: [nframes, 9] virials, eV (empty when not labelled).
   std::vector<double> virial;
 
+  /// Streamed: where frames come from (shared by copies of the System).
+  std::shared_ptr<const FrameReader> reader;
+  /// [natoms] atom a of a frame is atom atom_order[a] of the reader's frame (atoms sorted by type
+  /// after the type map was extended); empty: the reader's order.
+  std::vector<int64_t> atom_order;
+
   int64_t natoms() const { return static_cast<int64_t>(types.size()); }
-  bool has_box() const { return !box.empty(); }
+  bool has_box() const { return has_cell || !box.empty(); }
+  bool in_memory() const { return !coord.empty(); }
+  /// In memory only: pointers into the arrays.
   const double* frame_coord(int64_t f) const { return coord.data() + f * natoms() * 3; }
-  /// nullptr when the system has no cell.
+  /// In memory only; nullptr when the system has no cell.
   const double* frame_box(int64_t f) const { return box.empty() ? nullptr : box.data() + f * 9; }
+
+  /// Frame f: a copy from memory, or read through `reader` and checked for non-finite values
+  /// (validate_frame). Thread-safe.
+  Frame frame(int64_t f) const;
+  /// Reads every frame through `reader` into the arrays (a streamed system becomes an in-memory
+  /// one).
+  void load_all();
 };
+
+/// Checks one frame for values that would give a silent wrong answer (NaN/Inf, a missing or
+/// singular cell in a periodic direction); throws mlip::Error naming the system, the frame and
+/// the value.
+void validate_frame(const System& system, int64_t index, const Frame& frame);
 
 }  // namespace mlip::data

@@ -12,12 +12,13 @@ torch::Tensor energy_bias(const std::vector<StatisticsFrames>& frames, int ntype
   std::vector<double> counts, energies, natoms;
   for (const StatisticsFrames& s : frames) {
     const data::System& sys = *s.system;
-    if (sys.energy.empty()) throw Error(sys.name + ": the statistics need energy labels (energy.npy), found none");
     std::vector<double> type_count(size_t(ntypes), 0.0);
     for (int t : sys.types) type_count[size_t(t)] += 1;
-    for (int64_t f = 0; f < s.frames; ++f) {
+    for (const data::Frame& frame : s.frames) {
+      if (frame.energy.empty())
+        throw Error(sys.name + ": the statistics need energy labels (energy.npy), found none");
       counts.insert(counts.end(), type_count.begin(), type_count.end());
-      energies.push_back(sys.energy[size_t(f)]);
+      energies.push_back(frame.energy[0]);
       natoms.push_back(double(sys.natoms()));
     }
   }

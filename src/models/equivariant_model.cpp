@@ -5,8 +5,10 @@
 #include <cmath>
 #include <iomanip>
 #include <ostream>
+#include <mutex>
 #include <sstream>
 
+#include "data/kokkos_runtime.h"
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/energy_bias.h"
@@ -49,6 +51,7 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
 struct EquivariantFrame : FrameInput {
   torch::Tensor d;     // [E, 3] model dtype, d_ij = r_j - r_i + shift·cell, Å
   torch::Tensor i, j;  // [E] int64, centre and neighbour
+  int64_t bytes() const override { return tensor_bytes(d) + tensor_bytes(i) + tensor_bytes(j); }
 };
 
 class EquivariantModel final : public Model {
@@ -75,7 +78,7 @@ class EquivariantModel final : public Model {
     return o.str();
   }
 
-  std::unique_ptr<FrameInput> prepare_frame(const data::System& system, int64_t frame) override {
+  std::unique_ptr<FrameInput> prepare_frame(const data::System& system, const data::Frame& frame) override {
     const PairList pairs = pairs_of(system, frame);
     auto out = std::make_unique<EquivariantFrame>();
     out->d = pairs.vector.to(device_, settings_.dtype());
@@ -93,14 +96,11 @@ class EquivariantModel final : public Model {
     double f2 = 0, nf = 0, pairs = 0, atoms = 0;
     for (const StatisticsFrames& s : frames) {
       const data::System& sys = *s.system;
-      if (!sys.force.empty()) {
-        const int64_t n = s.frames * sys.natoms() * 3;
-        for (int64_t k = 0; k < n; ++k) f2 += sys.force[size_t(k)] * sys.force[size_t(k)];
-        nf += double(n);
+      for (const data::Frame& frame : s.frames) {
+        for (double f : frame.force) f2 += f * f;
+        nf += double(frame.force.size());
+        if (!settings_.avg_num_neighbors) pairs += double(pairs_of(sys, frame).npairs()), atoms += double(sys.natoms());
       }
-      if (!settings_.avg_num_neighbors)
-        for (int64_t f = 0; f < sys.nframes; ++f)
-          pairs += double(pairs_of(sys, f).npairs()), atoms += double(sys.natoms());
     }
     const double scale = nf > 0 && f2 > 0 ? std::sqrt(f2 / nf) : 1.0;
     module_.run_method("set_scale_shift", torch::full({ntypes}, scale, torch::kFloat64).to(device_),
@@ -139,16 +139,16 @@ class EquivariantModel final : public Model {
   }
 
  private:
-  PairList pairs_of(const data::System& system, int64_t frame) {
+  PairList pairs_of(const data::System& system, const data::Frame& frame) {
     const double r_max = settings_.config.r_max;
+    // One build at a time: the builders' buffers and Kokkos are shared (prepare_frame runs on
+    // worker threads; data/kokkos_runtime.h).
+    std::lock_guard<std::mutex> lock(data::kokkos_mutex());
     if (settings_.dtype() == torch::kFloat32) {
-      std::vector<float> pos(size_t(system.natoms()) * 3);
-      const double* x = system.frame_coord(frame);
-      for (size_t k = 0; k < pos.size(); ++k) pos[k] = float(x[k]);
-      return pair_list(builder_float_.build(pos.data(), system.natoms(), system.frame_box(frame), system.pbc, r_max));
+      std::vector<float> pos(frame.coord.begin(), frame.coord.end());
+      return pair_list(builder_float_.build(pos.data(), system.natoms(), frame.cell(), system.pbc, r_max));
     }
-    return pair_list(
-        builder_double_.build(system.frame_coord(frame), system.natoms(), system.frame_box(frame), system.pbc, r_max));
+    return pair_list(builder_double_.build(frame.coord.data(), system.natoms(), frame.cell(), system.pbc, r_max));
   }
 
   EquivariantSettings settings_;

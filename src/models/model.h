@@ -37,7 +37,13 @@ struct ModelSettings {
 /// trainer; it lives on the model's device.
 struct FrameInput {
   virtual ~FrameInput() = default;
+  /// Memory it holds (host and device), bytes: what the trainer's cache of made frames counts
+  /// against its budget (docs/data.md "The cache").
+  virtual int64_t bytes() const = 0;
 };
+
+/// Bytes of a tensor's elements (0 when undefined).
+inline int64_t tensor_bytes(const torch::Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0; }
 
 /// The atoms of one system (every frame of a system has the same atoms).
 struct SystemAtoms {
@@ -55,10 +61,11 @@ struct Prediction {
   torch::Tensor virial;  ///< [B, 3, 3] model dtype, eV
 };
 
-/// Frames for the statistics: the first `frames` frames of `system`.
+/// Frames for the statistics: a sample of the frames of `system` (read by the trainer; the
+/// first data_stat_nbatch batches, docs/training.md "Statistics").
 struct StatisticsFrames {
   const data::System* system = nullptr;
-  int64_t frames = 0;
+  std::vector<data::Frame> frames;
 };
 
 /// What a model is built with besides its settings.
@@ -67,7 +74,8 @@ struct ModelContext {
   torch::Device device = torch::kCPU;
   /// training.seed: the default of the model's own seeds when they are not given.
   std::optional<uint64_t> training_seed;
-  /// The training systems, for settings derived from the data (se_e2_a's sel: auto).
+  /// The training systems, for settings derived from the data (se_e2_a's sel: auto reads a
+  /// sample of their frames, data::neighbor_stat_sample).
   const std::vector<data::System>* training_systems = nullptr;
   /// Where to print what the model derives (nullptr: nowhere).
   std::ostream* log = nullptr;
@@ -93,8 +101,12 @@ class Model {
   /// Where the parameters and per-frame inputs live.
   virtual torch::Device device() const = 0;
 
-  /// The cached input of frame `frame` of `system`, on the model's device.
-  virtual std::unique_ptr<FrameInput> prepare_frame(const data::System& system, int64_t frame) = 0;
+  /// The input of one frame of `system` (its geometry in `frame`), on the model's device. Called
+  /// from the trainer's worker threads while the main thread trains: implementations must be
+  /// safe to call concurrently with each other and with predict() (a model serialises what it
+  /// shares, such as a neighbour-list builder). The result must be a pure function of the frame
+  /// and the settings (docs/data.md "Determinism").
+  virtual std::unique_ptr<FrameInput> prepare_frame(const data::System& system, const data::Frame& frame) = 0;
   /// A warning about the frames prepared so far (e.g. neighbours beyond sel), or "".
   virtual std::string preparation_warning() const { return ""; }
 

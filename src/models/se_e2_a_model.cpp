@@ -3,8 +3,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <ostream>
+#include <atomic>
+#include <mutex>
 #include <sstream>
 
+#include "data/kokkos_runtime.h"
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
@@ -120,6 +123,7 @@ std::shared_ptr<ModelSettings> read_se_e2_a(const Section& m, const std::vector<
 
 struct SeAFrame : FrameInput {
   PackedEnv packed;  // the real pairs of the frame, on the model's device
+  int64_t bytes() const override { return packed.bytes(); }
 };
 
 class SeAModel final : public Model {
@@ -155,7 +159,7 @@ class SeAModel final : public Model {
     return o.str();
   }
 
-  std::unique_ptr<FrameInput> prepare_frame(const data::System& system, int64_t frame) override {
+  std::unique_ptr<FrameInput> prepare_frame(const data::System& system, const data::Frame& frame) override {
     auto out = std::make_unique<SeAFrame>();
     const EnvMatrix env = settings_.dtype() == torch::kFloat32 ? environment<float>(system, frame)
                                                               : environment<double>(system, frame);
@@ -178,7 +182,7 @@ class SeAModel final : public Model {
     const int ntypes = int(settings_.type_map.size());
     EnvStat stat(ntypes, settings_.config.nslots());
     for (const StatisticsFrames& s : frames)
-      for (int64_t f = 0; f < s.frames; ++f)
+      for (const data::Frame& f : s.frames)
         stat.add(settings_.dtype() == torch::kFloat32 ? environment<float>(*s.system, f)
                                                       : environment<double>(*s.system, f),
                  s.system->types);
@@ -210,13 +214,14 @@ class SeAModel final : public Model {
  private:
   /// The environment matrix of one frame (host), in the model's Real type.
   template <typename Real>
-  EnvMatrix environment(const data::System& system, int64_t frame) {
+  EnvMatrix environment(const data::System& system, const data::Frame& frame) {
     const SeAConfig& c = settings_.config;
-    std::vector<Real> pos(size_t(system.natoms()) * 3);
-    const double* x = system.frame_coord(frame);
-    for (size_t k = 0; k < pos.size(); ++k) pos[k] = Real(x[k]);
+    std::vector<Real> pos(frame.coord.begin(), frame.coord.end());
+    // One build at a time: the builders' buffers and Kokkos are shared (prepare_frame runs on
+    // worker threads; data/kokkos_runtime.h).
+    std::lock_guard<std::mutex> lock(data::kokkos_mutex());
     auto& builder = builder_of<Real>();
-    auto nl = builder.build(pos.data(), system.natoms(), system.frame_box(frame), system.pbc, c.rcut);
+    auto nl = builder.build(pos.data(), system.natoms(), frame.cell(), system.pbc, c.rcut);
     return compute_env_matrix<Real>(nl, system.types, EnvMatrixParams{c.rcut, c.rcut_smth, c.sel});
   }
   template <typename Real>
@@ -228,13 +233,14 @@ class SeAModel final : public Model {
   std::vector<int64_t> automatic_sel(const ModelContext& context) const {
     if (context.training_systems == nullptr) throw Error("model.descriptor.sel: \"auto\" needs the training data");
     const SeAConfig& c = settings_.config;
-    auto stat = data::neighbor_stat(*context.training_systems, int(c.type_map.size()), c.rcut);
+    auto stat = data::neighbor_stat(*context.training_systems, int(c.type_map.size()), c.rcut,
+                                    data::kNeighborStatSampleFrames);
     std::vector<int64_t> sel;
     for (auto m : stat.max_neighbors) sel.push_back(4 * int64_t(std::ceil(double(m) * settings_.sel.ratio / 4.0)));
     if (context.log != nullptr) {
       *context.log << "sel: auto:" << settings_.sel.ratio << " -> [";
       for (size_t t = 0; t < sel.size(); ++t) *context.log << (t ? ", " : "") << sel[t];
-      *context.log << "] (min neighbour distance " << stat.min_distance << " Å)\n";
+      *context.log << "] (from " << stat.frames << " frames; min neighbour distance " << stat.min_distance << " Å)\n";
     }
     return sel;
   }
@@ -246,7 +252,7 @@ class SeAModel final : public Model {
   std::unique_ptr<SeATrainingPath> hand_written_;
   std::unique_ptr<SeAGenericPath> generic_;
   PackedEnv batch_;  // the current batch when it has several frames (the paths keep references into it)
-  int64_t truncated_ = 0;
+  std::atomic<int64_t> truncated_{0};
   data::NeighborListBuilder<float> builder_float_;
   data::NeighborListBuilder<double> builder_double_;
 };

@@ -44,6 +44,16 @@ struct PackedEnv {
   static PackedEnv concat(const std::vector<const PackedEnv*>& frames, bool with_slots = false);
   /// A copy with every tensor on `device` (the host vectors stay).
   PackedEnv to(const torch::Device& device) const;
+  /// Memory held by the tensors and host vectors, bytes.
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const Group& g : groups) {
+      b += int64_t((g.offsets.size() + g.neighbor.size()) * sizeof(int64_t));
+      for (const torch::Tensor* t : {&g.r, &g.dr, &g.vec, &g.slot, &g.neighbor_in_frame})
+        if (t->defined()) b += int64_t(t->nbytes());
+    }
+    return b;
+  }
 };
 
 /// se_e2_a's energy, forces and virial and the gradient of a loss of them with respect to the

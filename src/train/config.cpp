@@ -266,6 +266,19 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
   c.device = t.text("device", c.device);
   if (!std::regex_match(c.device, std::regex("auto|cpu|cuda(:[0-9]+)?")))
     expected(t.path_of("device"), "auto, cpu, cuda or cuda:K", t.get("device"));
+  if (t.has_value("cache_mb")) {
+    const YAML::Node node = t.get("cache_mb");
+    double mb = 0;
+    if (node.IsScalar() && node.Scalar() == "all") {
+      c.cache_mb = -1;
+    } else if (node.IsScalar() && is_plain(node) && parse_number(node.Scalar(), mb) && mb >= 0) {
+      c.cache_mb = mb;
+    } else {
+      expected(t.path_of("cache_mb"), "a non-negative number of megabytes or \"all\"", node);
+    }
+  }
+  c.data_workers = t.integer("data_workers", c.data_workers, Bound::kNonNegative);
+  if (c.data_workers > 64) expected(t.path_of("data_workers"), "an integer in [0, 64]", t.get("data_workers"));
   t.flag("disp_training", true);
   t.flag("time_training", true);
   t.only_default("profiling", "false", is_false);
@@ -292,7 +305,7 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
   read_training(top.section("training",
                             {"training_data", "validation_data", "numb_steps", "seed", "disp_file",
                              "disp_freq", "save_freq", "save_ckpt", "max_ckpt_keep", "ema_decay", "device",
-                             "disp_training", "time_training", "profiling", "tensorboard"},
+                             "cache_mb", "data_workers", "disp_training", "time_training", "profiling", "tensorboard"},
                             {"stop_batch"}),
                 input_dir, c);
   c.learning_rate.numb_steps = c.numb_steps;

@@ -74,6 +74,12 @@ struct TrainConfig {
   /// training.device: "auto" (CUDA when the build and the machine have it, else the CPU),
   /// "cpu", "cuda" or "cuda:K"; `mlip train --device` overrides it (train/device.h).
   std::string device = "auto";
+  /// training.cache_mb: the memory budget of the cache of made frames (the model's inputs and
+  /// labels), MB per rank; -1 ("all"): no limit, every frame stays once made (docs/data.md).
+  double cache_mb = 1024;
+  /// training.data_workers: threads that read frames and make the model's inputs ahead of the
+  /// steps (0: the training thread makes each frame when it needs it).
+  int64_t data_workers = 1;
   // provenance
   std::string input_path;  ///< the file read ("" for parse_train_config without one)
   std::string input_dir;   ///< its folder: relative system paths are taken from here

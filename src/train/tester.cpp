@@ -67,7 +67,8 @@ int run_test(const TestOptions& options) {
   std::vector<std::string> type_map = split_words(extra["type_names"]);
   const double rcut = std::stod(extra["r_max"]);
   const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
-  auto systems = data::load_systems(options.systems, type_map);
+  // Streamed: frames are read one at a time, so memory does not grow with the set (docs/data.md).
+  auto systems = data::load_systems(options.systems, type_map, "", data::Loading::kStreamed);
   if (type_map.size() != split_words(extra["type_names"]).size())
     throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
 
@@ -94,40 +95,41 @@ int run_test(const TestOptions& options) {
     Metrics m;
     auto atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64);
     for (int64_t f = 0; f < nframes; ++f) {
-      const models::PairList pairs = models::pair_list(builder.build(sys.frame_coord(f), n, sys.frame_box(f), sys.pbc, rcut));
+      data::Frame frame = sys.frame(f);
+      const models::PairList pairs = models::pair_list(builder.build(frame.coord.data(), n, frame.cell(), sys.pbc, rcut));
       c10::Dict<std::string, torch::Tensor> input;
-      input.insert("pos", torch::from_blob(const_cast<double*>(sys.frame_coord(f)), {n, 3}, torch::kFloat64).to(dtype));
+      input.insert("pos", torch::from_blob(frame.coord.data(), {n, 3}, torch::kFloat64).to(dtype));
       input.insert("atom_types", atype);
       input.insert("edge_index", pairs.edge_index());
-      input.insert("cell", (sys.has_box() ? torch::from_blob(const_cast<double*>(sys.frame_box(f)), {3, 3}, torch::kFloat64)
-                                          : torch::zeros({3, 3}, torch::kFloat64))
+      input.insert("cell", (frame.cell() != nullptr ? torch::from_blob(frame.box.data(), {3, 3}, torch::kFloat64)
+                                                    : torch::zeros({3, 3}, torch::kFloat64))
                                .to(dtype));
       input.insert("edge_cell_shift", pairs.shift.to(dtype));
       auto out = model.forward({input}).toGenericDict();
       const double e_pred = out.at("total_energy").toTensor().item<double>();
       auto forces = out.at("forces").toTensor().to(torch::kFloat64).contiguous();
       auto virial = out.at("virial").toTensor().to(torch::kFloat64).reshape({9}).contiguous();
-      if (!sys.energy.empty()) {
-        const double de = e_pred - sys.energy[size_t(f)];
+      if (!frame.energy.empty()) {
+        const double de = e_pred - frame.energy[0];
         m.e.add(de);
         m.e_atom.add(de / double(n));
         if (fe.is_open()) {
-          fe << std::setprecision(12) << sys.energy[size_t(f)] << " " << e_pred << "\n";
-          fea << std::setprecision(12) << sys.energy[size_t(f)] / double(n) << " " << e_pred / double(n) << "\n";
+          fe << std::setprecision(12) << frame.energy[0] << " " << e_pred << "\n";
+          fea << std::setprecision(12) << frame.energy[0] / double(n) << " " << e_pred / double(n) << "\n";
         }
       }
       const double* fp = forces.data_ptr<double>();
-      if (!sys.force.empty()) {
-        const double* fl = sys.force.data() + f * n * 3;
+      if (!frame.force.empty()) {
+        const double* fl = frame.force.data();
         for (int64_t k = 0; k < n * 3; ++k) m.f.add(fp[k] - fl[k]);
         if (ff.is_open())
           for (int64_t a = 0; a < n; ++a)
             ff << std::setprecision(10) << fl[3 * a] << " " << fl[3 * a + 1] << " " << fl[3 * a + 2] << " " << fp[3 * a]
                << " " << fp[3 * a + 1] << " " << fp[3 * a + 2] << "\n";
       }
-      if (!sys.virial.empty()) {
+      if (!frame.virial.empty()) {
         const double* vp = virial.data_ptr<double>();
-        const double* vl = sys.virial.data() + f * 9;
+        const double* vl = frame.virial.data();
         for (int k = 0; k < 9; ++k) {
           m.v.add(vp[k] - vl[k]);
           m.v_atom.add((vp[k] - vl[k]) / double(n));

@@ -28,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/ema.h"
+#include "train/frame_store.h"
 #include "train/sampler.h"
 #include "version.h"
 
@@ -43,14 +44,13 @@ extern "C" void on_sigint(int sig) {
   g_interrupted = true;
 }
 
-/// One system of the training or validation set: its labels and the model's cached input of
-/// every frame (training frames do not move), on the model's device.
+/// One system of the training or validation set. Its frames (the model's inputs and the labels)
+/// come from the FrameStore, made ahead by its workers and cached within a budget.
 struct SystemData {
   std::string name;
   int64_t nframes = 0, batch = 1;
   models::SystemAtoms atoms;
-  std::vector<std::unique_ptr<models::FrameInput>> inputs;  // [nframes]
-  torch::Tensor energy, force, virial;  // [nf] f64, [nf,N,3] f64, [nf,9] f64 (undefined if absent)
+  bool has_force = false, has_virial = false;
 };
 
 /// Sums of squared errors of a set of frames, for exact RMSEs over several batches. The sums
@@ -115,7 +115,8 @@ std::string format_duration(double s) {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, const TrainOptions& options) : config_(config), options_(options) {}
+  Trainer(const TrainConfig& config, const TrainOptions& options)
+      : config_(config), options_(options), started_(std::chrono::steady_clock::now()) {}
   int run();
 
  private:
@@ -136,8 +137,11 @@ class Trainer {
   void compute_statistics();
   /// Prediction and loss on one batch; adds to the error sums. When training, also
   /// accumulates the loss gradient into the parameters' grad.
-  void evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
+  void evaluate(int set, size_t system, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
                 ErrorSums& sums);
+  /// Asks the frame store's workers for the frames of the next training batches, so that
+  /// `kPrefetchBatches` batches are asked for ahead of the current one.
+  void prefetch_training_batches();
   Prefactors prefactors(int64_t step) const;
   ErrorSums validate(const Prefactors& pref);
   void write_lcurve_line(std::ofstream& lcurve, int64_t step, double lr, const Rmse& trn, const Rmse* val) const;
@@ -154,6 +158,12 @@ class Trainer {
   std::vector<data::System> train_raw_, valid_raw_;
   std::vector<SystemData> train_, valid_;
   std::unique_ptr<models::Model> model_;
+  std::unique_ptr<FrameStore> store_;
+  int train_set_ = 0, valid_set_ = 0;
+  // A copy of the training sampler that runs ahead of it: its draws are the batches to prefetch.
+  std::unique_ptr<SystemSampler> ahead_;
+  int64_t batches_ahead_ = 0;
+  std::string printed_warning_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
   std::unique_ptr<Ema> ema_;  // the moving average of the weights (null when ema_decay is 0)
@@ -168,6 +178,7 @@ class Trainer {
   // Timings of the loop, for the communication line.
   double sync_seconds_ = 0, sync_wait_seconds_ = 0, step_seconds_ = 0;
   int64_t reduces_before_ = 0;
+  std::chrono::steady_clock::time_point started_;  // when training was asked for (start-up time)
 };
 
 void Trainer::print_summary() const {
@@ -209,7 +220,7 @@ ErrorSums Trainer::validate(const Prefactors& pref) {
         for (size_t k = 0; frames.size() % size_t(w) != 0; ++k) frames.push_back(vb.frames[k % vb.frames.size()]);
       for (size_t k = size_t(r); k < frames.size(); k += size_t(w)) mine.push_back(frames[k]);
     }
-    if (!mine.empty()) evaluate(valid_[vb.system], mine, pref, false, val);
+    if (!mine.empty()) evaluate(valid_set_, vb.system, mine, pref, false, val);
   }
   if (w > 1 && !vc.single_rank) {
     auto t = torch::cat({val.sums.defined() ? val.sums : torch::zeros({4}, torch::dtype(torch::kFloat64).device(device_)),
@@ -228,10 +239,12 @@ ErrorSums Trainer::validate(const Prefactors& pref) {
 
 void Trainer::load_data() {
   std::vector<std::string> type_map = config_.model->type_map;
-  train_raw_ = data::load_systems(config_.training_data.systems, type_map);
+  // Streamed: only headers are read now; frames are read when the frame store makes them.
+  train_raw_ = data::load_systems(config_.training_data.systems, type_map, "", data::Loading::kStreamed);
   if (type_map.size() != config_.model->type_map.size())
     throw Error("model.type_map: the training data has types beyond it");
-  if (config_.validation_data) valid_raw_ = data::load_systems(config_.validation_data->systems, type_map);
+  if (config_.validation_data)
+    valid_raw_ = data::load_systems(config_.validation_data->systems, type_map, "", data::Loading::kStreamed);
   int64_t frames = 0;
   for (auto& s : train_raw_) frames += s.nframes;
   std::cout << "training data: " << train_raw_.size() << " system(s), " << frames << " frame(s)";
@@ -266,7 +279,6 @@ void Trainer::build_model() {
 std::vector<SystemData> Trainer::prepare(const std::vector<data::System>& systems, const DataConfig& data,
                                          const std::string& key) {
   std::vector<SystemData> out;
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   for (size_t s = 0; s < systems.size(); ++s) {
     const data::System& sys = systems[s];
     SystemData d;
@@ -276,11 +288,9 @@ std::vector<SystemData> Trainer::prepare(const std::vector<data::System>& system
     d.atoms.natoms = sys.natoms();
     d.atoms.types = sys.types;
     d.atoms.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64).to(device_);
-    if (sys.energy.empty()) throw Error(sys.name + ": " + key + " needs energy labels (energy.npy), found none");
-    d.energy = torch::tensor(sys.energy, f64).to(device_);
-    if (!sys.force.empty()) d.force = torch::tensor(sys.force, f64).reshape({d.nframes, sys.natoms(), 3}).to(device_);
-    if (!sys.virial.empty()) d.virial = torch::tensor(sys.virial, f64).reshape({d.nframes, 9}).to(device_);
-    for (int64_t f = 0; f < d.nframes; ++f) d.inputs.push_back(model_->prepare_frame(sys, f));
+    if (!sys.has_energy) throw Error(sys.name + ": " + key + " needs energy labels (energy.npy), found none");
+    d.has_force = sys.has_force;
+    d.has_virial = sys.has_virial;
     out.push_back(std::move(d));
   }
   return out;
@@ -289,18 +299,29 @@ std::vector<SystemData> Trainer::prepare(const std::vector<data::System>& system
 void Trainer::prepare_sets() {
   train_ = prepare(train_raw_, config_.training_data, "training");
   if (config_.validation_data) valid_ = prepare(valid_raw_, *config_.validation_data, "validation");
-  const std::string warning = model_->preparation_warning();
-  if (!warning.empty()) std::cout << "warning: " << warning << "\n";
-  for (auto& d : train_) has_virial_ = has_virial_ || d.virial.defined();
+  for (auto& d : train_) has_virial_ = has_virial_ || d.has_virial;
+  FrameStoreOptions options;
+  options.budget_bytes = config_.cache_mb < 0 ? -1 : int64_t(config_.cache_mb * double(1 << 20));
+  options.workers = int(config_.data_workers);
+  options.log = root() ? &std::cout : nullptr;
+  store_ = std::make_unique<FrameStore>(*model_, device_, options);
+  train_set_ = store_->add_set(train_raw_);
+  valid_set_ = store_->add_set(valid_raw_);
 }
 
 void Trainer::compute_statistics() {
   // The first data_stat_nbatch global batches (batch_size x ranks frames) of every training
   // system: the frames one rank with the global batch would use.
+  // Only these frames are read before step 1 (docs/data.md "Statistics from a sample").
   const int64_t batches = config_.model->statistics_batches * comm_->size();
   std::vector<models::StatisticsFrames> frames;
-  for (size_t s = 0; s < train_raw_.size(); ++s)
-    frames.push_back({&train_raw_[s], std::min<int64_t>(train_raw_[s].nframes, batches * train_[s].batch)});
+  for (size_t s = 0; s < train_raw_.size(); ++s) {
+    models::StatisticsFrames sample;
+    sample.system = &train_raw_[s];
+    const int64_t n = std::min<int64_t>(train_raw_[s].nframes, batches * train_[s].batch);
+    for (int64_t f = 0; f < n; ++f) sample.frames.push_back(train_raw_[s].frame(f));
+    frames.push_back(std::move(sample));
+  }
   model_->compute_statistics(frames, std::cout);
 }
 
@@ -311,31 +332,41 @@ Prefactors Trainer::prefactors(int64_t step) const {
           p(config_.start_pref_v, config_.limit_pref_v)};
 }
 
-void Trainer::evaluate(const SystemData& d, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
-                       ErrorSums& sums) {
+void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frames, const Prefactors& pref,
+                       bool training, ErrorSums& sums) {
+  const SystemData& d = (set == train_set_ ? train_ : valid_)[system];
+  // The batch's frames stay alive while in use, even if the cache lets them go.
+  std::vector<std::shared_ptr<const PreparedFrame>> batch;
   std::vector<const models::FrameInput*> inputs;
-  for (int64_t f : frames) inputs.push_back(d.inputs[size_t(f)].get());
+  std::vector<torch::Tensor> energies, forces_label, virials;
+  for (int64_t f : frames) {
+    batch.push_back(store_->get(set, system, f));
+    inputs.push_back(batch.back()->input.get());
+    energies.push_back(batch.back()->energy);
+    if (d.has_force) forces_label.push_back(batch.back()->force);
+    if (d.has_virial) virials.push_back(batch.back()->virial);
+  }
+  const auto energy_label = torch::cat(energies);
   const models::Prediction out = model_->predict(d.atoms, inputs, training);
   // The loss of docs/training.md "Loss" on leaf copies of the predictions: autograd gives
   // d loss / d prediction, and the model's backward carries it to the parameters.
   const auto energy = out.energy.detach().requires_grad_(training);
   const auto forces = out.forces.detach().requires_grad_(training);
   const auto virial = out.virial.detach().requires_grad_(training);
-  const auto index = torch::tensor(frames, torch::kInt64).to(device_);
   const double n = double(d.atoms.natoms);
   const auto zero = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
-  const auto de = energy - d.energy.index_select(0, index);
+  const auto de = energy - energy_label;
   auto loss = pref.e * (de * de).mean() / n;
   const auto e2 = (de * de).sum() / (n * n);
   auto f2 = zero, v2 = zero;
-  if (d.force.defined()) {
-    const auto df = forces.to(torch::kFloat64) - d.force.index_select(0, index);
+  if (d.has_force) {
+    const auto df = forces.to(torch::kFloat64) - torch::stack(forces_label);
     loss = loss + pref.f * (df * df).sum({1, 2}).mean() / (3 * n);
     f2 = (df * df).sum();
     sums.force_components += df.numel();
   }
-  if (d.virial.defined()) {
-    const auto dv = virial.to(torch::kFloat64).reshape({-1, 9}) - d.virial.index_select(0, index);
+  if (d.has_virial) {
+    const auto dv = virial.to(torch::kFloat64).reshape({-1, 9}) - torch::stack(virials);
     loss = loss + pref.v * (dv * dv).mean(1).mean() / n;
     v2 = (dv * dv).mean(1).sum() / (n * n);
     sums.virial_frames += int64_t(frames.size());
@@ -639,6 +670,17 @@ std::ofstream Trainer::open_lcurve() {
   return lcurve;
 }
 
+/// Batches asked for ahead of the current one (docs/data.md "Prefetch").
+constexpr int64_t kPrefetchBatches = 2;
+
+void Trainer::prefetch_training_batches() {
+  while (batches_ahead_ < kPrefetchBatches + 1) {  // the current batch and kPrefetchBatches more
+    const auto b = ahead_->next();
+    store_->prefetch(train_set_, b.system, ahead_->shard(b, comm_->rank()));
+    ++batches_ahead_;
+  }
+}
+
 int Trainer::train_loop(std::ofstream& lcurve) {
   const TrainConfig& c = config_;
   const int world = comm_->size();
@@ -663,18 +705,25 @@ int Trainer::train_loop(std::ofstream& lcurve) {
   std::vector<double> step_ms;
   reduces_before_ = comm_->all_reduces();
   double last_loss = 0;
+  int64_t waited_steps = 0;
+  ahead_ = std::make_unique<SystemSampler>(*sampler_);
+  batches_ahead_ = 0;
   while (step < c.numb_steps) {
     const double lr = c.learning_rate.at(step);
     for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
     const Prefactors pref = prefactors(step);
+    prefetch_training_batches();
     const auto batch = sampler_->next();
+    --batches_ahead_;
     ErrorSums trn;
     const auto step_start = std::chrono::steady_clock::now();
     // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
     // zero_grad cannot detach).
     for (auto& p : params_)
       if (p.grad().defined()) p.mutable_grad().zero_();
-    evaluate(train_[batch.system], sampler_->shard(batch, comm_->rank()), pref, true, trn);
+    const int64_t waits_before = store_->waits();
+    evaluate(train_set_, batch.system, sampler_->shard(batch, comm_->rank()), pref, true, trn);
+    if (store_->waits() > waits_before) ++waited_steps;
     bool stop = g_interrupted;
     if (world > 1) {
       // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop
@@ -698,9 +747,15 @@ int Trainer::train_loop(std::ofstream& lcurve) {
       step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     }
     ++step;
+    if (step == start_step_ + 1 && root() && !tty)
+      std::printf("first step done %.2f s after the start (reading the data's headers, statistics, model)\n",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
     const bool display = step == 1 || step % c.disp_freq == 0 || step == c.numb_steps;
     if (display || (tty && (step % 10 == 0 || step == c.numb_steps))) last_loss = Rmse(trn).loss;
     if (display) {
+      const std::string warning = model_->preparation_warning();
+      if (root() && !warning.empty() && printed_warning_.empty()) std::cout << (tty ? "\n" : "") << "warning: " << warning << "\n";
+      if (!warning.empty()) printed_warning_ = warning;
       const Rmse trn_rmse(trn);
       Rmse val_rmse;
       if (has_val) {
@@ -741,6 +796,9 @@ int Trainer::train_loop(std::ofstream& lcurve) {
     if (!times) throw Error(options_.step_times + ": cannot write the step times");
   }
   if (tty) std::printf("\n");
+  if (root())
+    std::printf("waited for data in %ld of %ld steps (frames made by the training thread or not yet ready)\n",
+                long(waited_steps), long(step - start_step_));
   if (exit_code == 0 && root()) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("finished %ld steps in %.1f s; checkpoint %s\n", long(step - start_step_), elapsed,

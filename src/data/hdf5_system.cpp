@@ -1,0 +1,433 @@
+#include "data/hdf5_system.h"
+
+#include "error.h"
+
+#ifdef MLIP_HAVE_HDF5
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <cstring>
+#include <sstream>
+
+#include "data/deepmd_system.h"
+#include "data/npy.h"
+
+namespace mlip::data {
+
+namespace {
+
+/// The HDF5 library of Debian is built without thread safety: every call holds this lock.
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// Owns an HDF5 identifier and closes it with the matching function.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(Handle&& other) noexcept : id_(other.id_), close_(other.close_) { other.id_ = -1; }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+/// HDF5 prints its own error stack on failures unless told not to; mlip reports its own.
+void silence_hdf5() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+std::string join_path(const std::string& group, const std::string& name) {
+  return group == "/" ? "/" + name : group + "/" + name;
+}
+
+/// "file.hdf5#/group/name": how messages name a dataset or group.
+std::string where(const std::string& file, const std::string& object) { return file + "#" + object; }
+
+Handle open_file(const std::string& file) {
+  silence_hdf5();
+  if (!std::filesystem::exists(file)) throw Error(file + ": no such file");
+  if (H5Fis_hdf5(file.c_str()) <= 0)
+    throw Error(file + ": not an HDF5 file (no HDF5 signature; truncated or another format?)");
+  Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.valid()) throw Error(file + ": cannot open as HDF5 (damaged or truncated file?)");
+  return f;
+}
+
+bool link_exists(hid_t loc, const std::string& path) {
+  // Every component must exist for H5Lexists to be asked about the next one.
+  std::string partial;
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    partial += "/" + part;
+    if (H5Lexists(loc, partial.c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return true;
+}
+
+bool is_group(hid_t file, const std::string& path) {
+  if (path != "/" && !link_exists(file, path)) return false;
+  H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+  if (H5Oget_info_by_name3(file, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return false;
+#else
+  if (H5Oget_info_by_name(file, path.c_str(), &info, H5P_DEFAULT) < 0) return false;
+#endif
+  return info.type == H5O_TYPE_GROUP;
+}
+
+/// The names of the links in a group, sorted.
+std::vector<std::string> children(hid_t file, const std::string& group) {
+  std::vector<std::string> names;
+  H5Literate_by_name(
+      file, group.c_str(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->push_back(name);
+        return 0;
+      },
+      &names, H5P_DEFAULT);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// A dataset's shape, class (float or integer or string) and size, checked to be readable.
+struct DatasetInfo {
+  std::vector<int64_t> shape;
+  H5T_class_t type_class = H5T_NO_CLASS;
+  size_t type_size = 0;
+};
+
+DatasetInfo inspect(hid_t file, const std::string& file_name, const std::string& path) {
+  Handle d(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) throw Error(where(file_name, path) + ": not a dataset (expected a dataset as dpdata writes it)");
+  Handle space(H5Dget_space(d.get()), H5Sclose);
+  Handle type(H5Dget_type(d.get()), H5Tclose);
+  DatasetInfo info;
+  const int nd = H5Sget_simple_extent_ndims(space.get());
+  if (nd < 0) throw Error(where(file_name, path) + ": cannot read its shape (damaged file?)");
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  for (hsize_t x : dims) info.shape.push_back(int64_t(x));
+  info.type_class = H5Tget_class(type.get());
+  info.type_size = H5Tget_size(type.get());
+  // The data must be in the file: a truncated file holds the header but not the values.
+  const haddr_t offset = H5Dget_offset(d.get());
+  hsize_t count = 1;
+  for (hsize_t x : dims) count *= x;
+  const hsize_t needed = count * info.type_size;
+  if (offset != HADDR_UNDEF && info.type_class != H5T_STRING) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file_name, ec);
+    if (!ec && offset + needed > size)
+      throw Error(where(file_name, path) + ": truncated: its " + std::to_string(needed) + " bytes of data end at byte " +
+                  std::to_string(offset + needed) + " but the file has " + std::to_string(size) + " bytes");
+  }
+  return info;
+}
+
+std::string dtype_name(const DatasetInfo& info) {
+  switch (info.type_class) {
+    case H5T_FLOAT: return "float" + std::to_string(8 * info.type_size);
+    case H5T_INTEGER: return "int" + std::to_string(8 * info.type_size);
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    default: return "class " + std::to_string(int(info.type_class));
+  }
+}
+
+void expect_float(const DatasetInfo& info, const std::string& name) {
+  if (info.type_class != H5T_FLOAT || (info.type_size != 4 && info.type_size != 8))
+    throw Error(name + ": unsupported dtype " + dtype_name(info) + " (expected float32 or float64)");
+}
+
+/// Rows [first, first + count) of a dataset as float64 (HDF5 converts float32).
+std::vector<double> read_rows(hid_t file, const std::string& file_name, const std::string& path,
+                              const std::vector<int64_t>& shape, int64_t first, int64_t count) {
+  Handle d(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) throw Error(where(file_name, path) + ": cannot open the dataset (file changed since it was opened?)");
+  int64_t row = 1;
+  for (size_t k = 1; k < shape.size(); ++k) row *= shape[k];
+  std::vector<double> out(size_t(count * row));
+  Handle file_space(H5Dget_space(d.get()), H5Sclose);
+  herr_t status = 0;
+  if (shape.empty()) {
+    status = H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  } else {
+    std::vector<hsize_t> start(shape.size(), 0), extent(shape.begin(), shape.end());
+    start[0] = hsize_t(first);
+    extent[0] = hsize_t(count);
+    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr);
+    Handle memory_space(H5Screate_simple(int(extent.size()), extent.data(), nullptr), H5Sclose);
+    status = H5Dread(d.get(), H5T_NATIVE_DOUBLE, memory_space.get(), file_space.get(), H5P_DEFAULT, out.data());
+  }
+  if (status < 0) throw Error(where(file_name, path) + ": cannot read rows " + std::to_string(first) + " to " +
+                              std::to_string(first + count - 1) + " (damaged file?)");
+  return out;
+}
+
+/// A string dataset's strings (fixed or variable length; a scalar gives one string).
+std::vector<std::string> read_strings(hid_t file, const std::string& file_name, const std::string& path) {
+  const std::string name = where(file_name, path);
+  Handle d(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) throw Error(name + ": not a dataset");
+  Handle type(H5Dget_type(d.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING) throw Error(name + ": expected strings");
+  Handle space(H5Dget_space(d.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  std::vector<std::string> out;
+  if (n <= 0) return out;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(memory_type.get(), H5T_VARIABLE);
+    std::vector<char*> values(static_cast<size_t>(n), nullptr);
+    if (H5Dread(d.get(), memory_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+      throw Error(name + ": cannot read (damaged file?)");
+    for (char* v : values) out.emplace_back(v != nullptr ? v : "");
+    H5Dvlen_reclaim(memory_type.get(), space.get(), H5P_DEFAULT, values.data());
+  } else {
+    const size_t size = H5Tget_size(type.get());
+    std::vector<char> buffer(size_t(n) * size);
+    if (H5Dread(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
+      throw Error(name + ": cannot read (damaged file?)");
+    for (hssize_t k = 0; k < n; ++k) {
+      const char* begin = buffer.data() + size_t(k) * size;
+      out.emplace_back(begin, strnlen(begin, size));
+    }
+  }
+  return out;
+}
+
+/// type.raw as integers: an integer dataset, or a string of whitespace-separated integers.
+std::vector<int> read_type_ids(hid_t file, const std::string& file_name, const std::string& path) {
+  const DatasetInfo info = inspect(file, file_name, path);
+  const std::string name = where(file_name, path);
+  std::vector<int> ids;
+  if (info.type_class == H5T_INTEGER) {
+    int64_t n = 1;
+    for (int64_t d : info.shape) n *= d;
+    if (info.shape.size() > 1) throw Error(name + ": expected shape [natoms], got " + shape_string(info.shape));
+    Handle d(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
+    std::vector<long long> values(static_cast<size_t>(n));
+    if (n > 0 && H5Dread(d.get(), H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+      throw Error(name + ": cannot read (damaged file?)");
+    for (size_t a = 0; a < values.size(); ++a) {
+      if (values[a] < 0 || values[a] > 1000000000)
+        throw Error(name + ": expected a non-negative integer type id for atom " + std::to_string(a) + ", got " +
+                    std::to_string(values[a]));
+      ids.push_back(int(values[a]));
+    }
+  } else if (info.type_class == H5T_STRING) {
+    std::istringstream in(read_strings(file, file_name, path).front());
+    std::string tok;
+    while (in >> tok) {
+      if (tok.size() > 9 || tok.find_first_not_of("0123456789") != std::string::npos)
+        throw Error(name + ": expected a non-negative integer type id for atom " + std::to_string(ids.size()) +
+                    ", got '" + tok + "'");
+      ids.push_back(std::stoi(tok));
+    }
+  } else {
+    throw Error(name + ": unsupported dtype " + dtype_name(info) + " (expected integers, or text of integers)");
+  }
+  if (ids.empty()) throw Error(name + ": expected one integer type id per atom, got none");
+  return ids;
+}
+
+}  // namespace
+
+}  // namespace mlip::data
+
+namespace mlip::data {
+
+namespace {
+
+/// The datasets of one set.* group.
+struct SetDatasets {
+  int64_t nframes = 0;
+  std::string group;
+  std::vector<int64_t> coord, box, energy, force, virial;  // shapes; box empty when the system has none
+};
+
+/// Reads frames of one system of an HDF5 file: opens the file for each frame (no handle is
+/// kept between calls) and reads each array's rows of that frame.
+class Hdf5FrameReader : public FrameReader {
+ public:
+  Hdf5FrameReader(std::string file, std::vector<SetDatasets> sets, int64_t natoms, bool has_box, bool energy,
+                  bool force, bool virial)
+      : file_(std::move(file)), sets_(std::move(sets)), natoms_(natoms), has_box_(has_box), energy_(energy),
+        force_(force), virial_(virial) {}
+
+  Frame read(int64_t frame) const override {
+    size_t s = 0;
+    int64_t f = frame;
+    while (s < sets_.size() && f >= sets_[s].nframes) f -= sets_[s++].nframes;
+    if (s == sets_.size()) throw Error(file_ + ": frame " + std::to_string(frame) + " is beyond the system's frames");
+    const SetDatasets& set = sets_[s];
+    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    Handle h = open_file(file_);
+    auto rows = [&](const char* name, const std::vector<int64_t>& shape, int64_t per_frame) {
+      // A single frame stored flat, or a 0-d energy: the whole dataset is the frame.
+      if (shape.size() <= 1 && per_frame != 1) return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, shape.empty() ? 1 : shape[0]);
+      if (shape.empty()) return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, 1);
+      return read_rows(h.get(), file_, join_path(set.group, name), shape, f, 1);
+    };
+    Frame out;
+    out.coord = rows("coord.npy", set.coord, 3 * natoms_);
+    if (has_box_) out.box = rows("box.npy", set.box, 9);
+    if (energy_) out.energy = rows("energy.npy", set.energy, 1);
+    if (force_) out.force = rows("force.npy", set.force, 3 * natoms_);
+    if (virial_) out.virial = rows("virial.npy", set.virial, 9);
+    return out;
+  }
+
+ private:
+  std::string file_;
+  std::vector<SetDatasets> sets_;
+  int64_t natoms_;
+  bool has_box_, energy_, force_, virial_;
+};
+
+System open_system(hid_t h, const std::string& file, const std::string& group, const std::vector<std::string>& type_map) {
+  System sys;
+  sys.name = where(file, group);
+  const std::string type_path = join_path(group, "type.raw");
+  std::vector<int> raw_types = read_type_ids(h, file, type_path);
+  const int64_t natoms = int64_t(raw_types.size());
+  const std::string map_path = join_path(group, "type_map.raw");
+  std::vector<std::string> file_names;
+  const bool has_map = link_exists(h, map_path);
+  if (has_map) {
+    for (const std::string& line : read_strings(h, file, map_path)) {
+      std::istringstream in(line);
+      std::string name;
+      while (in >> name) file_names.push_back(name);
+    }
+  }
+  assign_types(sys, raw_types, has_map ? &file_names : nullptr, type_map, where(file, type_path), where(file, map_path));
+  const bool nopbc = link_exists(h, join_path(group, "nopbc"));
+  if (nopbc) sys.pbc = {false, false, false};
+
+  std::vector<std::string> sets;
+  for (const std::string& c : children(h, group))
+    if (c.rfind("set.", 0) == 0 && is_group(h, join_path(group, c))) sets.push_back(c);
+  if (sets.empty())
+    throw Error(sys.name + ": no set.* group (expected set.000/coord.npy etc. next to type.raw)");
+
+  const std::string natoms_note = "natoms " + std::to_string(natoms) + " from type.raw";
+  bool first = true, has_energy = false, has_force = false, has_virial = false;
+  std::string first_set;
+  std::vector<SetDatasets> datasets;
+  for (const std::string& set : sets) {
+    SetDatasets sd;
+    sd.group = join_path(group, set);
+    auto array = [&](const std::string& name, int64_t& nf, int64_t per_frame, const std::string& what) {
+      const std::string path = join_path(sd.group, name);
+      const DatasetInfo info = inspect(h, file, path);
+      expect_float(info, where(file, path));
+      check_frame_shape(where(file, path), info.shape, nf, per_frame, what);
+      return info.shape;
+    };
+    const std::string coord_path = join_path(sd.group, "coord.npy");
+    if (!link_exists(h, coord_path)) throw Error(where(file, coord_path) + ": not found (every set.* group needs coord.npy)");
+    int64_t nf = -1;
+    sd.coord = array("coord.npy", nf, 3 * natoms, "3*natoms, " + natoms_note);
+    if (!nopbc) {
+      const std::string box_path = join_path(sd.group, "box.npy");
+      if (!link_exists(h, box_path))
+        throw Error(where(file, box_path) + ": not found (box.npy is required unless the system group has 'nopbc')");
+      sd.box = array("box.npy", nf, 9, "9, rows are the cell vectors");
+    }
+    auto label = [&](const std::string& name, bool& has, int64_t per_frame, const std::string& what,
+                     std::vector<int64_t>& shape) {
+      const std::string path = join_path(sd.group, name);
+      const bool here = link_exists(h, path);
+      if (first) {
+        has = here;
+      } else if (here != has) {
+        throw Error(where(file, path) + (here ? ": found, but " + first_set + " has no " + name
+                                              : ": not found, but " + first_set + " has " + name) +
+                    " (a label must be in every set.* group or in none)");
+      }
+      if (here) shape = array(name, nf, per_frame, what);
+    };
+    label("energy.npy", has_energy, 1, "", sd.energy);
+    label("force.npy", has_force, 3 * natoms, "3*natoms, " + natoms_note, sd.force);
+    label("virial.npy", has_virial, 9, "9", sd.virial);
+    sd.nframes = nf;
+    sys.nframes += nf;
+    datasets.push_back(std::move(sd));
+    if (first) first_set = set;
+    first = false;
+  }
+  sys.has_cell = !nopbc;
+  sys.has_energy = has_energy, sys.has_force = has_force, sys.has_virial = has_virial;
+  sys.reader = std::make_shared<Hdf5FrameReader>(file, std::move(datasets), natoms, !nopbc, has_energy, has_force,
+                                                 has_virial);
+  return sys;
+}
+
+/// Groups at or under `group` that hold type.raw, in name order (a system's own groups are not
+/// searched further).
+void find_systems(hid_t h, const std::string& group, int depth, std::vector<std::string>& out) {
+  if (link_exists(h, join_path(group, "type.raw"))) {
+    out.push_back(group);
+    return;
+  }
+  if (depth > 32) return;
+  for (const std::string& c : children(h, group))
+    if (is_group(h, join_path(group, c))) find_systems(h, join_path(group, c), depth + 1, out);
+}
+
+}  // namespace
+
+bool hdf5_available() { return true; }
+
+std::vector<System> open_hdf5_systems(const std::string& file, const std::string& group_given,
+                                      const std::vector<std::string>& type_map) {
+  std::string group = group_given.empty() ? "/" : group_given;
+  if (group[0] != '/') group = "/" + group;
+  while (group.size() > 1 && group.back() == '/') group.pop_back();
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  Handle h = open_file(file);
+  if (!is_group(h.get(), group))
+    throw Error(where(file, group) + ": no such group in the file (expected a group holding type.raw and set.*)");
+  std::vector<std::string> groups;
+  find_systems(h.get(), group, 0, groups);
+  if (groups.empty())
+    throw Error(where(file, group) + ": no DeePMD system found: no type.raw in this group or any group under it");
+  std::vector<System> systems;
+  for (const std::string& g : groups) systems.push_back(open_system(h.get(), file, g, type_map));
+  return systems;
+}
+
+}  // namespace mlip::data
+
+#else  // no HDF5 in this build
+
+namespace mlip::data {
+
+bool hdf5_available() { return false; }
+
+std::vector<System> open_hdf5_systems(const std::string& file, const std::string&, const std::vector<std::string>&) {
+  throw Error(file + ": this build of mlip reads no HDF5 files (configured without the HDF5 C library: install "
+              "libhdf5-dev and configure again with -DMLIP_HDF5=ON)");
+}
+
+}  // namespace mlip::data
+
+#endif

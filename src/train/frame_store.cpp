@@ -1,0 +1,159 @@
+#include "train/frame_store.h"
+
+#include <iomanip>
+
+#include "error.h"
+
+namespace mlip::train {
+
+FrameStore::FrameStore(models::Model& model, torch::Device device, FrameStoreOptions options)
+    : model_(model), device_(device), options_(options) {
+  for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this] { work(); });
+}
+
+FrameStore::~FrameStore() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+int FrameStore::add_set(const std::vector<data::System>& systems) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sets_.push_back(&systems);
+  return int(sets_.size()) - 1;
+}
+
+std::shared_ptr<const PreparedFrame> FrameStore::make(const Key& key) {
+  const data::System& system = (*sets_[size_t(std::get<0>(key))])[std::get<1>(key)];
+  const data::Frame frame = system.frame(std::get<2>(key));
+  auto out = std::make_shared<PreparedFrame>();
+  out->input = model_.prepare_frame(system, frame);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto to_tensor = [&](const std::vector<double>& v) { return torch::tensor(v, f64).to(device_); };
+  if (!frame.energy.empty()) out->energy = to_tensor(frame.energy);
+  if (!frame.force.empty()) out->force = to_tensor(frame.force).reshape({system.natoms(), 3});
+  if (!frame.virial.empty()) out->virial = to_tensor(frame.virial);
+  out->bytes = out->input->bytes() + models::tensor_bytes(out->energy) + models::tensor_bytes(out->force) +
+               models::tensor_bytes(out->virial);
+  return out;
+}
+
+void FrameStore::insert_into_cache(const Key& key, const std::shared_ptr<const PreparedFrame>& frame) {
+  // Called with mutex_ held.
+  if (cached_.count(key) != 0) return;
+  const int64_t budget = options_.budget_bytes;
+  if (budget >= 0 && frame->bytes > budget) {
+    if (!said_too_small_ && options_.log != nullptr) {
+      *options_.log << "note: training.cache_mb " << std::setprecision(3) << double(budget) / double(1 << 20)
+                    << " is smaller than one made frame (" << double(frame->bytes) / double(1 << 20)
+                    << " MB): frames are made again each time they are used\n";
+    }
+    said_too_small_ = true;
+    return;
+  }
+  lru_.emplace_front(key, frame);
+  cached_[key] = lru_.begin();
+  cached_bytes_ += frame->bytes;
+  while (budget >= 0 && cached_bytes_ > budget && !lru_.empty()) {
+    cached_bytes_ -= lru_.back().second->bytes;
+    cached_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+}
+
+void FrameStore::prefetch(int set, size_t system, const std::vector<int64_t>& frames) {
+  if (workers_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int64_t f : frames) {
+      const Key key{set, system, f};
+      if (cached_.count(key) != 0 || pending_.count(key) != 0) continue;
+      pending_.emplace(key, Pending{});
+      queue_.push_back(key);
+    }
+  }
+  work_ready_.notify_all();
+}
+
+std::shared_ptr<const PreparedFrame> FrameStore::get(int set, size_t system, int64_t frame) {
+  const Key key{set, system, frame};
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto hit = cached_.find(key);
+  if (hit != cached_.end()) {
+    lru_.splice(lru_.begin(), lru_, hit->second);  // now the most recently used
+    return hit->second->second;
+  }
+  auto p = pending_.find(key);
+  if (p != pending_.end()) {
+    if (!p->second.done) {
+      ++waits_;
+      if (!p->second.started) {
+        // Not started: take it off the queue and make it here.
+        for (auto q = queue_.begin(); q != queue_.end(); ++q)
+          if (*q == key) {
+            queue_.erase(q);
+            break;
+          }
+        pending_.erase(p);
+        lock.unlock();
+        auto made = make(key);
+        lock.lock();
+        insert_into_cache(key, made);
+        return made;
+      }
+      frame_done_.wait(lock, [&] { return pending_.at(key).done; });
+      p = pending_.find(key);
+    }
+    Pending done = std::move(p->second);
+    pending_.erase(p);
+    if (done.error) std::rethrow_exception(done.error);
+    insert_into_cache(key, done.frame);
+    return done.frame;
+  }
+  ++waits_;
+  lock.unlock();
+  auto made = make(key);
+  lock.lock();
+  insert_into_cache(key, made);
+  return made;
+}
+
+void FrameStore::work() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    const Key key = queue_.front();
+    queue_.pop_front();
+    pending_.at(key).started = true;
+    lock.unlock();
+    std::shared_ptr<const PreparedFrame> made;
+    std::exception_ptr error;
+    try {
+      made = make(key);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    Pending& p = pending_.at(key);
+    p.frame = std::move(made);
+    p.error = error;
+    p.done = true;
+    frame_done_.notify_all();
+  }
+}
+
+int64_t FrameStore::waits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waits_;
+}
+
+int64_t FrameStore::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_bytes_;
+}
+
+}  // namespace mlip::train

@@ -1,0 +1,103 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "data/system.h"
+#include "models/model.h"
+
+namespace mlip::train {
+
+/// One frame made ready for a training or validation step: the model's input and the labels,
+/// on the model's device (docs/data.md "The cache").
+struct PreparedFrame {
+  std::unique_ptr<models::FrameInput> input;
+  torch::Tensor energy;  ///< [1] float64, eV
+  torch::Tensor force;   ///< [N, 3] float64, eV/Å; undefined when the system has no force labels
+  torch::Tensor virial;  ///< [9] float64, eV; undefined when the system has no virial labels
+  int64_t bytes = 0;     ///< memory held by all of the above
+};
+
+/// What a FrameStore may hold and how it makes frames.
+struct FrameStoreOptions {
+  /// The cache's budget, bytes (training.cache_mb); < 0: no limit (cache_mb: all).
+  int64_t budget_bytes = int64_t(1024) << 20;
+  /// Worker threads that make prefetched frames (training.data_workers); 0: every frame is made
+  /// by the thread that asks for it.
+  int workers = 1;
+  /// Where to say, once, that the budget is smaller than one frame (nullptr: nowhere).
+  std::ostream* log = nullptr;
+};
+
+/// Reads frames of systems (streamed or in memory), makes the model's inputs for them on worker
+/// threads ahead of the steps that use them, and keeps made frames in a cache bounded by a
+/// memory budget, least recently used out first (docs/data.md).
+///
+/// What a frame holds never depends on the workers, the budget or the cache: a made frame is a
+/// pure function of the frame's data and the model's settings.
+class FrameStore {
+ public:
+  FrameStore(models::Model& model, torch::Device device, FrameStoreOptions options);
+  ~FrameStore();
+  FrameStore(const FrameStore&) = delete;
+  FrameStore& operator=(const FrameStore&) = delete;
+
+  /// Registers a set of systems (training, validation); returns its id. The systems must outlive
+  /// the store.
+  int add_set(const std::vector<data::System>& systems);
+  /// Asks the workers to make these frames of system `system` of set `set` (in this order),
+  /// unless they are cached or already asked for. Without workers it does nothing.
+  void prefetch(int set, size_t system, const std::vector<int64_t>& frames);
+  /// The frame: from the cache, from the prefetched frames, or made now by the calling thread
+  /// (then, or when a worker is still making it, the call counts as a wait). Rethrows a
+  /// worker's error for this frame.
+  std::shared_ptr<const PreparedFrame> get(int set, size_t system, int64_t frame);
+
+  /// get() calls that found the frame neither cached nor prefetched and ready.
+  int64_t waits() const;
+  /// Bytes held by the cache now.
+  int64_t cached_bytes() const;
+
+ private:
+  using Key = std::tuple<int, size_t, int64_t>;
+  /// A frame asked for by prefetch(): queued, being made, or made (and not yet taken by get()).
+  struct Pending {
+    bool started = false, done = false;
+    std::shared_ptr<const PreparedFrame> frame;
+    std::exception_ptr error;
+  };
+
+  std::shared_ptr<const PreparedFrame> make(const Key& key);
+  void insert_into_cache(const Key& key, const std::shared_ptr<const PreparedFrame>& frame);
+  void work();
+
+  models::Model& model_;
+  torch::Device device_;
+  FrameStoreOptions options_;
+  std::vector<const std::vector<data::System>*> sets_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_ready_, frame_done_;
+  std::deque<Key> queue_;              // keys waiting for a worker
+  std::map<Key, Pending> pending_;     // asked-for frames not yet taken
+  // The cache: most recently used at the front.
+  std::list<std::pair<Key, std::shared_ptr<const PreparedFrame>>> lru_;
+  std::map<Key, decltype(lru_)::iterator> cached_;
+  int64_t cached_bytes_ = 0, waits_ = 0;
+  bool said_too_small_ = false, stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace mlip::train

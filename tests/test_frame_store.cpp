@@ -1,0 +1,137 @@
+// The frame store (src/train/frame_store.h): what it hands out equals a frame made directly,
+// whatever the workers, the budget or the order; the cache stays within its budget; a wait is
+// counted only when a frame was not ready. Training through it is checked bit for bit in
+// test_train.cpp (streamed and cached runs).
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "data/load.h"
+#include "data/npy.h"
+#include "models/registry.h"
+#include "test_util.h"
+#include "train/config.h"
+#include "train/frame_store.h"
+
+namespace {
+
+using mlip::test::TempDir;
+
+const char* kInput =
+    "model:\n"
+    "  type_map: [O, H]\n"
+    "  descriptor: {type: se_e2_a, sel: [8, 16], rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4, seed: 3}\n"
+    "  fitting_net: {neuron: [8, 8], seed: 3}\n"
+    "training:\n"
+    "  training_data: {systems: [sys]}\n"
+    "  numb_steps: 1\n";
+
+struct Fixture {
+  TempDir dir;
+  std::vector<mlip::data::System> systems;
+  std::unique_ptr<mlip::models::Model> model;
+  Fixture() {
+    mlip::test::write_system(dir / "sys", 3, 6, 12, 7);
+    std::vector<std::string> type_map{"O", "H"};
+    systems = mlip::data::load_systems({dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
+    const auto config = mlip::train::parse_train_config(kInput, "test", dir.path());
+    mlip::models::ModelContext context;
+    context.training_systems = &systems;
+    model = mlip::models::create_model(*config.model, context);
+  }
+};
+
+/// The packed tensors of a made frame, for comparison (se_e2_a's input is opaque: compare
+/// through predict, which reads every tensor of it).
+torch::Tensor prediction_of(mlip::models::Model& model, const mlip::data::System& sys,
+                            const mlip::train::PreparedFrame& frame) {
+  mlip::models::SystemAtoms atoms;
+  atoms.natoms = sys.natoms();
+  atoms.types = sys.types;
+  atoms.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64);
+  const auto p = model.predict(atoms, {frame.input.get()}, false);
+  return torch::cat({p.energy.reshape({-1}), p.forces.to(torch::kFloat64).reshape({-1}),
+                     p.virial.to(torch::kFloat64).reshape({-1}), frame.energy, frame.force.reshape({-1})});
+}
+
+TEST(FrameStore, FramesAreTheSameWhateverTheWorkersAndTheBudget) {
+  Fixture fx;
+  const auto& sys = fx.systems[0];
+  // Reference: every frame made by the calling thread, nothing cached.
+  std::vector<torch::Tensor> expected;
+  {
+    mlip::train::FrameStore store(*fx.model, torch::kCPU, {0, 0, nullptr});
+    const int set = store.add_set(fx.systems);
+    for (int64_t f = 0; f < sys.nframes; ++f) expected.push_back(prediction_of(*fx.model, sys, *store.get(set, 0, f)));
+    EXPECT_EQ(store.waits(), sys.nframes);
+    EXPECT_EQ(store.cached_bytes(), 0);
+  }
+  for (int workers : {1, 3}) {
+    for (int64_t budget : {int64_t(-1), int64_t(50000), int64_t(0)}) {
+      std::ostringstream log;
+      mlip::train::FrameStore store(*fx.model, torch::kCPU, {budget, workers, &log});
+      const int set = store.add_set(fx.systems);
+      // Two passes in a scrambled order, prefetched two frames ahead.
+      std::vector<int64_t> order;
+      for (int pass = 0; pass < 2; ++pass)
+        for (int64_t k = 0; k < sys.nframes; ++k) order.push_back((k * 5 + pass) % sys.nframes);
+      for (size_t k = 0; k < order.size(); ++k) {
+        std::vector<int64_t> ahead;
+        for (size_t a = k; a < std::min(order.size(), k + 3); ++a) ahead.push_back(order[a]);
+        store.prefetch(set, 0, ahead);
+        const auto frame = store.get(set, 0, order[k]);
+        EXPECT_TRUE(torch::equal(prediction_of(*fx.model, sys, *frame), expected[size_t(order[k])]))
+            << "workers " << workers << ", budget " << budget << ", frame " << order[k];
+        if (budget >= 0) EXPECT_LE(store.cached_bytes(), budget);
+      }
+      if (budget < 0) EXPECT_GT(store.cached_bytes(), 0);
+      // The budget smaller than one frame is said once.
+      const std::string said = log.str();
+      const size_t first = said.find("smaller than one made frame");
+      EXPECT_EQ(first != std::string::npos, budget == 0) << said;
+      if (first != std::string::npos) EXPECT_EQ(said.find("smaller than one made frame", first + 1), std::string::npos);
+    }
+  }
+}
+
+TEST(FrameStore, CachedFramesAreNotWaitedForAndTheLeastRecentlyUsedGoFirst) {
+  Fixture fx;
+  mlip::train::FrameStore probe(*fx.model, torch::kCPU, {-1, 0, nullptr});
+  const int probe_set = probe.add_set(fx.systems);
+  const int64_t frame_bytes = probe.get(probe_set, 0, 0)->bytes;
+  ASSERT_GT(frame_bytes, 0);
+  // Room for about three frames.
+  mlip::train::FrameStore store(*fx.model, torch::kCPU, {3 * frame_bytes + frame_bytes / 2, 0, nullptr});
+  const int set = store.add_set(fx.systems);
+  for (int64_t f : {0, 1, 2}) store.get(set, 0, f);
+  EXPECT_EQ(store.waits(), 3);
+  store.get(set, 0, 0);  // a hit; 0 becomes the most recently used
+  EXPECT_EQ(store.waits(), 3);
+  store.get(set, 0, 3);  // evicts 1, the least recently used
+  EXPECT_EQ(store.waits(), 4);
+  store.get(set, 0, 0);
+  store.get(set, 0, 2);
+  EXPECT_EQ(store.waits(), 4);
+  store.get(set, 0, 1);  // was evicted
+  EXPECT_EQ(store.waits(), 5);
+}
+
+TEST(FrameStore, AWorkersErrorReachesTheCaller) {
+  Fixture fx;
+  // Frame 1 gets a NaN coordinate after the headers were read: the error comes when it is made.
+  const std::string coord = fx.dir / "sys/set.000/coord.npy";
+  auto array = mlip::data::read_npy(coord);
+  array.values[size_t(array.shape[1]) + 4] = std::nan("");
+  mlip::data::write_npy(coord, array.shape, array.values);
+  mlip::train::FrameStore store(*fx.model, torch::kCPU, {-1, 1, nullptr});
+  const int set = store.add_set(fx.systems);
+  store.prefetch(set, 0, {0, 1, 2});
+  EXPECT_NE(store.get(set, 0, 0), nullptr);
+  const std::string message = mlip::test::error_of([&] { store.get(set, 0, 1); });
+  EXPECT_TRUE(mlip::test::contains(message, "frame 1, atom 1: coordinate y is NaN")) << message;
+  EXPECT_NE(store.get(set, 0, 2), nullptr);
+}
+
+}  // namespace

@@ -1,0 +1,283 @@
+// DeePMD HDF5 systems (src/data/hdf5_system.h) read like their npy twins, frame for frame and
+// bit for bit; malformed files get messages as clear as npy's; training from an HDF5 twin gives
+// the same lcurve as from the npy folders.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data/deepmd_system.h"
+#include "data/hdf5_system.h"
+#include "data/load.h"
+#include "test_util.h"
+
+#ifdef MLIP_HAVE_HDF5
+#include <hdf5.h>
+#endif
+
+namespace fs = std::filesystem;
+using mlip::data::System;
+using mlip::test::contains;
+using mlip::test::error_of;
+using mlip::test::TempDir;
+
+namespace {
+
+#ifdef MLIP_HAVE_HDF5
+
+/// Writes HDF5 files as dpdata does (groups, datasets named *.npy / *.raw), for the tests.
+class Writer {
+ public:
+  explicit Writer(const std::string& path) : file_(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)) {}
+  ~Writer() { H5Fclose(file_); }
+  void group(const std::string& path) {
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    H5Gclose(H5Gcreate2(file_, path.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT));
+    H5Pclose(lcpl);
+  }
+  /// A float dataset (float32 when single) of shape `dims` holding `values`.
+  void floats(const std::string& path, const std::vector<hsize_t>& dims, const std::vector<double>& values,
+              bool single = false) {
+    hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+    hid_t d = H5Dcreate2(file_, path.c_str(), single ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, space, lcpl(), H5P_DEFAULT,
+                         H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    H5Dclose(d);
+    H5Sclose(space);
+  }
+  void ints(const std::string& path, const std::vector<long long>& values) {
+    const hsize_t n = values.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t d = H5Dcreate2(file_, path.c_str(), H5T_STD_I64LE, space, lcpl(), H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    H5Dclose(d);
+    H5Sclose(space);
+  }
+  /// Fixed-length byte strings (numpy dtype "S"), as dpdata writes type_map.raw.
+  void strings(const std::string& path, const std::vector<std::string>& values) {
+    size_t width = 1;
+    for (auto& v : values) width = std::max(width, v.size());
+    std::string buffer;
+    for (auto& v : values) buffer += v + std::string(width - v.size(), '\0');
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, width);
+    const hsize_t n = values.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t d = H5Dcreate2(file_, path.c_str(), type, space, lcpl(), H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data());
+    H5Dclose(d);
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+  /// A system group from an in-memory system: its frames split over `sets` set.* groups.
+  void system(const std::string& group, const System& s, int sets, bool single = false) {
+    std::vector<long long> types(s.types.begin(), s.types.end());
+    ints(group + "/type.raw", types);
+    strings(group + "/type_map.raw", s.type_map);
+    if (!s.has_box()) ints(group + "/nopbc", {1});
+    const hsize_t n3 = hsize_t(s.natoms()) * 3;
+    int64_t first = 0;
+    for (int k = 0; k < sets; ++k) {
+      const int64_t count = s.nframes / sets + (k < s.nframes % sets ? 1 : 0);
+      char name[32];
+      std::snprintf(name, sizeof name, "/set.%03d", k);
+      const std::string g = group + name;
+      auto rows = [&](const std::vector<double>& v, size_t per) {
+        return std::vector<double>(v.begin() + long(size_t(first) * per), v.begin() + long(size_t(first + count) * per));
+      };
+      floats(g + "/coord.npy", {hsize_t(count), n3}, rows(s.coord, n3), single);
+      if (s.has_box()) floats(g + "/box.npy", {hsize_t(count), 9}, rows(s.box, 9), single);
+      floats(g + "/energy.npy", {hsize_t(count)}, rows(s.energy, 1), single);
+      floats(g + "/force.npy", {hsize_t(count), n3}, rows(s.force, n3), single);
+      if (!s.virial.empty()) floats(g + "/virial.npy", {hsize_t(count), 9}, rows(s.virial, 9), single);
+      first += count;
+    }
+  }
+
+ private:
+  static hid_t lcpl() {
+    static hid_t p = [] {
+      hid_t l = H5Pcreate(H5P_LINK_CREATE);
+      H5Pset_create_intermediate_group(l, 1);
+      return l;
+    }();
+    return p;
+  }
+  hid_t file_;
+};
+
+void expect_same_frames(const System& hdf5, const System& npy, bool single) {
+  ASSERT_EQ(hdf5.nframes, npy.nframes);
+  EXPECT_EQ(hdf5.types, npy.types);
+  EXPECT_EQ(hdf5.type_map, npy.type_map);
+  EXPECT_EQ(hdf5.pbc, npy.pbc);
+  EXPECT_EQ(hdf5.has_box(), npy.has_box());
+  EXPECT_EQ(hdf5.has_virial, !npy.virial.empty());
+  auto rounded = [&](std::vector<double> v) {
+    if (single)
+      for (double& x : v) x = double(float(x));
+    return v;
+  };
+  for (int64_t f = 0; f < npy.nframes; ++f) {
+    const auto a = hdf5.frame(f);
+    const auto b = npy.frame(f);
+    EXPECT_EQ(a.coord, rounded(b.coord)) << "frame " << f;
+    EXPECT_EQ(a.box, rounded(b.box)) << "frame " << f;
+    EXPECT_EQ(a.energy, rounded(b.energy)) << "frame " << f;
+    EXPECT_EQ(a.force, rounded(b.force)) << "frame " << f;
+    EXPECT_EQ(a.virial, rounded(b.virial)) << "frame " << f;
+  }
+}
+
+TEST(Hdf5System, ReadsLikeItsNpyTwin) {
+  TempDir tmp;
+  // A periodic system with virials (the shared DFT water when present) and a cluster (nopbc).
+  std::vector<System> twins;
+  const std::string water = mlip::test::shared_water_dir();
+  if (!water.empty()) {
+    twins.push_back(mlip::data::read_deepmd_system(water + "/data_0", {"O", "H"}));
+  } else {
+    std::cout << "[ note ] ../shared/data/water not found: the periodic twin is a synthetic system\n";
+  }
+  mlip::test::write_system(tmp / "cluster", 3, 6, 7, 4);
+  twins.push_back(mlip::data::read_deepmd_system(tmp / "cluster", {"O", "H"}));
+  for (bool single : {false, true}) {
+    const std::string path = tmp / (single ? "f32.hdf5" : "f64.hdf5");
+    {
+      Writer w(path);
+      for (size_t k = 0; k < twins.size(); ++k) w.system("/sys" + std::to_string(k), twins[k], 3, single);
+    }
+    auto systems = mlip::data::open_hdf5_systems(path, "", {"O", "H"});
+    ASSERT_EQ(systems.size(), twins.size());
+    for (size_t k = 0; k < twins.size(); ++k) {
+      EXPECT_EQ(systems[k].name, path + "#/sys" + std::to_string(k));
+      expect_same_frames(systems[k], twins[k], single);
+    }
+    // Through load_systems: the whole file, one group by `#`, in memory and streamed.
+    std::vector<std::string> type_map{"O", "H"};
+    auto one = mlip::data::load_systems({path + "#/sys0"}, type_map);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_TRUE(one[0].in_memory());
+    expect_same_frames(one[0], twins[0], single);
+    auto all = mlip::data::load_systems({path}, type_map, "", mlip::data::Loading::kStreamed);
+    EXPECT_EQ(all.size(), twins.size());
+  }
+}
+
+TEST(Hdf5System, MalformedFilesAreClearErrors) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "npy", 2, 4, 4, 1);
+  const System s = mlip::data::read_deepmd_system(tmp / "npy", {"O", "H"});
+  const std::vector<std::string> oh{"O", "H"};
+  auto make = [&](const std::string& name, const std::function<void(Writer&)>& edit) {
+    const std::string path = tmp / name;
+    Writer w(path);
+    edit(w);
+    return path;
+  };
+  // A missing dataset.
+  std::string p = make("missing.hdf5", [&](Writer& w) {
+    w.ints("/s/type.raw", {0, 0, 1, 1, 1, 1});
+    w.ints("/s/nopbc", {1});
+    w.floats("/s/set.000/energy.npy", {4}, s.energy);
+  });
+  std::string msg = error_of([&] { mlip::data::open_hdf5_systems(p, "", oh); });
+  EXPECT_TRUE(contains(msg, p + "#/s/set.000/coord.npy: not found")) << msg;
+  // A wrong shape: forces of 5 atoms for 6.
+  p = make("shape.hdf5", [&](Writer& w) {
+    w.system("/s", s, 1);
+    w.floats("/t/set.000/coord.npy", {4, 18}, s.coord);
+    w.ints("/t/type.raw", {0, 0, 1, 1, 1, 1});
+    w.ints("/t/nopbc", {1});
+    w.floats("/t/set.000/force.npy", {4, 15}, std::vector<double>(60, 0.0));
+  });
+  msg = error_of([&] { mlip::data::open_hdf5_systems(p, "", oh); });
+  EXPECT_TRUE(contains(msg, p + "#/t/set.000/force.npy: expected shape [4, 18]")) << msg;
+  EXPECT_TRUE(contains(msg, "got [4, 15]")) << msg;
+  // A wrong dtype: integer coordinates.
+  p = make("dtype.hdf5", [&](Writer& w) {
+    w.ints("/s/type.raw", {0, 0, 1, 1, 1, 1});
+    w.ints("/s/nopbc", {1});
+    w.ints("/s/set.000/coord.npy", std::vector<long long>(72, 1));
+  });
+  msg = error_of([&] { mlip::data::open_hdf5_systems(p, "", oh); });
+  EXPECT_TRUE(contains(msg, p + "#/s/set.000/coord.npy: unsupported dtype int64 (expected float32 or float64)")) << msg;
+  // A truncated file.
+  const std::string whole = make("whole.hdf5", [&](Writer& w) { w.system("/s", s, 1); });
+  {
+    std::ifstream in(whole, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(tmp / "cut.hdf5", std::ios::binary) << bytes.substr(0, bytes.size() * 2 / 3);
+  }
+  msg = error_of([&] { mlip::data::open_hdf5_systems(tmp / "cut.hdf5", "", oh); });
+  EXPECT_TRUE(contains(msg, tmp / "cut.hdf5")) << msg;
+  EXPECT_TRUE(contains(msg, "truncated") || contains(msg, "damaged")) << msg;
+  // Not HDF5 at all, a group that is not there, an element outside the type map.
+  std::ofstream(tmp / "text.hdf5") << "not hdf5\n";
+  msg = error_of([&] { mlip::data::open_hdf5_systems(tmp / "text.hdf5", "", oh); });
+  EXPECT_TRUE(contains(msg, "not an HDF5 file")) << msg;
+  msg = error_of([&] { mlip::data::open_hdf5_systems(whole, "/nothing", oh); });
+  EXPECT_TRUE(contains(msg, whole + "#/nothing: no such group")) << msg;
+  msg = error_of([&] { mlip::data::open_hdf5_systems(whole, "", {"O"}); });
+  EXPECT_TRUE(contains(msg, "element 'H'")) << msg;
+  EXPECT_TRUE(contains(msg, "not in the model's type_map")) << msg;
+}
+
+TEST(Hdf5System, TrainingFromTheTwinGivesTheSameLcurve) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "data/sys_a", 2, 4, 8, 1);
+  mlip::test::write_system(tmp / "data/sys_v", 2, 4, 5, 3);
+  {
+    Writer w(tmp / "data.hdf5");
+    w.system("/train", mlip::data::read_deepmd_system(tmp / "data/sys_a", {"O", "H"}), 2);
+    w.system("/valid", mlip::data::read_deepmd_system(tmp / "data/sys_v", {"O", "H"}), 1);
+  }
+  auto input = [](const std::string& train, const std::string& valid) {
+    return "model:\n"
+           "  type_map: [O, H]\n"
+           "  descriptor: {type: se_e2_a, sel: [8, 16], rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4, seed: 3}\n"
+           "  fitting_net: {neuron: [8, 8], seed: 3}\n"
+           "learning_rate: {type: exp, start_lr: 0.005, stop_lr: 1.0e-4, decay_steps: 5}\n"
+           "loss: {type: ener, start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1}\n"
+           "training:\n"
+           "  training_data: {systems: [" + train + "], batch_size: 2}\n"
+           "  validation_data: {systems: [" + valid + "], batch_size: 2, numb_btch: 2}\n"
+           "  numb_steps: 20\n  seed: 5\n  disp_freq: 5\n";
+  };
+  mlip::test::write_text(tmp / "npy.yaml", input("data/sys_a", "data/sys_v"));
+  mlip::test::write_text(tmp / "hdf5.yaml", input("data.hdf5#/train", "data.hdf5#/valid"));
+  for (const char* name : {"npy", "hdf5"}) {
+    auto r = mlip::test::run_command("cd " + tmp.path() + " && " + MLIP_EXE + " train " + name + ".yaml -o " + name);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  auto read = [&](const std::string& p) {
+    std::ifstream f(tmp / p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  EXPECT_FALSE(read("npy/lcurve.out").empty());
+  EXPECT_EQ(read("hdf5/lcurve.out"), read("npy/lcurve.out"));
+}
+
+#else
+
+TEST(Hdf5System, NotBuilt) {
+  GTEST_SKIP() << "this build has no HDF5 (configure with -DMLIP_HDF5=ON and libhdf5-dev)";
+}
+
+#endif
+
+TEST(Hdf5System, AvailabilityMatchesTheBuild) {
+#ifdef MLIP_HAVE_HDF5
+  EXPECT_TRUE(mlip::data::hdf5_available());
+#else
+  EXPECT_FALSE(mlip::data::hdf5_available());
+  const std::string msg = error_of([] { mlip::data::open_hdf5_systems("x.hdf5", "", {}); });
+  EXPECT_TRUE(contains(msg, "reads no HDF5 files")) << msg;
+#endif
+}
+
+}  // namespace
