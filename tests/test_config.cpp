@@ -294,6 +294,8 @@ TEST(TrainConfig, DefaultsWhenOptionalKeysAreAbsent) {
   EXPECT_EQ(c.save_ckpt, "model.ckpt");
   EXPECT_EQ(c.max_ckpt_keep, 5);
   EXPECT_DOUBLE_EQ(c.ema_decay, 0.99);
+  EXPECT_DOUBLE_EQ(c.cache_mb, 1024);
+  EXPECT_EQ(c.data_workers, -1);  // auto
   EXPECT_EQ(c.input_path, "");
   EXPECT_EQ(c.input_dir, "/work/in");
   EXPECT_EQ(c.input_text, kMinimal);
@@ -574,6 +576,23 @@ TEST(TrainConfig, EmaDecayIsANumberInZeroToOne) {
                                                               : "a number in [0, 1) (0 turns the moving average off), got " +
                                                                     std::string(bad)))
         << bad;
+}
+
+TEST(TrainConfig, CacheBudgetAndDataWorkers) {
+  auto with = [](const std::string& lines) { return edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n" + lines); };
+  EXPECT_DOUBLE_EQ(parse(with("  cache_mb: 0.5\n")).cache_mb, 0.5);
+  EXPECT_DOUBLE_EQ(parse(with("  cache_mb: 0\n")).cache_mb, 0);
+  EXPECT_DOUBLE_EQ(parse(with("  cache_mb: all\n")).cache_mb, -1);
+  EXPECT_EQ(parse(with("  data_workers: 3\n")).data_workers, 3);
+  EXPECT_EQ(parse(with("  data_workers: auto\n")).data_workers, -1);
+  EXPECT_EQ(parse_error(with("  cache_mb: -3\n")),
+            "input.yaml: training.cache_mb: expected a non-negative number of megabytes or \"all\", got -3");
+  EXPECT_EQ(parse_error(with("  cache_mb: lots\n")),
+            "input.yaml: training.cache_mb: expected a non-negative number of megabytes or \"all\", got lots");
+  EXPECT_EQ(parse_error(with("  data_workers: -1\n")),
+            "input.yaml: training.data_workers: expected an integer in [0, 64] or \"auto\", got -1");
+  EXPECT_EQ(parse_error(with("  data_workers: 100\n")),
+            "input.yaml: training.data_workers: expected an integer in [0, 64] or \"auto\", got 100");
 }
 
 TEST(TrainConfigErrors, IntegersMustBeWrittenAsIntegers) {

@@ -84,14 +84,20 @@ TEST(FrameStore, FramesAreTheSameWhateverTheWorkersAndTheBudget) {
         const auto frame = store.get(set, 0, order[k]);
         EXPECT_TRUE(torch::equal(prediction_of(*fx.model, sys, *frame), expected[size_t(order[k])]))
             << "workers " << workers << ", budget " << budget << ", frame " << order[k];
-        if (budget >= 0) EXPECT_LE(store.cached_bytes(), budget);
+        if (budget >= 0) {
+          EXPECT_LE(store.cached_bytes(), budget);
+        }
       }
-      if (budget < 0) EXPECT_GT(store.cached_bytes(), 0);
+      if (budget < 0) {
+        EXPECT_GT(store.cached_bytes(), 0);
+      }
       // The budget smaller than one frame is said once.
       const std::string said = log.str();
       const size_t first = said.find("smaller than one made frame");
       EXPECT_EQ(first != std::string::npos, budget == 0) << said;
-      if (first != std::string::npos) EXPECT_EQ(said.find("smaller than one made frame", first + 1), std::string::npos);
+      if (first != std::string::npos) {
+        EXPECT_EQ(said.find("smaller than one made frame", first + 1), std::string::npos);
+      }
     }
   }
 }

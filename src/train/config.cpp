@@ -277,8 +277,17 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
       expected(t.path_of("cache_mb"), "a non-negative number of megabytes or \"all\"", node);
     }
   }
-  c.data_workers = t.integer("data_workers", c.data_workers, Bound::kNonNegative);
-  if (c.data_workers > 64) expected(t.path_of("data_workers"), "an integer in [0, 64]", t.get("data_workers"));
+  if (t.has_value("data_workers")) {
+    const YAML::Node node = t.get("data_workers");
+    int64_t n = 0;
+    if (node.IsScalar() && node.Scalar() == "auto") {
+      c.data_workers = -1;
+    } else if (node.IsScalar() && is_plain(node) && parse_integer(node.Scalar(), n) && n >= 0 && n <= 64) {
+      c.data_workers = n;
+    } else {
+      expected(t.path_of("data_workers"), "an integer in [0, 64] or \"auto\"", node);
+    }
+  }
   t.flag("disp_training", true);
   t.flag("time_training", true);
   t.only_default("profiling", "false", is_false);

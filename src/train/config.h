@@ -78,8 +78,9 @@ struct TrainConfig {
   /// labels), MB per rank; -1 ("all"): no limit, every frame stays once made (docs/data.md).
   double cache_mb = 1024;
   /// training.data_workers: threads that read frames and make the model's inputs ahead of the
-  /// steps (0: the training thread makes each frame when it needs it).
-  int64_t data_workers = 1;
+  /// steps (0: the training thread makes each frame when it needs it); -1 ("auto"): 1, or 0
+  /// when training on the CPU with a thread on every CPU (docs/data.md "Worker threads").
+  int64_t data_workers = -1;
   // provenance
   std::string input_path;  ///< the file read ("" for parse_train_config without one)
   std::string input_dir;   ///< its folder: relative system paths are taken from here

@@ -1,10 +1,25 @@
 #include "train/frame_store.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ATen/Parallel.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <chrono>
 #include <iomanip>
 
 #include "error.h"
 
 namespace mlip::train {
+
+namespace {
+/// The nice value of the worker threads (the training threads' is the process's, usually 0).
+constexpr int kWorkerNice = 19;
+}  // namespace
 
 FrameStore::FrameStore(models::Model& model, torch::Device device, FrameStoreOptions options)
     : model_(model), device_(device), options_(options) {
@@ -27,6 +42,17 @@ int FrameStore::add_set(const std::vector<data::System>& systems) {
 }
 
 std::shared_ptr<const PreparedFrame> FrameStore::make(const Key& key) {
+  const auto start = std::chrono::steady_clock::now();
+  struct Timer {
+    std::chrono::steady_clock::time_point start;
+    FrameStore* store;
+    ~Timer() {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::lock_guard<std::mutex> lock(store->timing_mutex_);
+      store->make_seconds_ += s;
+      ++store->made_;
+    }
+  } timer{start, this};
   const data::System& system = (*sets_[size_t(std::get<0>(key))])[std::get<1>(key)];
   const data::Frame frame = system.frame(std::get<2>(key));
   auto out = std::make_shared<PreparedFrame>();
@@ -122,6 +148,18 @@ std::shared_ptr<const PreparedFrame> FrameStore::get(int set, size_t system, int
 }
 
 void FrameStore::work() {
+  // Below the training threads: on a machine whose cores all train, a worker that competed with
+  // them at equal priority would stall the step's parallel regions more than its frame costs;
+  // at low priority it runs in the gaps (docs/data.md "Worker threads").
+  setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), kWorkerNice);
+  // A worker's parallel regions run on the worker alone. Otherwise OpenMP (libgomp) gives each
+  // thread that opens a region its own team: with more OpenMP threads than cores it stops
+  // spinning between regions, and the training threads' steps were slower even after the
+  // workers had gone idle (bench/README.md "Data at scale").
+  at::init_num_threads();
+#ifdef _OPENMP
+  omp_set_num_threads(1);
+#endif
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -149,6 +187,11 @@ void FrameStore::work() {
 int64_t FrameStore::waits() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return waits_;
+}
+
+FrameStore::MakeTime FrameStore::make_time() const {
+  std::lock_guard<std::mutex> lock(timing_mutex_);
+  return {made_, make_seconds_};
 }
 
 int64_t FrameStore::cached_bytes() const {

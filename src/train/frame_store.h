@@ -69,6 +69,13 @@ class FrameStore {
   int64_t waits() const;
   /// Bytes held by the cache now.
   int64_t cached_bytes() const;
+  /// Frames made so far (by workers and callers) and the seconds spent making them (reading
+  /// the frame, the model's prepare_frame, the labels to the device).
+  struct MakeTime {
+    int64_t frames = 0;
+    double seconds = 0;
+  };
+  MakeTime make_time() const;
 
  private:
   using Key = std::tuple<int, size_t, int64_t>;
@@ -97,6 +104,9 @@ class FrameStore {
   std::map<Key, decltype(lru_)::iterator> cached_;
   int64_t cached_bytes_ = 0, waits_ = 0;
   bool said_too_small_ = false, stopping_ = false;
+  mutable std::mutex timing_mutex_;
+  int64_t made_ = 0;
+  double make_seconds_ = 0;
   std::vector<std::thread> workers_;
 };
 

@@ -303,10 +303,27 @@ void Trainer::prepare_sets() {
   FrameStoreOptions options;
   options.budget_bytes = config_.cache_mb < 0 ? -1 : int64_t(config_.cache_mb * double(1 << 20));
   options.workers = int(config_.data_workers);
+  std::string why;
+  if (config_.data_workers < 0) {
+    // auto: on the CPU with a training thread on every CPU a worker has no core of its own and
+    // slows the steps more than making the frames in them costs (bench/README.md "Data at scale").
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    const bool all_cores = device_.is_cpu() && at::get_num_threads() >= cpus;
+    options.workers = all_cores ? 0 : 1;
+    why = all_cores ? " (auto: the training threads use every CPU)" : " (auto)";
+  }
   options.log = root() ? &std::cout : nullptr;
   store_ = std::make_unique<FrameStore>(*model_, device_, options);
   train_set_ = store_->add_set(train_raw_);
   valid_set_ = store_->add_set(valid_raw_);
+  if (root()) {
+    std::cout << "frames: read when needed; cache ";
+    if (options.budget_bytes < 0) std::cout << "without a limit";
+    else std::cout << config_.cache_mb << " MB";
+    std::cout << "; " << options.workers << " data worker thread(s)" << why << "\n";
+  }
 }
 
 void Trainer::compute_statistics() {
@@ -796,9 +813,13 @@ int Trainer::train_loop(std::ofstream& lcurve) {
     if (!times) throw Error(options_.step_times + ": cannot write the step times");
   }
   if (tty) std::printf("\n");
-  if (root())
-    std::printf("waited for data in %ld of %ld steps (frames made by the training thread or not yet ready)\n",
-                long(waited_steps), long(step - start_step_));
+  if (root()) {
+    const FrameStore::MakeTime made = store_->make_time();
+    std::printf("waited for data in %ld of %ld steps (frames made by the training thread or not yet ready); "
+                "%ld frames made, %.2f ms each\n",
+                long(waited_steps), long(step - start_step_), long(made.frames),
+                made.frames > 0 ? 1e3 * made.seconds / double(made.frames) : 0.0);
+  }
   if (exit_code == 0 && root()) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("finished %ld steps in %.1f s; checkpoint %s\n", long(step - start_step_), elapsed,
