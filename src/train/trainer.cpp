@@ -142,6 +142,11 @@ class Trainer {
   /// Asks the frame store's workers for the frames of the next training batches, so that
   /// `kPrefetchBatches` batches are asked for ahead of the current one.
   void prefetch_training_batches();
+  /// This rank's frames of a validation batch.
+  std::vector<int64_t> validation_frames(const SystemSampler::Batch& batch) const;
+  /// Asks the workers for the frames the next validation will use (a copy of the validation
+  /// sampler runs in step with it: one validation ahead).
+  void prefetch_validation();
   Prefactors prefactors(int64_t step) const;
   ErrorSums validate(const Prefactors& pref);
   void write_lcurve_line(std::ofstream& lcurve, int64_t step, double lr, const Rmse& trn, const Rmse* val) const;
@@ -161,7 +166,7 @@ class Trainer {
   std::unique_ptr<FrameStore> store_;
   int train_set_ = 0, valid_set_ = 0;
   // A copy of the training sampler that runs ahead of it: its draws are the batches to prefetch.
-  std::unique_ptr<SystemSampler> ahead_;
+  std::unique_ptr<SystemSampler> ahead_, val_ahead_;
   int64_t batches_ahead_ = 0;
   std::string printed_warning_;
   std::vector<torch::Tensor> params_;
@@ -201,25 +206,39 @@ void Trainer::print_summary() const {
   std::cout << "---------------------------------\n";
 }
 
+std::vector<int64_t> Trainer::validation_frames(const SystemSampler::Batch& batch) const {
+  const int w = comm_->size(), r = comm_->rank();
+  const DataConfig& vc = *config_.validation_data;
+  std::vector<int64_t> mine;
+  if (w == 1 || vc.single_rank) {
+    if (r == 0) mine = batch.frames;
+  } else {
+    // exact: frame k goes to rank k mod w (no padding, unequal counts allowed); padded: the
+    // batch is first padded to a multiple of w by repeating its first frames.
+    std::vector<int64_t> frames = batch.frames;
+    if (vc.padded)
+      for (size_t k = 0; frames.size() % size_t(w) != 0; ++k) frames.push_back(batch.frames[k % batch.frames.size()]);
+    for (size_t k = size_t(r); k < frames.size(); k += size_t(w)) mine.push_back(frames[k]);
+  }
+  return mine;
+}
+
+void Trainer::prefetch_validation() {
+  for (int64_t b = 0; b < config_.validation_data->numb_btch; ++b) {
+    const auto vb = val_ahead_->next();
+    store_->prefetch(valid_set_, vb.system, validation_frames(vb));
+  }
+}
+
 ErrorSums Trainer::validate(const Prefactors& pref) {
   // The frames of this evaluation are those one rank would use (the validation sampler is the
   // same on every rank and not sharded); docs/distributed.md "Validation and test metrics".
   ErrorSums val;
-  const int w = comm_->size(), r = comm_->rank();
+  const int w = comm_->size();
   const DataConfig& vc = *config_.validation_data;
   for (int64_t b = 0; b < vc.numb_btch; ++b) {
     const auto vb = val_sampler_->next();
-    std::vector<int64_t> mine;
-    if (w == 1 || vc.single_rank) {
-      if (r == 0) mine = vb.frames;
-    } else {
-      // exact: frame k goes to rank k mod w (no padding, unequal counts allowed); padded: the
-      // batch is first padded to a multiple of w by repeating its first frames.
-      std::vector<int64_t> frames = vb.frames;
-      if (vc.padded)
-        for (size_t k = 0; frames.size() % size_t(w) != 0; ++k) frames.push_back(vb.frames[k % vb.frames.size()]);
-      for (size_t k = size_t(r); k < frames.size(); k += size_t(w)) mine.push_back(frames[k]);
-    }
+    const std::vector<int64_t> mine = validation_frames(vb);
     if (!mine.empty()) evaluate(valid_set_, vb.system, mine, pref, false, val);
   }
   if (w > 1 && !vc.single_rank) {
@@ -725,11 +744,15 @@ int Trainer::train_loop(std::ofstream& lcurve) {
   int64_t waited_steps = 0;
   ahead_ = std::make_unique<SystemSampler>(*sampler_);
   batches_ahead_ = 0;
+  if (has_val) val_ahead_ = std::make_unique<SystemSampler>(*val_sampler_);
   while (step < c.numb_steps) {
     const double lr = c.learning_rate.at(step);
     for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
     const Prefactors pref = prefactors(step);
     prefetch_training_batches();
+    // The validation after this step: its frames are made while the step runs.
+    const int64_t next = step + 1;
+    if (has_val && (next == 1 || next % c.disp_freq == 0 || next == c.numb_steps)) prefetch_validation();
     const auto batch = sampler_->next();
     --batches_ahead_;
     ErrorSums trn;

@@ -28,6 +28,16 @@ grep -q "communication (.*s of it waiting for the last rank to arrive)" ranks.lo
 # Only rank 0 writes: one lcurve, one set of checkpoints, no rank logs.
 [ "$(ls ranks | grep -c 'model.ckpt-.*\.pt')" = 1 ] || fail "expected one checkpoint"
 echo "ok: $W ranks x batch 1 == 1 rank x batch $W"
+# Streaming on every rank (docs/data.md): each rank's frames made by 2 worker threads from its own
+# shard, nothing cached: the same numbers.
+small_input streamed.yaml 1 "  cache_mb: 0
+  data_workers: 2"
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train streamed.yaml -o streamed > streamed.log 2>&1 ||
+  { cat streamed.log; fail "torchrun with cache_mb 0 and 2 data workers exited non-zero"; }
+grep -q "2 data worker thread(s)" streamed.log || { cat streamed.log; fail "expected 2 data workers"; }
+same_lcurve one/lcurve.out streamed/lcurve.out
+same_weights one/model.ckpt-20.pt streamed/model.ckpt-20.pt 1e-10
+echo "ok: streamed ranks (2 workers, no cache) == 1 rank"
 # The same over Gloo's own TCP all-reduce (MLIP_SHM_ALLREDUCE=0; the path of ranks on several hosts).
 MLIP_SHM_ALLREDUCE=0 "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train ranks.yaml -o tcp > tcp.log 2>&1 ||
   { cat tcp.log; fail "torchrun with MLIP_SHM_ALLREDUCE=0 exited non-zero"; }
