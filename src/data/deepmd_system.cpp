@@ -194,6 +194,18 @@ void assign_types(System& sys, const std::vector<int>& raw_types, const std::vec
 
 }
 
+bool label_in_set(const std::string& path, const std::string& label, bool here, bool first, bool& has,
+                  const std::string& first_set, const std::string& container) {
+  if (first) {
+    has = here;
+  } else if (here != has) {
+    throw Error(path + (here ? ": found, but " + first_set + " has no " + label
+                             : ": not found, but " + first_set + " has " + label) +
+                " (a label must be in every set.* " + container + " or in none)");
+  }
+  return here;
+}
+
 System open_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map) {
   if (!fs::is_directory(dir)) {
     throw Error(dir + ": not a folder (expected a DeePMD system folder holding type.raw)");
@@ -255,15 +267,8 @@ System open_deepmd_system(const std::string& dir, const std::vector<std::string>
     auto label = [&](const std::string& file, bool& has, int64_t per_frame, const std::string& what,
                      NpyFile& out) {
       const std::string path = set_dir + "/" + file;
-      const bool here = fs::exists(path);
-      if (first) {
-        has = here;
-      } else if (here != has) {
-        throw Error(path + (here ? ": found, but " + first_set + " has no " + file
-                                 : ": not found, but " + first_set + " has " + file) +
-                    " (a label must be in every set.* folder or in none)");
-      }
-      if (here) out = open_frames(path, nf, per_frame, what);
+      if (label_in_set(path, file, fs::exists(path), first, has, first_set, "folder"))
+        out = open_frames(path, nf, per_frame, what);
     };
     label("energy.npy", has_energy, 1, "", sf.energy);
     label("force.npy", has_force, 3 * natoms, "3*natoms, " + natoms_note, sf.force);

@@ -37,4 +37,10 @@ void assign_types(System& sys, const std::vector<int>& raw_types, const std::vec
 void check_frame_shape(const std::string& path, const std::vector<int64_t>& shape, int64_t& nframes,
                        int64_t per_frame, const std::string& what);
 
+/// Whether an optional label (energy.npy, ...) is in the set at `path`: the first set decides
+/// (`first`; `has` is set from it), every later set must agree, or mlip::Error names `path`, the
+/// label and `first_set` ("a label must be in every set.* <container> or in none").
+bool label_in_set(const std::string& path, const std::string& label, bool here, bool first, bool& has,
+                  const std::string& first_set, const std::string& container);
+
 }  // namespace mlip::data

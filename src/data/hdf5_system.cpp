@@ -355,15 +355,8 @@ System open_system(hid_t h, const std::string& file, const std::string& group, c
     auto label = [&](const std::string& name, bool& has, int64_t per_frame, const std::string& what,
                      std::vector<int64_t>& shape) {
       const std::string path = join_path(sd.group, name);
-      const bool here = link_exists(h, path);
-      if (first) {
-        has = here;
-      } else if (here != has) {
-        throw Error(where(file, path) + (here ? ": found, but " + first_set + " has no " + name
-                                              : ": not found, but " + first_set + " has " + name) +
-                    " (a label must be in every set.* group or in none)");
-      }
-      if (here) shape = array(name, nf, per_frame, what);
+      if (label_in_set(where(file, path), name, link_exists(h, path), first, has, first_set, "group"))
+        shape = array(name, nf, per_frame, what);
     };
     label("energy.npy", has_energy, 1, "", sd.energy);
     label("force.npy", has_force, 3 * natoms, "3*natoms, " + natoms_note, sd.force);

@@ -363,7 +363,6 @@ std::vector<double> read_npy_rows(const NpyFile& file, int64_t first, int64_t co
   // requested rows contiguously; column c (the C-order index within a row) starts at
   // c' * rows, where c' is c's Fortran-order index among the trailing dimensions.
   const size_t nd = file.shape.size();
-  std::vector<int64_t> idx(nd, 0);
   for (int64_t c = 0; c < row; ++c) {
     // C-order index c over shape[1..] -> Fortran-order position among the trailing dimensions.
     int64_t rem = c, fpos = 0, stride = 1;

@@ -61,27 +61,18 @@ void check_cell(const System& s, const std::string& frame, const double* b) {
 void validate_frame(const System& s, int64_t index, const Frame& fr) {
   static const char* kAxis = "xyz";
   const std::string frame = "system " + s.name + ": frame " + std::to_string(index);
-  const int64_t n = s.natoms();
-  for (int64_t a = 0; a < n; ++a) {
-    for (int d = 0; d < 3; ++d) {
-      const double v = fr.coord[size_t(a * 3 + d)];
-      if (!std::isfinite(v)) {
-        throw Error(frame + ", atom " + std::to_string(a) + ": coordinate " + kAxis[d] + " is " + nan_or_inf(v) +
-                    ", expected a finite number");
-      }
-    }
-  }
-  if (!fr.force.empty()) {
-    for (int64_t a = 0; a < n; ++a) {
+  // [natoms, 3] values (coordinates, forces): the first non-finite one, by atom and axis.
+  auto check_atoms = [&](const std::vector<double>& values, const char* what) {
+    for (int64_t a = 0; a < int64_t(values.size()) / 3; ++a)
       for (int d = 0; d < 3; ++d) {
-        const double v = fr.force[size_t(a * 3 + d)];
-        if (!std::isfinite(v)) {
-          throw Error(frame + ", atom " + std::to_string(a) + ": force " + kAxis[d] + " is " + nan_or_inf(v) +
+        const double v = values[size_t(a * 3 + d)];
+        if (!std::isfinite(v))
+          throw Error(frame + ", atom " + std::to_string(a) + ": " + what + " " + kAxis[d] + " is " + nan_or_inf(v) +
                       ", expected a finite number");
-        }
       }
-    }
-  }
+  };
+  check_atoms(fr.coord, "coordinate");
+  check_atoms(fr.force, "force");
   if (!fr.energy.empty() && !std::isfinite(fr.energy[0])) {
     throw Error(frame + ": energy is " + nan_or_inf(fr.energy[0]) + ", expected a finite number");
   }

@@ -105,6 +105,14 @@ class AveragedWeights {
   Ema* ema_;
 };
 
+/// The CPUs this process may run on (its affinity mask, which taskset and Slurm set); 0 when it
+/// cannot be read.
+int cpus_allowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 std::string format_duration(double s) {
   char buf[32];
   if (s < 0 || !std::isfinite(s)) return "?";
@@ -326,10 +334,7 @@ void Trainer::prepare_sets() {
   if (config_.data_workers < 0) {
     // auto: on the CPU with a training thread on every CPU a worker has no core of its own and
     // slows the steps more than making the frames in them costs (bench/README.md "Data at scale").
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    const bool all_cores = device_.is_cpu() && at::get_num_threads() >= cpus;
+    const bool all_cores = device_.is_cpu() && at::get_num_threads() >= std::max(cpus_allowed(), 1);
     options.workers = all_cores ? 0 : 1;
     why = all_cores ? " (auto: the training threads use every CPU)" : " (auto)";
   }
@@ -603,9 +608,7 @@ void Trainer::set_up_threads_and_ranks() {
   if (omp != nullptr && std::atoi(omp) > 0) {
     at::set_num_threads(std::atoi(omp));
   } else {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) at::set_num_threads(CPU_COUNT(&set));
+    if (cpus_allowed() > 0) at::set_num_threads(cpus_allowed());
   }
   if (options_.comm) {
     comm_ = options_.comm;
