@@ -20,6 +20,7 @@
 #include "dist/communicator.h"
 #include "dist/launch_env.h"
 #include "error.h"
+#include "md/lammps_driver.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/device.h"
@@ -39,13 +40,14 @@ struct UsageError {
 const char* kMainUsage =
     "usage: mlip [--help] [--version] <command> [<args>]\n"
     "\n"
-    "Machine-learned interatomic potentials: train, freeze, test.\n"
+    "Machine-learned interatomic potentials: train, freeze, test, run MD in LAMMPS.\n"
     "\n"
     "commands:\n"
     "  train           train a model from an input file (YAML, or DeePMD's input.json)\n"
     "  freeze          turn a checkpoint into one self-contained TorchScript file\n"
     "  test            errors of a model (frozen or checkpoint) on labelled systems\n"
     "  neighbor-stat   minimum neighbour distance and maximum neighbour counts of a data set\n"
+    "  lammps          run LAMMPS with pair_style mlip (every argument as lmp takes it: -in in.lammps ...)\n"
     "\n"
     "Run 'mlip <command> --help' for the options of a command.\n";
 
@@ -390,6 +392,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (cmd == "train") return train_command(rest);
     if (cmd == "freeze") return freeze_command(rest);
     if (cmd == "test") return test_command(rest);
+    if (cmd == "lammps") return md::run_lammps(rest);
     if (!cmd.empty() && cmd[0] == '-') throw UsageError{"unknown option '" + cmd + "'", kMainUsage};
     throw UsageError{"unknown command '" + cmd + "'", kMainUsage};
   } catch (const UsageError& e) {

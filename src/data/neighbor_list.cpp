@@ -361,8 +361,9 @@ NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, co
 template <typename Real>
 NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64_t natoms,
                                                     const double* cell, std::array<bool, 3> pbc,
-                                                    double cutoff) {
+                                                    double cutoff, int64_t centres) {
   const NeighborListOptions& options = options_;
+  if (centres < 0) centres = natoms;
   ensure_kokkos_initialized();
   if (!(cutoff > 0.0) || !std::isfinite(cutoff)) {
     std::ostringstream msg;
@@ -371,10 +372,11 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
   }
   if (natoms < 0 || natoms > std::numeric_limits<int32_t>::max())
     throw Error("neighbour list: number of atoms out of range");
+  if (centres > natoms) throw Error("neighbour list: more centres than atoms");
   using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
 
   NeighborList<Real> out;
-  out.natoms = natoms;
+  out.natoms = centres;
   out.cutoff = cutoff;
 
   const Mat3 h = working_frame(cell, pbc);
@@ -598,7 +600,7 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
     if (k0 == k1) return;
     const BinTable<Real> table = search.table(team);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k0, k1), [&](int64_t k) {
-      offsets(sidx(k)) = search.count(table, k);
+      offsets(sidx(k)) = sidx(k) < centres ? search.count(table, k) : 0;
     });
   });
   int64_t npairs = 0;
@@ -613,6 +615,7 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
 
   // Pass 2: fill.
   out.offsets = offsets;
+  if (centres < natoms) out.offsets = Kokkos::subview(offsets, std::make_pair(int64_t(0), centres + 1));
   out.neighbor = rows(neighbor_, npairs, "neighbor");
   out.shift = rows(shift_, npairs, "shift");
   out.vector = rows(vector_, npairs, "vector");
@@ -644,6 +647,7 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
     const IntBuf ibuf(team.thread_scratch(0), cap);
     const RealBuf rbuf(team.thread_scratch(0), cap);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k0, k1), [&](int64_t k) {
+      if (sidx(k) >= centres) return;
       const int64_t p0 = offsets(sidx(k));
       const int64_t expected = offsets(sidx(k) + 1) - p0;
       int64_t found = search.gather(table, k, ibuf, rbuf, cap - 1);

@@ -23,6 +23,7 @@ struct NeighborList {
   Kokkos::View<Real* [3]> vector;
   /// [npairs] |d_ij| < cutoff, Å.
   Kokkos::View<Real*> distance;
+  /// Number of centres (the atoms with neighbours; all atoms unless built with `centres`).
   int64_t natoms = 0;
   double cutoff = 0.0;
 
@@ -44,9 +45,11 @@ template <typename Real>
 class NeighborListBuilder {
  public:
   explicit NeighborListBuilder(const NeighborListOptions& options = {});
-  /// Same contract as build_neighbor_list below.
+  /// Same contract as build_neighbor_list below. With 0 <= centres < natoms, only atoms
+  /// [0, centres) get neighbours (all natoms atoms can be neighbours) and the list's natoms is
+  /// `centres`: an MD rank's owned atoms among its owned + ghost atoms (docs/lammps.md).
   NeighborList<Real> build(const Real* positions, int64_t natoms, const double* cell,
-                           std::array<bool, 3> pbc, double cutoff);
+                           std::array<bool, 3> pbc, double cutoff, int64_t centres = -1);
 
  private:
   NeighborListOptions options_;

@@ -15,8 +15,18 @@ std::string deploy_pair_vectors_source(const std::string& nested) {
          "    r_all = torch.sqrt((d_all * d_all).sum(1))\n";
 }
 
+std::string deploy_interface_source(const std::string& def_indent) {
+  return def_indent + "def deploy_interface(self) -> int:\n"
+         "    return " + std::to_string(kDeployInterface) + "\n\n";
+}
+
 std::string deploy_outputs_source(const std::string& nested) {
-  return "    grads = torch.autograd.grad([e.sum()], [d_all], allow_unused=True)\n"
+  // `nlocal` (optional, docs/deploy.md "Inside an MD code"): only the first nlocal atoms' energies
+  // count; the others are ghosts whose atoms are owned elsewhere.
+  return "    e_own = e\n"
+         "    if 'nlocal' in data:\n"
+         "    " + nested + "e_own = e[:int(data['nlocal'].item())]\n"
+         "    grads = torch.autograd.grad([e_own.sum()], [d_all], allow_unused=True)\n"
          "    g = grads[0]\n"
          "    if g is None:\n"
          "    " + nested + "g = torch.zeros_like(d_all)\n"
@@ -25,9 +35,10 @@ std::string deploy_outputs_source(const std::string& nested) {
          "    virial = -torch.matmul(d_all.detach().transpose(0, 1), g)\n"
          "    out: Dict[str, Tensor] = {}\n"
          "    out['atomic_energy'] = e.detach().unsqueeze(1)\n"
-         "    out['total_energy'] = e.detach().double().sum().reshape(1, 1)\n"
+         "    out['total_energy'] = e_own.detach().double().sum().reshape(1, 1)\n"
          "    out['forces'] = f.detach()\n"
          "    out['virial'] = virial.detach().reshape(1, 3, 3)\n"
+         "    out['edge_gradient'] = g.detach()\n"
          "    return out\n";
 }
 

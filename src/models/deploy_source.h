@@ -12,8 +12,17 @@ namespace mlip::models {
 /// vectors pos[j] - pos[i] + shift·cell, requiring grad) and r_all [E].
 std::string deploy_pair_vectors_source(const std::string& nested);
 
+/// The version of the forward(data) contract the models' source implements: 2 adds the optional
+/// input `nlocal` and the output `edge_gradient` (docs/deploy.md). A frozen model says it through
+/// its method `deploy_interface()`; an MD code refuses a model without it.
+constexpr int kDeployInterface = 2;
+
+/// The method `deploy_interface(self) -> int`, its `def` indented by `def_indent` (the body by 4).
+std::string deploy_interface_source(const std::string& def_indent);
+
 /// From e [N] (atomic energies, a function of d_all) to the output dictionary: forces from
-/// the pair gradients, virial = -sum d ⊗ dE/dd, total energy summed in float64.
+/// the pair gradients, virial = -sum d ⊗ dE/dd, total energy summed in float64. With the
+/// input `nlocal`, only atoms [0, nlocal) count (energy, forces, virial, edge_gradient).
 std::string deploy_outputs_source(const std::string& nested);
 
 }  // namespace mlip::models

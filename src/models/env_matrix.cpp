@@ -60,9 +60,10 @@ EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vect
   data::ensure_kokkos_initialized();
   params.validate();
   const int64_t natoms = nl.natoms;
-  if (int64_t(types.size()) != natoms) {
+  const int64_t ntyped = int64_t(types.size());  // centres and the atoms that are only neighbours
+  if (ntyped < natoms) {
     std::ostringstream msg;
-    msg << "environment matrix: expected " << natoms << " atom types, got " << types.size();
+    msg << "environment matrix: expected at least " << natoms << " atom types, got " << types.size();
     throw Error(msg.str());
   }
   if (nl.cutoff < params.rcut * (1 - 1e-12)) {
@@ -76,7 +77,7 @@ EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vect
     msg << "descriptor.sel: at most " << kMaxTypes << " types are supported, got " << ntypes;
     throw Error(msg.str());
   }
-  for (int64_t i = 0; i < natoms; ++i)
+  for (int64_t i = 0; i < ntyped; ++i)
     if (types[size_t(i)] < 0 || types[size_t(i)] >= ntypes) {
       std::ostringstream msg;
       msg << "environment matrix: atom " << i << " has type " << types[size_t(i)] << ", expected 0.."
@@ -110,8 +111,8 @@ EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vect
   auto shift = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.shift);
   auto nlvec = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.vector);
   auto nldist = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.distance);
-  Kokkos::View<int32_t*, Kokkos::HostSpace> type_v("types", natoms);
-  for (int64_t i = 0; i < natoms; ++i) type_v(i) = types[size_t(i)];
+  Kokkos::View<int32_t*, Kokkos::HostSpace> type_v("types", ntyped);
+  for (int64_t i = 0; i < ntyped; ++i) type_v(i) = types[size_t(i)];
   Kokkos::View<int64_t*, Kokkos::HostSpace> block_start("block_start", ntypes + 1);
   for (int t = 0; t < ntypes; ++t) block_start(t + 1) = block_start(t) + params.sel[size_t(t)];
   Kokkos::View<int64_t[2], Kokkos::HostSpace> counters("counters");

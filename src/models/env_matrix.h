@@ -41,7 +41,8 @@ struct EnvMatrix {
 /// Fills the environment matrix from a full neighbour list (with a cutoff >= params.rcut; pairs
 /// beyond rcut are ignored). Within each type block the nearest neighbours come first (ties
 /// broken by neighbour index and shift, so the result does not depend on the list's order) and
-/// at most sel[t] are kept. types: [N] type id of each atom, 0 <= id < sel.size().
+/// at most sel[t] are kept. types: the type id of each atom, 0 <= id < sel.size(), for the
+/// nl.natoms centres and every atom that is only a neighbour (a list built with `centres`).
 /// Runs as Kokkos kernels writing straight into the tensors' memory.
 template <typename Real>
 EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vector<int>& types,

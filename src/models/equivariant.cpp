@@ -197,6 +197,7 @@ std::string equivariant_source(const EquivariantConfig& c) {
   o << "def set_scale_shift(self, scale: Tensor, shift: Tensor):\n"
        "    self.scale = scale.to(self.scale.dtype)\n"
        "    self.shift = shift.to(self.shift.dtype)\n\n";
+  o << deploy_interface_source("");
   o << "def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
     << deploy_pair_vectors_source("    ")
     << "    keep = torch.nonzero(r_all < " << literal(c.r_max) << ").squeeze(1)\n"

@@ -18,6 +18,7 @@ struct EquivariantSettings : ModelSettings {
   std::optional<uint64_t> seed;
 
   double cutoff() const override { return config.r_max; }
+  int64_t message_layers() const override { return config.num_layers; }
 };
 
 /// The registry entry of the equivariant model (models/registry.h).

@@ -29,6 +29,9 @@ struct ModelSettings {
 
   /// The interaction range, Å: pairs farther apart never interact (the frozen model's r_max).
   virtual double cutoff() const = 0;
+  /// Interaction layers (message passing): an atom's energy depends on atoms up to this many
+  /// cutoffs away (1 for a local model such as se_e2_a; docs/lammps.md "Several ranks").
+  virtual int64_t message_layers() const { return 1; }
   torch::Dtype dtype() const { return precision == "float32" ? torch::kFloat32 : torch::kFloat64; }
 };
 

@@ -158,6 +158,7 @@ std::string se_e2_a_source(const SeAConfig& c) {
 
   // Deploy path: everything from positions and the edge list.
   const double rc = c.rcut, rs = c.rcut_smth;
+  o << deploy_interface_source("  ");
   o << "  def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
     << deploy_pair_vectors_source("  ")
     << "    keep = torch.nonzero(r_all < " << literal(rc) << ").squeeze(1)\n"

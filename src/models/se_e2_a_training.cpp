@@ -339,6 +339,8 @@ struct SeATrainingPath::Impl {
   template <typename R>
   Output forward(const PackedEnv& batch, const std::vector<int>& types);
   template <typename R>
+  Evaluation evaluate(const PackedEnv& frame, const std::vector<int>& types, int64_t natoms_total, bool atom_virial);
+  template <typename R>
   void backward(const Tensor& ge, const Tensor& gf, const Tensor& gv);
 };
 
@@ -541,6 +543,204 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
   out.energy = out.atomic.to(at::kDouble).sum(1);
   out.forces = forces.reshape({nb, n, 3});
   out.virial = torch::tensor(virial, torch::kFloat64).reshape({nb, 3, 3}).to(opts.dtype());
+  return out;
+}
+
+/// Inference (docs/lammps.md "se_e2_a in MD"): the stages of forward() run block by block of
+/// ~kEvaluationPairs pairs, each block from its pairs' rows to their dE/dd_ij while its
+/// activations are still in the cache; nothing is kept for backward(). Blocks run in parallel
+/// and write disjoint ranges; forces on the neighbours and the virials are summed afterwards in
+/// pair order, so the result does not depend on the number of threads.
+template <typename R>
+SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
+                                                            int64_t natoms_total, bool atom_virial) {
+  constexpr int64_t kEvaluationPairs = 512;
+  batch = nullptr;  // nothing to differentiate afterwards
+  nb = 1, n = pe.natoms, bn = n;
+  if (pe.nframes != 1 || int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng || natoms_total < n)
+    throw Error("se_e2_a evaluation: the frame does not match the model (" + std::to_string(types.size()) +
+                " types for " + std::to_string(n) + " centres of " + std::to_string(natoms_total) + " atoms, " +
+                std::to_string(pe.groups.size()) + " nets for " + std::to_string(ng) + ")");
+  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
+  davg = attr("davg").contiguous();
+  dstd = attr("dstd").contiguous();
+  const R* da = davg.data_ptr<R>();
+  const R* ds = dstd.data_ptr<R>();
+  atype.assign(types.begin(), types.end());
+  e0.resize(size_t(nt));
+  for (int64_t t = 0; t < nt; ++t) e0[size_t(t)] = -double(da[t * 4]) / double(ds[t * 4]);
+  const auto nets = emb_nets<R>();
+  const R inv_nc = R(1) / R(nc);
+  const Tensor bias = attr("bias").to(at::kDouble).contiguous();
+  std::vector<typename FittingAdjoint<R>::Params> fit_p;
+  for (int64_t ti = 0; ti < nt; ++ti) fit_p.push_back(fit_params<R>(ti));
+
+  // The nets' outputs for the empty-slot input of each centre type.
+  std::vector<std::vector<R>> empty_g(static_cast<size_t>(ng));
+  std::vector<std::vector<int64_t>> empty_row(static_cast<size_t>(ng), std::vector<int64_t>(size_t(nt), -1));
+  for (int64_t g = 0; g < ng; ++g) {
+    if (!active(g)) continue;
+    std::vector<R> s_in;
+    for (int64_t ti = 0; ti < nt; ++ti)
+      if (c.type_one_side || ti == g / nt) {
+        empty_row[size_t(g)][size_t(ti)] = int64_t(s_in.size());
+        s_in.push_back(R(e0[size_t(ti)]));
+      }
+    Block<R> blk;
+    block_forward(nets[size_t(g)], s_in.data(), 1, int64_t(s_in.size()), blk);
+    empty_g[size_t(g)].assign(blk.x.back().begin(), blk.x.back().begin() + int64_t(s_in.size()) * m);
+  }
+
+  std::vector<int64_t> blocks(1, 0);
+  int64_t acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t g = 0; g < ng; ++g) acc += pe.groups[size_t(g)].offsets[size_t(i + 1)] - pe.groups[size_t(g)].offsets[size_t(i)];
+    if (acc >= kEvaluationPairs || i + 1 == n) {
+      blocks.push_back(i + 1);
+      acc = 0;
+    }
+  }
+  std::vector<double> atomic(static_cast<size_t>(n)), own_force(static_cast<size_t>(n) * 3);
+  std::vector<std::vector<R>> pair_grad(static_cast<size_t>(ng));
+  for (int64_t g = 0; g < ng; ++g) pair_grad[size_t(g)].resize(pe.groups[size_t(g)].neighbor.size() * 3);
+
+  at::parallel_for(0, int64_t(blocks.size()) - 1, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<FittingAdjoint<R>> fit;
+    for (int64_t t = 0; t < nt; ++t) fit.emplace_back(fit_layers);
+    Block<R> blk;
+    std::vector<std::vector<R>> rh(static_cast<size_t>(ng)), gv(static_cast<size_t>(ng)), gtan(static_cast<size_t>(ng));
+    std::vector<R> t_blk, d_blk, dd_blk, gt_blk, e_blk, q_buf, gr_buf;
+    std::vector<std::vector<int64_t>> rows(static_cast<size_t>(nt));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i0 = blocks[size_t(b)], i1 = blocks[size_t(b + 1)], bs = i1 - i0;
+      // Embedding nets (value and d/ds) and T_i, empty slots in closed form.
+      t_blk.assign(size_t(bs * 4 * m), R(0));
+      for (int64_t g = 0; g < ng; ++g) {
+        if (!active(g)) continue;
+        const auto& off = pe.groups[size_t(g)].offsets;
+        const int64_t p0 = off[size_t(i0)], q = off[size_t(i1)] - p0;
+        if (q == 0) continue;
+        auto& rg = rh[size_t(g)];
+        grow(rg, q * 4), grow(gv[size_t(g)], q * m), grow(gtan[size_t(g)], q * m);
+        const R* r = pe.groups[size_t(g)].r.data_ptr<R>();
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t ti = atype[size_t(i)];
+          for (int64_t p = off[size_t(i)]; p < off[size_t(i + 1)]; ++p)
+            for (int a = 0; a < 4; ++a) rg[size_t((p - p0) * 4 + a)] = (r[p * 4 + a] - da[ti * 4 + a]) / ds[ti * 4 + a];
+        }
+        block_forward(nets[size_t(g)], rg.data(), 4, q, blk, gv[size_t(g)].data(), gtan[size_t(g)].data());
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t a = off[size_t(i)] - p0, qi = off[size_t(i + 1)] - off[size_t(i)];
+          if (qi > 0)
+            gemm<R>(true, false, 4, m, qi, R(1), rg.data() + a * 4, 4, gv[size_t(g)].data() + a * m, m, R(1),
+                    t_blk.data() + (i - i0) * 4 * m, m);
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t ti = atype[size_t(i)];
+        R* row = t_blk.data() + (i - i0) * 4 * m;
+        for (int64_t t = 0; t < nt; ++t) {
+          if (c.sel[size_t(t)] == 0) continue;
+          const int64_t g = group_of(c, ti, t);
+          const auto& off = pe.groups[size_t(g)].offsets;
+          const int64_t empty = c.sel[size_t(t)] - (off[size_t(i + 1)] - off[size_t(i)]);
+          if (empty > 0) {
+            const R* ge = empty_g[size_t(g)].data() + empty_row[size_t(g)][size_t(ti)] * m;
+            const R f = R(double(empty) * e0[size_t(ti)]);
+            for (int64_t k = 0; k < m; ++k) row[k] += f * ge[k];
+          }
+        }
+        for (int64_t k = 0; k < 4 * m; ++k) row[k] *= inv_nc;
+      }
+      // D_i = T_i^T T<_i, the fitting nets, and dE/dT_i (the symmetric product's adjoint).
+      grow(d_blk, bs * m * ms), grow(dd_blk, bs * m * ms), grow(e_blk, bs);
+      gt_blk.assign(size_t(bs * 4 * m), R(0));
+      for (int64_t k = 0; k < bs; ++k)
+        gemm<R>(true, false, m, ms, 4, R(1), t_blk.data() + k * 4 * m, m, t_blk.data() + k * 4 * m, m, R(0),
+                d_blk.data() + k * m * ms, ms);
+      for (auto& r : rows) r.clear();
+      for (int64_t i = i0; i < i1; ++i) rows[size_t(atype[size_t(i)])].push_back(i - i0);
+      for (int64_t ti = 0; ti < nt; ++ti) {
+        if (rows[size_t(ti)].empty()) continue;
+        fit[size_t(ti)].forward(fit_p[size_t(ti)], d_blk.data(), rows[size_t(ti)].data(), int64_t(rows[size_t(ti)].size()),
+                                e_blk.data(), dd_blk.data());
+        for (int64_t k : rows[size_t(ti)]) atomic[size_t(i0 + k)] = double(e_blk[size_t(k)]) + bias.data_ptr<double>()[ti];
+      }
+      for (int64_t k = 0; k < bs; ++k) {
+        const R* tk = t_blk.data() + k * 4 * m;
+        const R* xk = dd_blk.data() + k * m * ms;
+        R* ok = gt_blk.data() + k * 4 * m;
+        gemm<R>(false, true, 4, m, ms, R(1), tk, m, xk, ms, R(0), ok, m);
+        gemm<R>(false, false, 4, ms, m, R(1), tk, m, xk, ms, R(1), ok, m);
+      }
+      // dE/dd_ij of every pair of the block (as in forward()).
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t ti = atype[size_t(i)];
+        const R* gti = gt_blk.data() + (i - i0) * 4 * m;
+        double fi[3] = {0, 0, 0};
+        for (int64_t t = 0; t < nt; ++t) {
+          if (c.sel[size_t(t)] == 0) continue;
+          const int64_t g = group_of(c, ti, t);
+          const auto& grp = pe.groups[size_t(g)];
+          const int64_t pa = grp.offsets[size_t(i)], qi = grp.offsets[size_t(i + 1)] - pa;
+          if (qi == 0) continue;
+          const int64_t local = pa - grp.offsets[size_t(i0)];
+          grow(q_buf, qi * m), grow(gr_buf, qi * 4);
+          const R* gvp = gv[size_t(g)].data() + local * m;
+          const R* gtp = gtan[size_t(g)].data() + local * m;
+          const R* rhp = rh[size_t(g)].data() + local * 4;
+          gemm<R>(false, true, qi, 4, m, R(1), gvp, m, gti, m, R(0), gr_buf.data(), 4);
+          gemm<R>(false, false, qi, m, 4, R(1), rhp, 4, gti, m, R(0), q_buf.data(), m);
+          const R* dr = grp.dr.data_ptr<R>() + pa * 12;
+          R* gd = pair_grad[size_t(g)].data() + pa * 3;
+          for (int64_t p = 0; p < qi; ++p) {
+            R gs = 0;
+            for (int64_t k = 0; k < m; ++k) gs += q_buf[size_t(p * m + k)] * gtp[p * m + k];
+            R* gr = gr_buf.data() + p * 4;
+            gr[0] += gs;
+            R d[3] = {0, 0, 0};
+            for (int a = 0; a < 4; ++a) {
+              const R ga = gr[a] * inv_nc / ds[ti * 4 + a];
+              for (int y = 0; y < 3; ++y) d[y] += ga * dr[p * 12 + a * 3 + y];
+            }
+            for (int y = 0; y < 3; ++y) {
+              gd[p * 3 + y] = d[y];
+              fi[y] += double(d[y]);
+            }
+          }
+        }
+        for (int y = 0; y < 3; ++y) own_force[size_t(i * 3 + y)] = fi[y];
+      }
+    }
+  });
+
+  // Forces on the neighbours, and the virials, in pair order.
+  Evaluation out;
+  out.atomic = std::move(atomic);
+  out.energy = 0;
+  for (double e : out.atomic) out.energy += e;
+  out.forces.assign(size_t(natoms_total) * 3, 0.0);
+  for (int64_t k = 0; k < n * 3; ++k) out.forces[size_t(k)] = own_force[size_t(k)];
+  if (atom_virial) out.atom_virial.assign(size_t(natoms_total) * 9, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t g = 0; g < ng; ++g) {
+      const auto& grp = pe.groups[size_t(g)];
+      const R* vec = grp.vec.data_ptr<R>();
+      const R* gd = pair_grad[size_t(g)].data();
+      for (int64_t p = grp.offsets[size_t(i)]; p < grp.offsets[size_t(i + 1)]; ++p) {
+        const int64_t j = grp.neighbor[size_t(p)];
+        for (int y = 0; y < 3; ++y) out.forces[size_t(j * 3 + y)] -= double(gd[p * 3 + y]);
+        for (int x = 0; x < 3; ++x)
+          for (int y = 0; y < 3; ++y) {
+            const double w = -double(vec[p * 3 + x]) * double(gd[p * 3 + y]);
+            out.virial[size_t(x * 3 + y)] += w;
+            if (atom_virial) {
+              out.atom_virial[size_t(i * 9 + x * 3 + y)] += 0.5 * w;
+              out.atom_virial[size_t(j * 9 + x * 3 + y)] += 0.5 * w;
+            }
+          }
+      }
+    }
   return out;
 }
 
@@ -751,6 +951,13 @@ SeATrainingPath::Output SeATrainingPath::forward(const PackedEnv& batch, const s
   at::NoGradGuard no_grad;
   if (impl_->c.dtype() == torch::kFloat32) return impl_->forward<float>(batch, types);
   return impl_->forward<double>(batch, types);
+}
+
+SeATrainingPath::Evaluation SeATrainingPath::evaluate(const PackedEnv& frame, const std::vector<int>& types,
+                                                      int64_t natoms_total, bool atom_virial) {
+  at::NoGradGuard no_grad;
+  if (impl_->c.dtype() == torch::kFloat32) return impl_->evaluate<float>(frame, types, natoms_total, atom_virial);
+  return impl_->evaluate<double>(frame, types, natoms_total, atom_virial);
 }
 
 void SeATrainingPath::backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) {

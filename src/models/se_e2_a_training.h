@@ -2,6 +2,7 @@
 
 #include <torch/script.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -89,6 +90,21 @@ class SeATrainingPath {
   /// d loss / d energy [B] (float64), d loss / d forces [B, N, 3] and d loss / d virial
   /// [B, 3, 3] (any floating dtype; an undefined tensor counts as zero).
   void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial);
+
+  /// What evaluate() gives: float64 sums of the model-dtype arithmetic.
+  struct Evaluation {
+    double energy = 0;                    ///< eV, the centres' atomic energies summed
+    std::vector<double> atomic;           ///< [centres] eV
+    std::vector<double> forces;           ///< [natoms_total * 3] eV/Å, -dE/dr of every atom
+    std::array<double, 9> virial{};       ///< eV, -sum over pairs of d_ij ⊗ dE/dd_ij (row-major)
+    std::vector<double> atom_virial;      ///< [natoms_total * 9] eV, each pair's half to i and to j (if asked)
+  };
+  /// Inference without a backward pass (an MD step): one frame whose centres are the frame's
+  /// natoms atoms, with neighbours among `natoms_total` atoms (the centres first, then atoms that
+  /// are only neighbours: an MD rank's ghosts). types: [centres]. Works through the centres in
+  /// cache-sized blocks, so its cost grows linearly with the atoms; the same numbers as forward().
+  Evaluation evaluate(const PackedEnv& frame, const std::vector<int>& types, int64_t natoms_total,
+                      bool atom_virial = false);
 
   struct Impl;
 

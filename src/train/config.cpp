@@ -348,6 +348,18 @@ TrainConfig parse_train_config(const std::string& text, const std::string& sourc
   return c;
 }
 
+std::shared_ptr<const models::ModelSettings> parse_model_settings(const std::string& text, const std::string& source) {
+  try {
+    const YAML::Node root = YAML::Load(text);
+    if (!root.IsMap() || !root["model"]) throw Error("no model section");
+    return read_model(root["model"]);
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  } catch (const YAML::Exception& e) {
+    throw Error(source + ": " + e.msg);
+  }
+}
+
 TrainConfig load_train_config(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {

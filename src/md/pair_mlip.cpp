@@ -1,0 +1,146 @@
+#include "md/pair_mlip.h"
+
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+
+// LAMMPS
+#include "atom.h"
+#include "comm.h"
+#include "force.h"
+#include <lammps/error.h>  // by its folder: "error.h" is mlip's own (src/error.h)
+#include "memory.h"
+#include "update.h"
+#include "utils.h"
+
+namespace mlip::md {
+
+using namespace LAMMPS_NS;
+
+PairMlip::PairMlip(LAMMPS* lmp) : Pair(lmp) {
+  restartinfo = 0;
+  single_enable = 0;
+  one_coeff = 1;
+  manybody_flag = 1;
+  no_virial_fdotr_compute = 1;  // the model gives the virial of its pairs
+}
+
+PairMlip::~PairMlip() {
+  if (allocated) {
+    memory->destroy(setflag);
+    memory->destroy(cutsq);
+  }
+}
+
+Pair* PairMlip::create(LAMMPS* lmp) { return new PairMlip(lmp); }
+
+void PairMlip::fail(const std::string& message) {
+  error->all(FLERR, "pair_style mlip: " + message);
+  throw std::logic_error("unreachable");  // Error::all does not return; this tells the compiler
+}
+
+void PairMlip::allocate() {
+  allocated = 1;
+  const int n = atom->ntypes;
+  memory->create(setflag, n + 1, n + 1, "pair:setflag");
+  memory->create(cutsq, n + 1, n + 1, "pair:cutsq");
+  for (int i = 1; i <= n; ++i)
+    for (int j = i; j <= n; ++j) setflag[i][j] = 0;
+}
+
+void PairMlip::settings(int narg, char** arg) {
+  if (narg != 1 && narg != 3)
+    fail("expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K]', got " + std::to_string(narg) +
+         " argument(s)");
+  std::string device = "cpu";
+  if (narg == 3) {
+    if (std::strcmp(arg[1], "device") != 0)
+      fail("expected the keyword 'device' after the model file, got '" + std::string(arg[1]) + "'");
+    device = arg[2];
+  }
+  if (std::strcmp(update->unit_style, "metal") != 0)
+    fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
+  model_path_ = arg[0];
+  try {
+    potential_ = std::make_unique<Potential>(model_path_, device);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  if (comm->me == 0) utils::logmesg(lmp, "pair_style mlip: " + model_path_ + ": " + potential_->describe() + "\n");
+}
+
+void PairMlip::coeff(int narg, char** arg) {
+  if (!allocated) allocate();
+  const int ntypes = atom->ntypes;
+  const auto& names = potential_->type_names();
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : " ") + n;
+  if (narg != 2 + ntypes || std::strcmp(arg[0], "*") != 0 || std::strcmp(arg[1], "*") != 0)
+    fail("expected 'pair_coeff * * <name>' with one of the model's type names (" + known + ") for each of the " +
+         std::to_string(ntypes) + " atom type(s)");
+  model_type_of_.assign(size_t(ntypes + 1), -1);
+  for (int k = 1; k <= ntypes; ++k) {
+    const std::string name = arg[1 + k];
+    for (size_t t = 0; t < names.size(); ++t)
+      if (names[t] == name) model_type_of_[size_t(k)] = int(t);
+    if (model_type_of_[size_t(k)] < 0)
+      fail("pair_coeff: atom type " + std::to_string(k) + " is '" + name + "', which is not in the model (" + known +
+           ")");
+  }
+  for (int i = 1; i <= ntypes; ++i)
+    for (int j = i; j <= ntypes; ++j) setflag[i][j] = 1;
+}
+
+void PairMlip::init_style() {
+  if (!potential_) fail("no model (pair_style mlip <frozen_model.pt>)");
+  if (force->newton_pair == 0)
+    fail("expected 'newton on': the forces on ghost atoms must go back to their owners");
+  if (std::strcmp(update->unit_style, "metal") != 0)
+    fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
+  if (std::strcmp(atom->atom_style, "atomic") != 0)
+    fail("expected 'atom_style atomic', got 'atom_style " + std::string(atom->atom_style) + "'");
+  // No LAMMPS neighbour list: Potential builds the pairs of owned and ghost atoms itself
+  // (docs/lammps.md "Neighbour list"). The ghost cutoff comes from init_one().
+  if (comm->me == 0 && potential_->message_layers() > 1)
+    utils::logmesg(lmp, "pair_style mlip: " + std::to_string(potential_->message_layers()) +
+                            " message-passing layers: ghost atoms within " +
+                            std::to_string(potential_->ghost_cutoff()) + " Å (layers x r_max) + the neighbour skin\n");
+}
+
+double PairMlip::init_one(int i, int j) {
+  if (setflag[i][j] == 0) fail("pair_coeff * * <names> has not been given");
+  return potential_->ghost_cutoff();
+}
+
+void PairMlip::compute(int eflag, int vflag) {
+  ev_init(eflag, vflag);
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  types_.resize(size_t(nall));
+  for (int i = 0; i < nall; ++i) types_[size_t(i)] = model_type_of_[size_t(atom->type[i])];
+  LocalAtoms atoms;
+  atoms.positions = nall > 0 ? &atom->x[0][0] : nullptr;
+  atoms.types = types_.data();
+  atoms.natoms = nall;
+  atoms.nlocal = nlocal;
+  try {
+    potential_->compute(atoms, eflag_atom != 0, vflag_atom != 0, results_);
+  } catch (const std::exception& e) {
+    error->one(FLERR, std::string("pair_style mlip: ") + e.what());
+  }
+  double** f = atom->f;
+  for (int i = 0; i < nall; ++i)
+    for (int k = 0; k < 3; ++k) f[i][k] += results_.forces[size_t(i * 3 + k)];
+  if (eflag_global) eng_vdwl += results_.energy;
+  if (eflag_atom)
+    for (int i = 0; i < nlocal; ++i) eatom[i] += results_.atomic_energy[size_t(i)];
+  // LAMMPS' order: xx, yy, zz, xy, xz, yz.
+  static constexpr int kVoigt[6] = {0, 4, 8, 1, 2, 5};
+  if (vflag_global)
+    for (int k = 0; k < 6; ++k) virial[k] += results_.virial[size_t(kVoigt[k])];
+  if (vflag_atom)
+    for (int i = 0; i < nall; ++i)
+      for (int k = 0; k < 6; ++k) vatom[i][k] += results_.atom_virial[size_t(i * 9 + kVoigt[k])];
+}
+
+}  // namespace mlip::md

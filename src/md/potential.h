@@ -1,0 +1,80 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mlip::md {
+
+/// One MD rank's atoms as an MD code holds them (docs/lammps.md): the owned atoms first, then
+/// the ghost atoms (periodic images and other ranks' atoms near the rank's region), every
+/// position already imaged, so pair vectors are plain differences (no cell, no shifts).
+struct LocalAtoms {
+  const double* positions = nullptr;  ///< [natoms, 3] Å, row-major
+  const int* types = nullptr;         ///< [natoms] model type ids, 0 <= id < type_names().size()
+  int64_t natoms = 0;                 ///< owned + ghost atoms
+  int64_t nlocal = 0;                 ///< owned atoms: [0, nlocal)
+};
+
+/// What compute() gives, in float64 whatever the model's dtype.
+struct Results {
+  double energy = 0;                  ///< eV, the owned atoms' energies summed
+  std::vector<double> atomic_energy;  ///< [nlocal] eV (when asked)
+  std::vector<double> forces;         ///< [natoms * 3] eV/Å, -dE/dr; a ghost's force belongs to its owner
+  std::array<double, 9> virial{};     ///< eV, row-major, -sum over pairs of d_ij ⊗ dE/dd_ij
+  std::vector<double> atom_virial;    ///< [natoms * 9] eV, each pair's half to each atom (when asked)
+};
+
+/// Where compute()'s time went, seconds summed over calls.
+struct Timings {
+  double neighbor_list = 0;  ///< the pairs within the cutoff (and the environment matrix for se_e2_a)
+  double model = 0;          ///< the model: energies, forces, virial
+  int64_t calls = 0;
+};
+
+/// How compute() evaluates a model.
+enum class Evaluation {
+  kAuto,         ///< the fastest exact path: se_e2_a's hand-written inference on the CPU, else kTorchScript
+  kTorchScript,  ///< the frozen module's forward(data) with autograd (docs/deploy.md), any model, any device
+};
+
+/// A model frozen by `mlip freeze`, evaluated on an MD rank's atoms. Loading checks that the file
+/// is a frozen mlip model of a recent enough interface and that the device can run it; every
+/// problem is an mlip::Error naming the file.
+class Potential {
+ public:
+  /// path: the frozen model (.pt); device: "cpu", "cuda" or "cuda:K".
+  Potential(const std::string& path, const std::string& device, Evaluation evaluation = Evaluation::kAuto);
+  ~Potential();
+  Potential(const Potential&) = delete;
+  Potential& operator=(const Potential&) = delete;
+
+  /// The model's type names: type id k is type_names()[k].
+  const std::vector<std::string>& type_names() const;
+  /// "se_e2_a" or "equivariant".
+  const std::string& model_type() const;
+  /// "float64" or "float32".
+  const std::string& dtype() const;
+  /// The pair cutoff r_max, Å.
+  double cutoff() const;
+  /// Message-passing layers L (1 for se_e2_a).
+  int64_t message_layers() const;
+  /// How far ghost atoms must reach beyond the owned atoms for exact owned energies: L · r_max, Å.
+  double ghost_cutoff() const { return double(message_layers()) * cutoff(); }
+  /// One line: model, dtype, device and evaluation path.
+  std::string describe() const;
+
+  /// Energy, forces and virial of `atoms` (docs/lammps.md "Per step"): pairs (i, j) within the
+  /// cutoff with centre i owned (or, for L > 1, within L - 1 hops of an owned atom); only owned
+  /// atoms' energies count. atomic_energy / atom_virial: also fill those.
+  void compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
+  const Timings& timings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlip::md
