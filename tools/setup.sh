@@ -31,7 +31,8 @@ say() { echo "[mlip setup] $*"; }
 # Debian packages (README.md "Two commands"): compilers and build tools, LibTorch with c10d, Kokkos,
 # yaml-cpp, GoogleTest, OpenMPI, the real torchrun (python3-torch), a one-node Slurm, and
 # OpenBLAS (Debian's LibTorch calls the system BLAS; the reference BLAS is ~15x slower), and the
-# HDF5 C library for DeePMD's .hdf5 systems (docs/data.md "HDF5 systems").
+# HDF5 C library for DeePMD's .hdf5 systems (docs/data.md "HDF5 systems"), and the LAMMPS library
+# with its headers for pair_style mlip and `mlip lammps` (docs/lammps.md).
 PACKAGES=(
   build-essential cmake ccache pkg-config
   libtorch-dev libgloo-dev libyaml-cpp-dev
@@ -41,6 +42,7 @@ PACKAGES=(
   slurm-wlm munge
   libopenblas0-openmp
   libhdf5-dev
+  liblammps-dev
 )
 
 if [ "$INSTALL" = 1 ]; then

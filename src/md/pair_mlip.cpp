@@ -1,5 +1,6 @@
 #include "md/pair_mlip.h"
 
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -26,6 +27,16 @@ PairMlip::PairMlip(LAMMPS* lmp) : Pair(lmp) {
 }
 
 PairMlip::~PairMlip() {
+  // Where the time went on rank 0 (docs/lammps.md "Speed"); LAMMPS' own breakdown has the rest.
+  if (potential_ && potential_->timings().calls > 0 && comm->me == 0) {
+    const Timings& t = potential_->timings();
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "pair_style mlip on rank 0: %lld calls, neighbour list %.3f s, model %.3f s, %.1f atoms "
+                  "evaluated per call\n",
+                  static_cast<long long>(t.calls), t.neighbor_list, t.model, double(t.model_atoms) / double(t.calls));
+    utils::logmesg(lmp, std::string(line));
+  }
   if (allocated) {
     memory->destroy(setflag);
     memory->destroy(cutsq);
@@ -93,6 +104,7 @@ void PairMlip::coeff(int narg, char** arg) {
 
 void PairMlip::init_style() {
   if (!potential_) fail("no model (pair_style mlip <frozen_model.pt>)");
+  potential_->reset_timings();  // each run's own (printed when LAMMPS ends)
   if (force->newton_pair == 0)
     fail("expected 'newton on': the forces on ghost atoms must go back to their owners");
   if (std::strcmp(update->unit_style, "metal") != 0)
@@ -123,6 +135,11 @@ void PairMlip::compute(int eflag, int vflag) {
   atoms.types = types_.data();
   atoms.natoms = nall;
   atoms.nlocal = nlocal;
+  if (atom->tag_enable) {  // ghosts imaging a present atom are folded onto it (docs/lammps.md)
+    ids_.resize(size_t(nall));
+    for (int i = 0; i < nall; ++i) ids_[size_t(i)] = int64_t(atom->tag[i]);
+    atoms.ids = ids_.data();
+  }
   try {
     potential_->compute(atoms, eflag_atom != 0, vflag_atom != 0, results_);
   } catch (const std::exception& e) {

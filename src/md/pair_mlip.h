@@ -36,7 +36,8 @@ class PairMlip : public LAMMPS_NS::Pair {
   std::string model_path_;
   /// [LAMMPS ntypes + 1]: the model type id of LAMMPS type k (index 0 unused).
   std::vector<int> model_type_of_;
-  std::vector<int> types_;  // per step: the model type of each owned and ghost atom
+  std::vector<int> types_;     // per step: the model type of each owned and ghost atom
+  std::vector<int64_t> ids_;   // per step: their atom ids (LAMMPS tags)
   Results results_;
 };
 

@@ -5,7 +5,9 @@
 #include <ATen/Context.h>
 
 #include <chrono>
+#include <filesystem>
 #include <sstream>
+#include <unordered_map>
 
 #include "data/neighbor_list.h"
 #include "error.h"
@@ -49,29 +51,86 @@ torch::Device parse_device(const std::string& path, const std::string& device) {
   throw Error(path + ": device: expected cpu, cuda or cuda:K, got \"" + device + "\"");
 }
 
-/// For a message-passing model: which atoms are centres. An owned atom's energy needs the
-/// features of every atom within L - 1 hops of it (through pairs within the cutoff), and each of
-/// those needs its own pairs: hop[i] <= L - 1 marks a centre (docs/lammps.md "Several ranks").
+/// The graph the frozen forward gets from an MD rank's atoms (docs/lammps.md "The graph of a
+/// rank"): one node per distinct atom, the owned atoms first (nodes [0, nlocal)). A ghost that
+/// images an atom already present (same id: a periodic image of an owned atom, or a second image
+/// of another rank's atom) is not a node of its own: its pairs point at that atom's node with the
+/// ghost's displacement as shift. Centres are the nodes within layers - 1 hops of an owned atom.
+struct RankGraph {
+  std::vector<int64_t> row_of_node;  ///< [nodes] the atom row standing for each node
+  std::vector<int64_t> centre;       ///< [pairs] node of the centre i
+  std::vector<int64_t> neighbour;    ///< [pairs] node of the neighbour j
+  std::vector<double> shift;         ///< [pairs * 3] Å: x[row of j in the pair] - x[row_of_node[j]]
+};
+
+/// The rows in the order the neighbour list needs them: those that may be centres first (owned
+/// atoms, then, for layers > 1, ghosts whose id no owned atom has), then the other ghosts.
+struct RowOrder {
+  std::vector<int64_t> rows;  ///< [natoms] original row of each position in the order
+  int64_t centres = 0;        ///< rows[0, centres) may be centres
+};
+
+RowOrder order_rows(const LocalAtoms& atoms, const std::vector<int64_t>& ids, int64_t layers,
+                    const std::unordered_map<int64_t, int64_t>& owned_node) {
+  RowOrder o;
+  o.rows.reserve(size_t(atoms.natoms));
+  for (int64_t i = 0; i < atoms.nlocal; ++i) o.rows.push_back(i);
+  std::vector<int64_t> images;
+  for (int64_t i = atoms.nlocal; i < atoms.natoms; ++i)
+    (layers > 1 && owned_node.count(ids[size_t(i)]) == 0 ? o.rows : images).push_back(i);
+  o.centres = int64_t(o.rows.size());
+  o.rows.insert(o.rows.end(), images.begin(), images.end());
+  return o;
+}
+
 template <typename Real>
-std::vector<char> centres_within_hops(const data::NeighborList<Real>& nl, int64_t nlocal, int64_t layers) {
-  const int64_t n = nl.natoms;
-  std::vector<int64_t> hop(size_t(n), -1);
+RankGraph rank_graph(const LocalAtoms& atoms, const std::vector<int64_t>& ids, int64_t layers, double r_max,
+                     data::NeighborListBuilder<Real>& builder) {
+  std::unordered_map<int64_t, int64_t> node_of_id;
+  RankGraph g;
+  for (int64_t i = 0; i < atoms.nlocal; ++i) {
+    if (!node_of_id.emplace(ids[size_t(i)], i).second)
+      throw Error("MD atoms: atom id " + std::to_string(ids[size_t(i)]) + " is owned twice");
+    g.row_of_node.push_back(i);
+  }
+  const RowOrder order = order_rows(atoms, ids, layers, node_of_id);
+  const int64_t n = atoms.natoms;
+  std::vector<Real> pos(size_t(n) * 3);
+  std::vector<int64_t> slot_of_row(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t row = order.rows[size_t(k)];
+    slot_of_row[size_t(row)] = k;
+    for (int d = 0; d < 3; ++d) pos[size_t(k * 3 + d)] = Real(atoms.positions[row * 3 + d]);
+  }
+  const auto nl = builder.build(pos.data(), n, nullptr, {false, false, false}, r_max, order.centres);
   auto offsets = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.offsets);
-  auto neighbor = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
-  std::vector<int64_t> frontier;
-  for (int64_t i = 0; i < nlocal; ++i) hop[size_t(i)] = 0, frontier.push_back(i);
-  for (int64_t k = 1; k < layers; ++k) {
+  auto nbr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
+
+  // Breadth first from the owned atoms: the nodes of hop k - 1 are the centres of round k.
+  std::vector<int64_t> frontier(g.row_of_node);
+  const double* x = atoms.positions;
+  for (int64_t k = 1; k <= layers && !frontier.empty(); ++k) {
     std::vector<int64_t> next;
-    for (int64_t i : frontier)
-      for (int64_t p = offsets(i); p < offsets(i + 1); ++p) {
-        const int64_t j = neighbor(p);
-        if (hop[size_t(j)] < 0) hop[size_t(j)] = k, next.push_back(j);
+    for (int64_t c : frontier) {
+      const int64_t slot = slot_of_row[size_t(c)];
+      if (slot >= order.centres) throw Error("MD atoms: internal error: a centre without neighbours");
+      const int64_t node_c = node_of_id.at(ids[size_t(c)]);
+      for (int64_t p = offsets(slot); p < offsets(slot + 1); ++p) {
+        const int64_t j = order.rows[size_t(nbr(p))];
+        auto [it, added] = node_of_id.emplace(ids[size_t(j)], int64_t(g.row_of_node.size()));
+        if (added) {
+          g.row_of_node.push_back(j);
+          if (k < layers) next.push_back(j);
+        }
+        const int64_t rep = g.row_of_node[size_t(it->second)];
+        g.centre.push_back(node_c);
+        g.neighbour.push_back(it->second);
+        for (int d = 0; d < 3; ++d) g.shift.push_back(x[j * 3 + d] - x[rep * 3 + d]);
       }
+    }
     frontier.swap(next);
   }
-  std::vector<char> centre(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) centre[size_t(i)] = hop[size_t(i)] >= 0;
-  return centre;
+  return g;
 }
 
 }  // namespace
@@ -110,6 +169,8 @@ struct Potential::Impl {
 void Potential::Impl::load(const std::string& file, const std::string& device_name, Evaluation wanted) {
   path = file;
   device = parse_device(path, device_name);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error(path + ": no such file (expected a model frozen by mlip freeze)");
   train::ExtraFiles extra;
   module = train::load_model(path, extra);  // names the file when it is not an mlip model
   if (extra.count("step") != 0 || extra.count("optimizer") != 0)
@@ -159,6 +220,7 @@ void Potential::Impl::compute_se_e2_a(const LocalAtoms& atoms, bool atomic_energ
   const auto t1 = Clock::now();
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
   models::SeATrainingPath::Evaluation e = se_path->evaluate(packed, types, atoms.natoms, atom_virial);
+  timings.model_atoms += atoms.nlocal;
   out.energy = e.energy;
   out.forces = std::move(e.forces);
   out.virial = e.virial;
@@ -172,30 +234,28 @@ void Potential::Impl::compute_torchscript(const LocalAtoms& atoms, bool atomic_e
                                           Results& out) {
   const auto t0 = Clock::now();
   const int64_t n = atoms.natoms;
-  std::vector<Real> pos(atoms.positions, atoms.positions + n * 3);
-  // Pairs: centres are the owned atoms (L = 1) or every atom within L - 1 hops of one.
-  std::vector<int64_t> centre, neighbour;
-  {
-    const auto nl = builder<Real>().build(pos.data(), n, nullptr, {false, false, false}, r_max,
-                                          layers == 1 ? atoms.nlocal : n);
-    auto offsets = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.offsets);
-    auto nbr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
-    const std::vector<char> is_centre =
-        layers == 1 ? std::vector<char>(size_t(nl.natoms), 1) : centres_within_hops(nl, atoms.nlocal, layers);
-    for (int64_t i = 0; i < nl.natoms; ++i) {
-      if (!is_centre[size_t(i)]) continue;
-      for (int64_t p = offsets(i); p < offsets(i + 1); ++p) centre.push_back(i), neighbour.push_back(nbr(p));
-    }
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = atoms.ids != nullptr ? atoms.ids[i] : i;
+  const RankGraph g = rank_graph<Real>(atoms, ids, layers, r_max, builder<Real>());
+  const int64_t nodes = int64_t(g.row_of_node.size()), npairs = int64_t(g.centre.size());
+  timings.model_atoms += nodes;
+  std::vector<double> node_pos(size_t(nodes) * 3);
+  std::vector<int64_t> node_type(static_cast<size_t>(nodes));
+  for (int64_t v = 0; v < nodes; ++v) {
+    const int64_t row = g.row_of_node[size_t(v)];
+    node_type[size_t(v)] = atoms.types[row];
+    for (int d = 0; d < 3; ++d) node_pos[size_t(v * 3 + d)] = atoms.positions[row * 3 + d];
   }
-  const int64_t npairs = int64_t(centre.size());
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const auto real = torch::TensorOptions().dtype(dtype).device(device);
   c10::Dict<std::string, torch::Tensor> input;
-  input.insert("pos", torch::from_blob(const_cast<double*>(atoms.positions), {n, 3}, torch::kFloat64).to(device, dtype));
-  std::vector<int64_t> types(atoms.types, atoms.types + n);
-  input.insert("atom_types", torch::tensor(types, i64).to(device));
-  input.insert("edge_index", torch::stack({torch::tensor(centre, i64), torch::tensor(neighbour, i64)}).to(device));
-  input.insert("cell", torch::zeros({3, 3}, torch::TensorOptions().dtype(dtype).device(device)));
-  input.insert("edge_cell_shift", torch::zeros({npairs, 3}, torch::TensorOptions().dtype(dtype).device(device)));
+  input.insert("pos", torch::from_blob(node_pos.data(), {nodes, 3}, torch::kFloat64).to(device, dtype));
+  input.insert("atom_types", torch::tensor(node_type, i64).to(device));
+  input.insert("edge_index", torch::stack({torch::tensor(g.centre, i64), torch::tensor(g.neighbour, i64)}).to(device));
+  // The shifts are displacements in Å: the cell is the identity (docs/lammps.md "The graph of a rank").
+  input.insert("cell", torch::eye(3, real));
+  input.insert("edge_cell_shift",
+               torch::from_blob(const_cast<double*>(g.shift.data()), {npairs, 3}, torch::kFloat64).to(device, dtype));
   input.insert("nlocal", torch::tensor(atoms.nlocal, i64));
   const auto t1 = Clock::now();
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
@@ -204,10 +264,13 @@ void Potential::Impl::compute_torchscript(const LocalAtoms& atoms, bool atomic_e
   auto get = [&](const char* key) -> torch::Tensor {
     return result.at(key).toTensor().to(torch::kCPU, torch::kFloat64).contiguous();
   };
-  const torch::Tensor energy = get("total_energy");
-  out.energy = energy.data_ptr<double>()[0];
+  out.energy = get("total_energy").template data_ptr<double>()[0];
+  // Each node's force goes to the row standing for it; MD returns a ghost's force to its owner.
   const torch::Tensor forces = get("forces");
-  out.forces.assign(forces.data_ptr<double>(), forces.data_ptr<double>() + n * 3);
+  const double* fp = forces.data_ptr<double>();
+  out.forces.assign(size_t(n) * 3, 0.0);
+  for (int64_t v = 0; v < nodes; ++v)
+    for (int d = 0; d < 3; ++d) out.forces[size_t(g.row_of_node[size_t(v)] * 3 + d)] += fp[v * 3 + d];
   const torch::Tensor virial = get("virial");
   std::copy(virial.data_ptr<double>(), virial.data_ptr<double>() + 9, out.virial.begin());
   if (atomic_energy) {
@@ -215,18 +278,21 @@ void Potential::Impl::compute_torchscript(const LocalAtoms& atoms, bool atomic_e
     out.atomic_energy.assign(e.data_ptr<double>(), e.data_ptr<double>() + atoms.nlocal);
   }
   if (atom_virial) {
-    const torch::Tensor g = get("edge_gradient");
-    const double* gp = g.data_ptr<double>();
+    // Each pair's virial -d ⊗ dE/dd, half to each of its two atoms.
+    const torch::Tensor grad = get("edge_gradient");
+    const double* gp = grad.data_ptr<double>();
     const double* x = atoms.positions;
     out.atom_virial.assign(size_t(n) * 9, 0.0);
     for (int64_t p = 0; p < npairs; ++p) {
-      const int64_t i = centre[size_t(p)], j = neighbour[size_t(p)];
-      for (int a = 0; a < 3; ++a)
+      const int64_t i = g.row_of_node[size_t(g.centre[size_t(p)])], j = g.row_of_node[size_t(g.neighbour[size_t(p)])];
+      for (int a = 0; a < 3; ++a) {
+        const double d = x[j * 3 + a] - x[i * 3 + a] + g.shift[size_t(p * 3 + a)];
         for (int b = 0; b < 3; ++b) {
-          const double w = -0.5 * (x[j * 3 + a] - x[i * 3 + a]) * gp[p * 3 + b];
+          const double w = -0.5 * d * gp[p * 3 + b];
           out.atom_virial[size_t(i * 9 + a * 3 + b)] += w;
           out.atom_virial[size_t(j * 9 + a * 3 + b)] += w;
         }
+      }
     }
   }
   timings.model += seconds_since(t1);
@@ -245,6 +311,7 @@ const std::string& Potential::dtype() const { return impl_->dtype_name; }
 double Potential::cutoff() const { return impl_->r_max; }
 int64_t Potential::message_layers() const { return impl_->layers; }
 const Timings& Potential::timings() const { return impl_->timings; }
+void Potential::reset_timings() { impl_->timings = Timings(); }
 
 std::string Potential::describe() const {
   std::ostringstream o;

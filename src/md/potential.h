@@ -16,6 +16,10 @@ struct LocalAtoms {
   const int* types = nullptr;         ///< [natoms] model type ids, 0 <= id < type_names().size()
   int64_t natoms = 0;                 ///< owned + ghost atoms
   int64_t nlocal = 0;                 ///< owned atoms: [0, nlocal)
+  /// [natoms] global atom ids (LAMMPS' tags), or null. With ids, ghosts that image an atom already
+  /// present are folded onto it (docs/lammps.md "The graph of a rank"): a message-passing model
+  /// then evaluates each distinct atom once; without, every ghost is an atom of its own.
+  const int64_t* ids = nullptr;
 };
 
 /// What compute() gives, in float64 whatever the model's dtype.
@@ -32,6 +36,7 @@ struct Timings {
   double neighbor_list = 0;  ///< the pairs within the cutoff (and the environment matrix for se_e2_a)
   double model = 0;          ///< the model: energies, forces, virial
   int64_t calls = 0;
+  int64_t model_atoms = 0;   ///< atoms given to the model (owned + the ghosts it needs), summed over calls
 };
 
 /// How compute() evaluates a model.
@@ -71,6 +76,7 @@ class Potential {
   /// atoms' energies count. atomic_energy / atom_virial: also fill those.
   void compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
   const Timings& timings() const;
+  void reset_timings();
 
  private:
   struct Impl;

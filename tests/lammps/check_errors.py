@@ -1,0 +1,77 @@
+"""Every input pair_style mlip refuses (docs/lammps.md "Errors"), through the real LAMMPS: exit
+code 1 (not a crash) and a message that says what was expected and what was found.
+
+usage: check_errors.py <mlip> <frozen.pt> <checkpoint.pt> <water npy system> <work dir>
+"""
+import os
+import sys
+
+from lammps_util import run_mlip_lammps, water_frame, write_data
+
+mlip, model, checkpoint, water, work = sys.argv[1:6]
+model = os.path.abspath(model)
+checkpoint = os.path.abspath(checkpoint)
+os.makedirs(work, exist_ok=True)
+atoms = water_frame(water)
+write_data(atoms, os.path.join(work, "conf.data"), ["O", "H"])
+with open(os.path.join(work, "not_a_model.pt"), "w") as f:
+    f.write("this is not a TorchScript archive\n")
+
+
+def script(units="metal", style="atomic", newton="on", pair=f"mlip {model}", coeff="* * O H"):
+    # The water data file, or for another atom style a small lattice of the same two types.
+    atoms_in = ("read_data conf.data" if style == "atomic" else
+                "lattice sc 3.0\nregion box block 0 3 0 3 0 3\ncreate_box 2 box\ncreate_atoms 1 box\nmass * 1.0")
+    return f"""units {units}
+atom_style {style}
+newton {newton}
+boundary p p p
+{atoms_in}
+pair_style {pair}
+pair_coeff {coeff}
+run 0
+"""
+
+
+cases = [
+    ("units real", script(units="real"), "expected 'units metal', got 'units real'"),
+    ("newton off", script(newton="off"), "expected 'newton on'"),
+    ("atom_style charge", script(style="charge"), "expected 'atom_style atomic', got 'atom_style charge'"),
+    ("element not in the model", script(coeff="* * O C"), "atom type 2 is 'C', which is not in the model (O H)"),
+    ("too few names", script(coeff="* * O"), "expected 'pair_coeff * * <name>'"),
+    ("not * *", script(coeff="1 1 O H"), "Incorrect args for pair coefficients"),  # LAMMPS' own check
+    ("missing file", script(pair="mlip nowhere.pt"), "nowhere.pt: no such file"),
+    ("not a model", script(pair=f"mlip {os.path.join(work, 'not_a_model.pt')}"), "not a TorchScript model"),
+    ("a checkpoint", script(pair=f"mlip {checkpoint}"), "a training checkpoint; MD needs a frozen model"),
+    ("bad device", script(pair=f"mlip {model} device gpu"), "expected cpu, cuda or cuda:K, got \"gpu\""),
+    ("bad keyword", script(pair=f"mlip {model} dev cpu"), "expected the keyword 'device'"),
+    ("no model", script(pair="mlip"), "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K]'"),
+]
+try:
+    import torch
+    if not torch.cuda.is_available():
+        cases.append(("cuda without CUDA", script(pair=f"mlip {model} device cuda"), "no CUDA support"))
+except ImportError:
+    pass
+
+failed = []
+for ranks in (1, 2):
+    for name, text, expected in cases:
+        if ranks == 2 and name not in ("units real", "element not in the model", "not a model"):
+            continue
+        folder = os.path.join(work, f"{name.replace(' ', '_')}-np{ranks}")
+        os.makedirs(folder, exist_ok=True)
+        os.symlink(os.path.join(work, "conf.data"), os.path.join(folder, "conf.data")) if not os.path.exists(
+            os.path.join(folder, "conf.data")) else None
+        proc = run_mlip_lammps(mlip, folder, text, ranks=ranks, check=False)
+        screen = open(os.path.join(folder, "screen.txt")).read() if os.path.exists(os.path.join(folder, "screen.txt")) else ""
+        output = proc.stdout + proc.stderr + screen
+        line = next((l for l in output.splitlines() if "ERROR" in l), "(no ERROR line)")
+        ok = proc.returncode == 1 and expected in output
+        print(f"{'ok  ' if ok else 'FAIL'} -np {ranks} {name:26s} exit {proc.returncode}: {line.strip()}")
+        if not ok:
+            failed.append(f"{name} (-np {ranks}): exit {proc.returncode}, expected 1 and the message '{expected}';"
+                          f" output:\n{output[-2000:]}")
+if failed:
+    print("FAILED:\n" + "\n".join(failed))
+    sys.exit(1)

@@ -1,0 +1,241 @@
+// md::Potential (docs/lammps.md) against the frozen model's forward on the whole periodic frame:
+// an MD rank's atoms are emulated by owned atoms plus periodic images as ghosts, and the owned
+// atoms split in two "ranks" must add up to the whole (energy, forces folded onto their owners,
+// virial). Both evaluation paths, both models, float32 and float64.
+#include <gtest/gtest.h>
+
+#include <ATen/Context.h>
+
+#include <cmath>
+
+#include "error.h"
+#include "md/potential.h"
+#include "model_test_util.h"
+#include "models/equivariant.h"
+#include "models/equivariant_model.h"
+#include "models/se_e2_a.h"
+#include "models/se_e2_a_model.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "test_util.h"
+
+namespace mlip {
+namespace {
+
+using test::Frame;
+
+template <typename T>
+struct PotentialTest : ::testing::Test {
+  static constexpr bool kFloat32 = std::is_same_v<T, float>;
+  static std::string precision() { return kFloat32 ? "float32" : "float64"; }
+  static double tolerance() { return kFloat32 ? 2e-4 : 1e-10; }
+};
+using Reals = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(PotentialTest, Reals);
+
+/// Writes a frozen model of `model_yaml` (the `model:` section) with random statistics, as
+/// `mlip freeze` would, and returns its r_max.
+double write_frozen(const std::string& path, const std::string& model_yaml) {
+  const std::string config = "model:\n" + model_yaml;
+  auto settings = train::parse_model_settings(config, "test input");
+  torch::jit::Module module;
+  const auto dtype = settings->dtype();
+  if (settings->type == "se_e2_a") {
+    models::SeAConfig c = dynamic_cast<const models::SeASettings&>(*settings).config;
+    c.sel = dynamic_cast<const models::SeASettings&>(*settings).sel.values;
+    module = models::build_se_e2_a(c);
+    module.setattr("davg", torch::tensor({0.1, 0.0, 0.0, 0.0, 0.12, 0.0, 0.0, 0.0}, torch::kFloat64).reshape({2, 4}).to(dtype));
+    module.setattr("dstd", torch::tensor({0.4, 0.3, 0.3, 0.3, 0.5, 0.35, 0.35, 0.35}, torch::kFloat64).reshape({2, 4}).to(dtype));
+    module.setattr("bias", torch::tensor({-3.0, -1.5}, torch::kFloat64).to(dtype));
+  } else {
+    models::EquivariantConfig c = dynamic_cast<const models::EquivariantSettings&>(*settings).config;
+    module = models::build_equivariant(c);
+  }
+  for (const auto& p : module.parameters()) p.requires_grad_(false);
+  train::ExtraFiles extra = {{"r_max", std::to_string(settings->cutoff())},
+                             {"type_names", "O H"},
+                             {"num_types", "2"},
+                             {"model_dtype", settings->precision},
+                             {"model_type", settings->type},
+                             {"mlip_version", "test"},
+                             {"config", config},
+                             {"units", "eV Angstrom"}};
+  train::save_module_atomically(module, extra, path);
+  return settings->cutoff();
+}
+
+std::string se_yaml(const std::string& precision) {
+  return "  type_map: [O, H]\n"
+         "  descriptor: {type: se_e2_a, sel: [12, 24], rcut: 3.5, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4,"
+         " precision: " + precision + ", seed: 3}\n"
+         "  fitting_net: {neuron: [8, 8], precision: " + precision + ", seed: 4}\n";
+}
+
+std::string equivariant_yaml(const std::string& precision) {
+  return "  type: equivariant\n  type_map: [O, H]\n  r_max: 3.0\n  num_features: 4\n  l_max: 1\n"
+         "  num_layers: 2\n  avg_num_neighbors: 8\n  precision: " + precision + "\n  seed: 5\n";
+}
+
+/// An MD rank's view: the atoms `owned` (indices into f) first, then every other atom and every
+/// periodic image (shift in [-1, 1]^3) as ghosts. `owner[k]` is the atom of f that row k images.
+struct RankAtoms {
+  std::vector<double> pos;
+  std::vector<int> types;
+  std::vector<int64_t> owner;
+  int64_t nlocal = 0;
+};
+
+RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned) {
+  RankAtoms r;
+  auto add = [&](int64_t i, int a, int b, int c) {
+    for (int d = 0; d < 3; ++d)
+      r.pos.push_back(f.pos[size_t(i * 3 + d)] + a * f.cell[size_t(d)] + b * f.cell[size_t(3 + d)] + c * f.cell[size_t(6 + d)]);
+    r.types.push_back(f.types[size_t(i)]);
+    r.owner.push_back(i);
+  };
+  std::vector<char> is_owned(size_t(f.natoms()), 0);
+  for (int64_t i : owned) add(i, 0, 0, 0), is_owned[size_t(i)] = 1;
+  r.nlocal = int64_t(owned.size());
+  for (int64_t i = 0; i < f.natoms(); ++i)
+    if (!is_owned[size_t(i)]) add(i, 0, 0, 0);
+  for (int a = -1; a <= 1; ++a)
+    for (int b = -1; b <= 1; ++b)
+      for (int c = -1; c <= 1; ++c)
+        if (a || b || c)
+          for (int64_t i = 0; i < f.natoms(); ++i) add(i, a, b, c);
+  return r;
+}
+
+/// Potential on two "ranks" owning the two halves of the frame, summed, against the frozen
+/// forward on the periodic frame.
+/// ids: pass the atoms' ids (ghosts that image an atom already present are folded onto it).
+void check_against_forward(const std::string& model_path, double r_max, md::Evaluation evaluation, double tol,
+                           bool ids) {
+  md::Potential potential(model_path, "cpu", evaluation);
+  const Frame f = test::random_frame(40, true, 7, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
+  ASSERT_GE(9.5 - 1.0, potential.ghost_cutoff()) << "the images in [-1, 1]^3 must cover the ghost cutoff";
+  train::ExtraFiles extra;
+  torch::jit::Module module = train::load_model(model_path, extra);
+  const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
+  const test::ModelResult ref = test::run_deploy(module, f, r_max, dtype);
+
+  std::vector<int64_t> first, second;
+  for (int64_t i = 0; i < f.natoms(); ++i) (i % 3 == 0 ? first : second).push_back(i);
+  double energy = 0;
+  std::vector<double> forces(size_t(f.natoms()) * 3, 0.0), virial(9, 0.0), atom_virial_sum(9, 0.0);
+  for (const auto* owned : {&first, &second}) {
+    const RankAtoms r = rank_atoms(f, *owned);
+    md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+    if (ids) atoms.ids = r.owner.data();
+    md::Results out;
+    potential.compute(atoms, true, true, out);
+    energy += out.energy;
+    double atomic_sum = 0;
+    for (double e : out.atomic_energy) atomic_sum += e;
+    EXPECT_NEAR(atomic_sum, out.energy, 1e-9 * std::abs(out.energy)) << "per-atom energies sum to the energy";
+    for (size_t k = 0; k < r.owner.size(); ++k)
+      for (int d = 0; d < 3; ++d) forces[size_t(r.owner[k] * 3 + d)] += out.forces[k * 3 + size_t(d)];
+    for (int k = 0; k < 9; ++k) virial[size_t(k)] += out.virial[size_t(k)];
+    for (size_t k = 0; k < r.owner.size(); ++k)
+      for (int c = 0; c < 9; ++c) atom_virial_sum[size_t(c)] += out.atom_virial[k * 9 + size_t(c)];
+  }
+  EXPECT_NEAR(energy, ref.energy, tol * std::abs(ref.energy));
+  const double fscale = ref.forces.abs().max().item<double>();
+  const auto rf = ref.forces.contiguous();
+  for (int64_t k = 0; k < f.natoms() * 3; ++k)
+    ASSERT_NEAR(forces[size_t(k)], rf.data_ptr<double>()[k], tol * fscale) << "force component " << k;
+  const double vscale = ref.virial.abs().max().item<double>();
+  const auto rv = ref.virial.contiguous();
+  for (int k = 0; k < 9; ++k) {
+    EXPECT_NEAR(virial[size_t(k)], rv.data_ptr<double>()[k], tol * vscale) << "virial " << k;
+    EXPECT_NEAR(atom_virial_sum[size_t(k)], rv.data_ptr<double>()[k], tol * vscale) << "per-atom virials, sum " << k;
+  }
+}
+
+TYPED_TEST(PotentialTest, SeE2ATwoRanksEqualTheWholeFrameBothPaths) {
+  test::TempDir dir;
+  const double r_max = write_frozen(dir / "se.pt", se_yaml(TestFixture::precision()));
+  for (auto evaluation : {md::Evaluation::kAuto, md::Evaluation::kTorchScript})
+    for (bool ids : {false, true}) {
+      SCOPED_TRACE(std::string(evaluation == md::Evaluation::kAuto ? "hand-written inference" : "TorchScript forward") +
+                   (ids ? ", ghosts folded by id" : ", every ghost an atom"));
+      check_against_forward(dir / "se.pt", r_max, evaluation, TestFixture::tolerance(), ids);
+    }
+  md::Potential fast(dir / "se.pt", "cpu");
+  EXPECT_NE(fast.describe().find("hand-written"), std::string::npos) << fast.describe();
+  EXPECT_EQ(fast.message_layers(), 1);
+}
+
+TYPED_TEST(PotentialTest, EquivariantTwoRanksEqualTheWholeFrame) {
+  test::TempDir dir;
+  const double r_max = write_frozen(dir / "eq.pt", equivariant_yaml(TestFixture::precision()));
+  md::Potential p(dir / "eq.pt", "cpu");
+  EXPECT_EQ(p.message_layers(), 2);
+  EXPECT_DOUBLE_EQ(p.ghost_cutoff(), 2 * r_max);
+  for (bool ids : {false, true}) {
+    SCOPED_TRACE(ids ? "ghosts folded by id" : "every ghost an atom");
+    check_against_forward(dir / "eq.pt", r_max, md::Evaluation::kAuto, TestFixture::tolerance(), ids);
+  }
+}
+
+TEST(Potential, GhostsImagingPresentAtomsAreFolded) {
+  // One rank owning the whole periodic frame: with ids, every ghost is an image of an owned atom,
+  // so the message-passing model evaluates exactly the frame's atoms, with the same results.
+  test::TempDir dir;
+  write_frozen(dir / "eq.pt", equivariant_yaml("float64"));
+  const Frame f = test::random_frame(30, true, 11, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
+  std::vector<int64_t> all(size_t(f.natoms()));
+  for (int64_t i = 0; i < f.natoms(); ++i) all[size_t(i)] = i;
+  const RankAtoms r = rank_atoms(f, all);
+  md::Results folded, unfolded;
+  md::Potential with_ids(dir / "eq.pt", "cpu"), without_ids(dir / "eq.pt", "cpu");
+  md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+  without_ids.compute(atoms, false, false, unfolded);
+  atoms.ids = r.owner.data();
+  with_ids.compute(atoms, false, false, folded);
+  EXPECT_EQ(with_ids.timings().model_atoms, f.natoms());
+  EXPECT_GT(without_ids.timings().model_atoms, 3 * f.natoms()) << "ghosts within one hop are atoms of their own";
+  EXPECT_NEAR(folded.energy, unfolded.energy, 1e-10 * std::abs(unfolded.energy));
+  // Folded, the forces sit on the owned rows; unfolded, the images' forces must be added up.
+  std::vector<double> summed(size_t(f.natoms()) * 3, 0.0);
+  for (size_t k = 0; k < r.owner.size(); ++k)
+    for (int d = 0; d < 3; ++d) summed[size_t(r.owner[k] * 3 + d)] += unfolded.forces[k * 3 + size_t(d)];
+  for (int64_t k = 0; k < f.natoms() * 3; ++k) EXPECT_NEAR(folded.forces[size_t(k)], summed[size_t(k)], 1e-10);
+  for (size_t k = size_t(f.natoms()) * 3; k < folded.forces.size(); ++k) ASSERT_EQ(folded.forces[k], 0.0);
+  // The same id owned twice is an error, not a silent double count.
+  std::vector<int64_t> ids = r.owner;
+  ids[1] = ids[0];
+  atoms.ids = ids.data();
+  EXPECT_TRUE(test::contains(test::error_of([&] { with_ids.compute(atoms, false, false, folded); }),
+                             "atom id 0 is owned twice"));
+}
+
+TEST(Potential, RefusesWhatItCannotRun) {
+  test::TempDir dir;
+  write_frozen(dir / "se.pt", se_yaml("float64"));
+  EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "missing.pt", "cpu"); }), "missing.pt: no such file"));
+  {
+    // A module without deploy_interface(): frozen by an mlip that could not leave ghosts out.
+    torch::jit::Module old("old_model");
+    old.define("def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n  return data\n");
+    train::save_module_atomically(old, {{"model_type", "se_e2_a"}, {"r_max", "3.5"}, {"type_names", "O H"},
+                                        {"model_dtype", "float64"}, {"config", "model: {}"}}, dir / "old.pt");
+    EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "old.pt", "cpu"); }), "frozen by an older mlip"));
+  }
+  test::write_text(dir / "text.pt", "not a model");
+  EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "text.pt", "cpu"); }), "not a TorchScript model"));
+  EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "se.pt", "gpu"); }),
+                             "expected cpu, cuda or cuda:K, got \"gpu\""));
+  if (!at::hasCUDA()) {
+    EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "se.pt", "cuda"); }), "no CUDA support"));
+  }
+  md::Potential p(dir / "se.pt", "cpu");
+  std::vector<double> pos = {0, 0, 0, 1, 0, 0};
+  std::vector<int> types = {0, 5};
+  md::Results out;
+  EXPECT_TRUE(test::contains(test::error_of([&] { p.compute({pos.data(), types.data(), 2, 2}, false, false, out); }),
+                             "atom 1 has model type 5, expected 0..1"));
+}
+
+}  // namespace
+}  // namespace mlip
