@@ -61,6 +61,9 @@ import sys
 from lammps_util import water_frame, write_data
 write_data(water_frame('$EX/data/valid'), '$WORK/box.data', ['O', 'H'])")
 
+box_input() {  # nx ny nz -> the head of a LAMMPS input: the example's box repeated
+  printf "units metal\natom_style atomic\nboundary p p p\nread_data %s\nreplicate %s %s %s\n" "$WORK/box.data" "$1" "$2" "$3"
+}
 replicas() {  # atoms -> nx ny nz (the 96-atom box repeated)
   case "$1" in
     96) echo "1 1 1" ;; 192) echo "2 1 1" ;; 768) echo "2 2 2" ;; 1536) echo "4 2 2" ;;
@@ -99,12 +102,7 @@ for model in $MODELS; do
         threads=${layout#*x}
         run="$WORK/$name-$atoms-$layout"
         mkdir -p "$run"
-        cat > "$run/in.lammps" <<EOF
-units metal
-atom_style atomic
-boundary p p p
-read_data $WORK/box.data
-replicate $nx $ny $nz
+        { box_input "$nx" "$ny" "$nz"; cat <<EOF
 pair_style mlip $WORK/$name.pt
 pair_coeff * * O H
 neighbor 1.0 bin
@@ -115,10 +113,15 @@ thermo 1000
 run 1
 run $steps
 EOF
+        } > "$run/in.lammps"
         cmd=("$MLIP" lammps -in in.lammps -log log.lammps -screen none)
         [ "$ranks" -gt 1 ] && cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" "${cmd[@]}")
-        (cd "$run" && OMP_NUM_THREADS="$threads" "${cmd[@]}" > run.out 2>&1) || {
-          echo "md_bench.sh: LAMMPS failed in $run:" >&2; tail -20 "$run/log.lammps" >&2; exit 1; }
+        if ! (cd "$run" && OMP_NUM_THREADS="$threads" "${cmd[@]}" > run.out 2>&1); then
+          why="failed ($run)"
+          grep -q "signal 9\|Killed" "$run/run.out" && why="out of memory (killed)"
+          echo "| $model | $precision | $atoms | $ranks x $threads | $why | | | | | | |"
+          continue
+        fi
         loop=$(grep "^Loop time" "$run/log.lammps" | tail -1 | awk '{print $4}')
         pair=$(grep "^Pair  *|" "$run/log.lammps" | tail -1 | awk -F'|' '{print $3}')
         split=$(grep "^pair_style mlip on rank 0" "$run/log.lammps" | tail -1 |
@@ -146,12 +149,7 @@ for atoms in $SIZES; do
   for check in no yes; do
     run="$WORK/zero-$atoms-$check"
     mkdir -p "$run"
-    cat > "$run/in.lammps" <<EOF
-units metal
-atom_style atomic
-boundary p p p
-read_data $WORK/box.data
-replicate $nx $ny $nz
+    { box_input "$nx" "$ny" "$nz"; cat <<EOF
 pair_style zero 6.0
 pair_coeff * *
 neighbor 1.0 bin
@@ -162,6 +160,7 @@ fix nve all nve
 thermo 1000
 run 200
 EOF
+    } > "$run/in.lammps"
     (cd "$run" && OMP_NUM_THREADS=2 "$MLIP" lammps -in in.lammps -log log.lammps -screen none > run.out 2>&1)
     neigh=$(grep "^Neigh  *|" "$run/log.lammps" | tail -1 | awk -F'|' '{print $3}')
     row="$row | $(awk -v t="$neigh" 'BEGIN { printf "%.2f", t * 1e3 / 200 }')"

@@ -240,4 +240,47 @@ TEST(SeATrainingPath, PackKeepsOnlyRealSlotsSortedByCentre) {
   EXPECT_GT(real, 0);
 }
 
+template <typename Real>
+struct PackedFromList : ::testing::Test {};
+using Reals = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(PackedFromList, Reals);
+
+// The MD path's packed pairs straight from the neighbour list (PackedEnv::from_neighbor_list)
+// against the dense environment matrix packed afterwards: the same pairs, order and bits, with
+// truncated blocks (sel smaller than the neighbours), both type layouts, and only the first
+// atoms as centres (an MD rank's owned atoms among owned + ghosts).
+TYPED_TEST(PackedFromList, EqualsTheDenseMatrixPacked) {
+  using Real = TypeParam;
+  for (const Case& k : {Case{}, Case{false, false, {12, 24}}, Case{true, false, {3, 5}}, Case{false, false, {4, 6}},
+                        Case{true, false, {12, 24}, {4, 8, 16}, false}}) {
+    SCOPED_TRACE(k.name());
+    const SeAConfig c = config_of(k, std::is_same_v<Real, float> ? "float32" : "float64");
+    Frame f = mlip::test::random_frame(40, k.periodic, 5, 6.5, {0.8, -0.5, 0.4}, 0.9, 0.4);
+    std::vector<Real> pos(f.pos.begin(), f.pos.end());
+    for (int64_t centres : std::vector<int64_t>{int64_t(f.natoms()), 17}) {
+      mlip::data::NeighborListBuilder<Real> builder;
+      auto nl = builder.build(pos.data(), f.natoms(), f.cell.empty() ? nullptr : f.cell.data(), f.pbc, c.rcut, centres);
+      auto env = mlip::models::compute_env_matrix<Real>(nl, f.types, {c.rcut, c.rcut_smth, c.sel});
+      std::vector<int> centre_types(f.types.begin(), f.types.begin() + centres);
+      const PackedEnv dense = PackedEnv::pack(env, centre_types, c);
+      const PackedEnv direct = PackedEnv::from_neighbor_list<Real>(nl, f.types, c);
+      ASSERT_EQ(direct.natoms, centres);
+      ASSERT_EQ(direct.groups.size(), dense.groups.size());
+      int64_t pairs = 0;
+      for (size_t g = 0; g < dense.groups.size(); ++g) {
+        EXPECT_EQ(direct.groups[g].offsets, dense.groups[g].offsets) << "group " << g;
+        EXPECT_EQ(direct.groups[g].neighbor, dense.groups[g].neighbor) << "group " << g;
+        EXPECT_TRUE(torch::equal(direct.groups[g].r, dense.groups[g].r)) << "group " << g;
+        EXPECT_TRUE(torch::equal(direct.groups[g].dr, dense.groups[g].dr)) << "group " << g;
+        EXPECT_TRUE(torch::equal(direct.groups[g].vec, dense.groups[g].vec)) << "group " << g;
+        pairs += int64_t(direct.groups[g].neighbor.size());
+      }
+      EXPECT_GT(pairs, 0);
+      if (k.sel[0] < 12) {
+        EXPECT_GT(env.truncated_blocks, 0) << "the case meant to truncate did not";
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -208,15 +208,13 @@ void Potential::Impl::compute_se_e2_a(const LocalAtoms& atoms, bool atomic_energ
   const auto t0 = Clock::now();
   std::vector<Real> pos(atoms.positions, atoms.positions + atoms.natoms * 3);
   std::vector<int> types(atoms.types, atoms.types + atoms.natoms);
-  models::EnvMatrix env;
+  models::PackedEnv packed;
   {
     const auto nl = builder<Real>().build(pos.data(), atoms.natoms, nullptr, {false, false, false}, se_config.rcut,
                                           atoms.nlocal);
-    env = models::compute_env_matrix<Real>(nl, types, {se_config.rcut, se_config.rcut_smth, se_config.sel});
+    packed = models::PackedEnv::from_neighbor_list<Real>(nl, types, se_config);
   }
   types.resize(size_t(atoms.nlocal));
-  const models::PackedEnv packed = models::PackedEnv::pack(env, types, se_config);
-  env = models::EnvMatrix();
   const auto t1 = Clock::now();
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
   models::SeATrainingPath::Evaluation e = se_path->evaluate(packed, types, atoms.natoms, atom_virial);

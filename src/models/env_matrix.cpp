@@ -5,11 +5,12 @@
 #include <sstream>
 
 #include "data/kokkos_runtime.h"
+#include "models/env_row.h"
 #include "error.h"
 
 namespace mlip::models {
 namespace {
-constexpr int kMaxTypes = 128;
+constexpr int kMaxTypes = kMaxNeighborTypes;
 }  // namespace
 
 int64_t EnvMatrixParams::nslots() const {
@@ -124,39 +125,12 @@ EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vect
   Kokkos::parallel_for(
       "mlip::env_matrix", Kokkos::RangePolicy<HostExec, Kokkos::IndexType<int64_t>>(0, natoms),
       [=](int64_t i) {
-        // 1. Select, per type block, the nearest neighbours into the slots (pair indices),
-        //    keeping each block sorted by (distance, j, shift) with an insertion sort.
-        int64_t fill[kMaxTypes], over[kMaxTypes];
-        for (int t = 0; t < nt; ++t) fill[t] = over[t] = 0;
+        // 1. Select, per type block, the nearest neighbours into the slots (pair indices).
+        int64_t fill[kMaxTypes];
         int64_t truncated = 0, dropped = 0;
-        auto less = [&](int64_t a, int64_t b) {
-          if (nldist(a) != nldist(b)) return nldist(a) < nldist(b);
-          if (neighbor(a) != neighbor(b)) return neighbor(a) < neighbor(b);
-          for (int k = 0; k < 3; ++k)
-            if (shift(a, k) != shift(b, k)) return shift(a, k) < shift(b, k);
-          return false;
-        };
-        for (int64_t p = offsets(i); p < offsets(i + 1); ++p) {
-          if (!(nldist(p) < rc)) continue;
-          const int t = type_v(neighbor(p));
-          const int64_t base = block_start(t), cap = block_start(t + 1) - base;
-          int64_t n = fill[t];
-          if (n == cap) {
-            ++over[t];
-            ++dropped;
-            if (cap == 0 || !less(p, slots(i, base + cap - 1))) continue;
-            n = cap - 1;  // the farthest kept one is dropped instead
-          } else {
-            ++fill[t];
-          }
-          int64_t k = n;
-          while (k > 0 && less(p, slots(i, base + k - 1))) {
-            slots(i, base + k) = slots(i, base + k - 1);
-            --k;
-          }
-          slots(i, base + k) = p;
-        }
-        for (int t = 0; t < nt; ++t) truncated += over[t] > 0;
+        int64_t* slot = &slots(i, 0);
+        select_neighbors(i, offsets, neighbor, shift, nldist, type_v, block_start, nt, rc, slot, fill, truncated,
+                         dropped);
         // 2. Rows and their derivatives; empty slots are zero.
         for (int t = 0; t < nt; ++t) {
           const int64_t base = block_start(t), end = block_start(t + 1);
@@ -172,28 +146,11 @@ EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vect
             }
             const int64_t p = slots(i, s);
             const Real d[3] = {nlvec(p, 0), nlvec(p, 1), nlvec(p, 2)};
-            const Real r = nldist(p);
-            Real w, dw;
-            if (r < rs) {
-              w = 1;
-              dw = 0;
-            } else {
-              // w = u^3 (-6u^2 + 15u - 10) + 1 = v^3 (10 - 15v + 6v^2), v = 1 - u (no cancellation).
-              const Real u = (r - rs) * inv_width, v = (rc - r) * inv_width;
-              w = v * v * v * (Real(10) - Real(15) * v + Real(6) * v * v);
-              dw = Real(-30) * u * u * v * v * inv_width;
-            }
-            const Real inv_r = Real(1) / r;
-            const Real sw = w * inv_r;                        // s = w / r
-            const Real ds = dw * inv_r - w * inv_r * inv_r;   // ds/dr
-            const Real q = sw * inv_r;                        // q = w / r^2
-            const Real dq = dw * inv_r * inv_r - Real(2) * w * inv_r * inv_r * inv_r;
-            rij(i, s, 0) = sw;
-            for (int b = 0; b < 3; ++b) drij(i, s, 0, b) = ds * d[b] * inv_r;
-            for (int a = 0; a < 3; ++a) {
-              rij(i, s, a + 1) = q * d[a];
-              for (int b = 0; b < 3; ++b)
-                drij(i, s, a + 1, b) = dq * d[b] * inv_r * d[a] + (a == b ? q : Real(0));
+            Real row[4], drow[4][3];
+            env_row(d, nldist(p), rc, rs, inv_width, row, drow);
+            for (int a = 0; a < 4; ++a) {
+              rij(i, s, a) = row[a];
+              for (int b = 0; b < 3; ++b) drij(i, s, a, b) = drow[a][b];
             }
             for (int b = 0; b < 3; ++b) vec(i, s, b) = d[b];
             slots(i, s) = neighbor(p);

@@ -5,7 +5,9 @@
 #include <string>
 #include <type_traits>
 
+#include "data/neighbor_list.h"
 #include "error.h"
+#include "models/env_row.h"
 #include "models/fitting_adjoint.h"
 #include "models/gemm.h"
 #include "models/layer_kernels.h"
@@ -20,6 +22,19 @@ namespace {
 int64_t ntypes_of(const SeAConfig& c) { return int64_t(c.type_map.size()); }
 int64_t ngroups_of(const SeAConfig& c) { return c.type_one_side ? ntypes_of(c) : ntypes_of(c) * ntypes_of(c); }
 int64_t group_of(const SeAConfig& c, int64_t ti, int64_t t) { return c.type_one_side ? t : ti * ntypes_of(c) + t; }
+
+/// dE/dd_ij of one pair (docs/training_path.md): gr [4] is dE/dR̂ of the pair's normalised row
+/// without the embedding net's share gs through s (added to gr[0] here); dstd [4] the centre
+/// type's normalisation; dr [4][3] dR/dd. d[y] = sum_a gr[a] / N_c / dstd[a] * dR[a][y].
+template <typename R>
+inline void pair_vector_gradient(R* gr, R gs, R inv_nc, const R* dstd, const R* dr, R d[3]) {
+  gr[0] += gs;
+  d[0] = d[1] = d[2] = 0;
+  for (int a = 0; a < 4; ++a) {
+    const R ga = gr[a] * inv_nc / dstd[a];
+    for (int y = 0; y < 3; ++y) d[y] += ga * dr[a * 3 + y];
+  }
+}
 
 /// The gradient tensor of a parameter, created as zeros when it does not exist yet.
 Tensor& grad_of(Tensor p) {
@@ -78,6 +93,90 @@ PackedEnv PackedEnv::pack(const EnvMatrix& env, const std::vector<int>& types, c
   }
   return out;
 }
+
+template <typename Real>
+PackedEnv PackedEnv::from_neighbor_list(const data::NeighborList<Real>& nl, const std::vector<int>& types,
+                                        const SeAConfig& c) {
+  const int64_t n = nl.natoms, nt = ntypes_of(c), ng = ngroups_of(c), nc = c.nslots();
+  if (int64_t(types.size()) < n || nt > kMaxNeighborTypes || int64_t(c.sel.size()) != nt)
+    throw Error("PackedEnv::from_neighbor_list: " + std::to_string(types.size()) + " atom types for " +
+                std::to_string(n) + " centres and " + std::to_string(c.sel.size()) + " sel entries for " +
+                std::to_string(nt) + " types");
+  auto offsets = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.offsets);
+  auto neighbor = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
+  auto shift = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.shift);
+  auto vector = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.vector);
+  auto distance = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.distance);
+  const int64_t ntyped = int64_t(types.size());
+  for (int64_t p = 0; p < int64_t(neighbor.extent(0)); ++p)
+    if (neighbor(p) < 0 || neighbor(p) >= ntyped || types[size_t(neighbor(p))] < 0 || types[size_t(neighbor(p))] >= nt)
+      throw Error("PackedEnv::from_neighbor_list: neighbour " + std::to_string(neighbor(p)) +
+                  " has no type in 0.." + std::to_string(nt - 1));
+  std::vector<int64_t> block_start(size_t(nt + 1), 0);
+  for (int64_t t = 0; t < nt; ++t) block_start[size_t(t + 1)] = block_start[size_t(t)] + c.sel[size_t(t)];
+  const Real rc = Real(c.rcut), rs = Real(c.rcut_smth), inv_width = Real(1) / (rc - rs);
+  auto type_of = [&](int64_t j) { return types[size_t(j)]; };
+  auto start_of = [&](int64_t t) { return block_start[size_t(t)]; };
+
+  // 1. Each centre's chosen pairs, per type block (as compute_env_matrix's slots).
+  std::vector<int64_t> chosen(static_cast<size_t>(n * nc)), fill(static_cast<size_t>(n * nt));
+  at::parallel_for(0, n, 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      int64_t truncated = 0, dropped = 0;
+      select_neighbors(i, offsets, neighbor, shift, distance, type_of, start_of, int(nt), rc,
+                       chosen.data() + i * nc, fill.data() + i * nt, truncated, dropped);
+    }
+  });
+  // 2. Where each centre's pairs start in its groups.
+  PackedEnv out;
+  out.nframes = 1;
+  out.natoms = n;
+  out.nslots = nc;
+  out.groups.resize(size_t(ng));
+  for (auto& g : out.groups) g.offsets.assign(size_t(n + 1), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t g = 0; g < ng; ++g) out.groups[size_t(g)].offsets[size_t(i + 1)] = out.groups[size_t(g)].offsets[size_t(i)];
+    for (int64_t t = 0; t < nt; ++t)
+      out.groups[size_t(group_of(c, types[size_t(i)], t))].offsets[size_t(i + 1)] += fill[size_t(i * nt + t)];
+  }
+  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<Real>::value);
+  for (auto& g : out.groups) {
+    const int64_t pairs = g.offsets.back();
+    g.neighbor.resize(size_t(pairs));
+    g.r = at::empty({pairs, 4}, opts);
+    g.dr = at::empty({pairs, 4, 3}, opts);
+    g.vec = at::empty({pairs, 3}, opts);
+  }
+  // 3. The rows, written in place.
+  at::parallel_for(0, n, 64, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t t = 0; t < nt; ++t) {
+        Group& g = out.groups[size_t(group_of(c, types[size_t(i)], t))];
+        Real* r = g.r.template data_ptr<Real>();
+        Real* dr = g.dr.template data_ptr<Real>();
+        Real* vec = g.vec.template data_ptr<Real>();
+        const int64_t q0 = g.offsets[size_t(i)];
+        for (int64_t k = 0; k < fill[size_t(i * nt + t)]; ++k) {
+          const int64_t p = chosen[size_t(i * nc + block_start[size_t(t)] + k)], q = q0 + k;
+          const Real d[3] = {vector(p, 0), vector(p, 1), vector(p, 2)};
+          Real row[4], drow[4][3];
+          env_row(d, distance(p), rc, rs, inv_width, row, drow);
+          for (int a = 0; a < 4; ++a) {
+            r[q * 4 + a] = row[a];
+            for (int b = 0; b < 3; ++b) dr[q * 12 + a * 3 + b] = drow[a][b];
+          }
+          for (int b = 0; b < 3; ++b) vec[q * 3 + b] = d[b];
+          g.neighbor[size_t(q)] = neighbor(p);
+        }
+      }
+  });
+  return out;
+}
+
+template PackedEnv PackedEnv::from_neighbor_list<float>(const data::NeighborList<float>&, const std::vector<int>&,
+                                                        const SeAConfig&);
+template PackedEnv PackedEnv::from_neighbor_list<double>(const data::NeighborList<double>&, const std::vector<int>&,
+                                                         const SeAConfig&);
 
 PackedEnv PackedEnv::to(const torch::Device& device) const {
   PackedEnv out = *this;
@@ -506,13 +605,8 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
           const R* qp = q_buf.data() + p * m;
           const R* tg = gtan + p * m;
           for (int64_t k = 0; k < m; ++k) gs += qp[k] * tg[k];
-          R* gr = gr_buf.data() + p * 4;
-          gr[0] += gs;
-          R d[3] = {0, 0, 0};
-          for (int a = 0; a < 4; ++a) {
-            const R ga = gr[a] * inv_nc / ds[ti * 4 + a];
-            for (int y = 0; y < 3; ++y) d[y] += ga * dr[p * 12 + a * 3 + y];
-          }
+          R d[3];
+          pair_vector_gradient(gr_buf.data() + p * 4, gs, inv_nc, ds + ti * 4, dr + p * 12, d);
           for (int y = 0; y < 3; ++y) {
             gd[p * 3 + y] = d[y];
             fi[y] += d[y];
@@ -561,7 +655,6 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
     throw Error("se_e2_a evaluation: the frame does not match the model (" + std::to_string(types.size()) +
                 " types for " + std::to_string(n) + " centres of " + std::to_string(natoms_total) + " atoms, " +
                 std::to_string(pe.groups.size()) + " nets for " + std::to_string(ng) + ")");
-  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
   davg = attr("davg").contiguous();
   dstd = attr("dstd").contiguous();
   const R* da = davg.data_ptr<R>();
@@ -696,13 +789,8 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
           for (int64_t p = 0; p < qi; ++p) {
             R gs = 0;
             for (int64_t k = 0; k < m; ++k) gs += q_buf[size_t(p * m + k)] * gtp[p * m + k];
-            R* gr = gr_buf.data() + p * 4;
-            gr[0] += gs;
-            R d[3] = {0, 0, 0};
-            for (int a = 0; a < 4; ++a) {
-              const R ga = gr[a] * inv_nc / ds[ti * 4 + a];
-              for (int y = 0; y < 3; ++y) d[y] += ga * dr[p * 12 + a * 3 + y];
-            }
+            R d[3];
+            pair_vector_gradient(gr_buf.data() + p * 4, gs, inv_nc, ds + ti * 4, dr + p * 12, d);
             for (int y = 0; y < 3; ++y) {
               gd[p * 3 + y] = d[y];
               fi[y] += double(d[y]);

@@ -10,6 +10,11 @@
 #include "models/env_matrix.h"
 #include "models/se_e2_a.h"
 
+namespace mlip::data {
+template <typename Real>
+struct NeighborList;
+}  // namespace mlip::data
+
 namespace mlip::models {
 
 /// The real (non-empty) slots of one or more frames' environment matrices, grouped by embedding
@@ -40,6 +45,13 @@ struct PackedEnv {
   /// group's `slot` and `neighbor_in_frame` (16 bytes per pair, for the device-generic path).
   static PackedEnv pack(const EnvMatrix& env, const std::vector<int>& types, const SeAConfig& config,
                         bool with_slots = false);
+  /// The packed pairs of one frame straight from a neighbour list, without the dense matrix
+  /// (docs/lammps.md "Evaluation"): equal to pack(compute_env_matrix(nl, types, ...)) with the
+  /// centres' types (the same pairs, order and values), for the nl.natoms centres. types: the
+  /// type of every atom, centres and neighbours. Centres run in parallel (at::parallel_for).
+  template <typename Real>
+  static PackedEnv from_neighbor_list(const data::NeighborList<Real>& nl, const std::vector<int>& types,
+                                     const SeAConfig& config);
   /// Concatenates frames with the same atoms into one batch; `with_slots` also concatenates
   /// `slot` and `neighbor_in_frame` (on the frames' device; the hand-written path needs neither).
   static PackedEnv concat(const std::vector<const PackedEnv*>& frames, bool with_slots = false);
