@@ -12,7 +12,6 @@
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/deploy_source.h"
-#include "models/env_matrix.h"
 #include "models/model.h"
 #include "models/se_e2_a_model.h"
 #include "models/se_e2_a_training.h"
@@ -107,20 +106,20 @@ RankGraph rank_graph(const LocalAtoms& atoms, const std::vector<int64_t>& ids, i
   auto nbr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
 
   // Breadth first from the owned atoms: the nodes of hop k - 1 are the centres of round k.
-  std::vector<int64_t> frontier(g.row_of_node);
+  std::vector<int64_t> frontier(size_t(atoms.nlocal));
+  for (int64_t i = 0; i < atoms.nlocal; ++i) frontier[size_t(i)] = i;
   const double* x = atoms.positions;
   for (int64_t k = 1; k <= layers && !frontier.empty(); ++k) {
     std::vector<int64_t> next;
-    for (int64_t c : frontier) {
-      const int64_t slot = slot_of_row[size_t(c)];
+    for (int64_t node_c : frontier) {
+      const int64_t slot = slot_of_row[size_t(g.row_of_node[size_t(node_c)])];
       if (slot >= order.centres) throw Error("MD atoms: internal error: a centre without neighbours");
-      const int64_t node_c = node_of_id.at(ids[size_t(c)]);
       for (int64_t p = offsets(slot); p < offsets(slot + 1); ++p) {
         const int64_t j = order.rows[size_t(nbr(p))];
         auto [it, added] = node_of_id.emplace(ids[size_t(j)], int64_t(g.row_of_node.size()));
         if (added) {
+          if (k < layers) next.push_back(it->second);
           g.row_of_node.push_back(j);
-          if (k < layers) next.push_back(j);
         }
         const int64_t rep = g.row_of_node[size_t(it->second)];
         g.centre.push_back(node_c);

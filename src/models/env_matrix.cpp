@@ -9,10 +9,6 @@
 #include "error.h"
 
 namespace mlip::models {
-namespace {
-constexpr int kMaxTypes = kMaxNeighborTypes;
-}  // namespace
-
 int64_t EnvMatrixParams::nslots() const {
   int64_t n = 0;
   for (auto s : sel) n += s;
@@ -73,9 +69,9 @@ EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vect
     throw Error(msg.str());
   }
   const int ntypes = int(params.sel.size());
-  if (ntypes > kMaxTypes) {
+  if (ntypes > kMaxNeighborTypes) {
     std::ostringstream msg;
-    msg << "descriptor.sel: at most " << kMaxTypes << " types are supported, got " << ntypes;
+    msg << "descriptor.sel: at most " << kMaxNeighborTypes << " types are supported, got " << ntypes;
     throw Error(msg.str());
   }
   for (int64_t i = 0; i < ntyped; ++i)
@@ -126,7 +122,7 @@ EnvMatrix compute_env_matrix(const data::NeighborList<Real>& nl, const std::vect
       "mlip::env_matrix", Kokkos::RangePolicy<HostExec, Kokkos::IndexType<int64_t>>(0, natoms),
       [=](int64_t i) {
         // 1. Select, per type block, the nearest neighbours into the slots (pair indices).
-        int64_t fill[kMaxTypes];
+        int64_t fill[kMaxNeighborTypes];
         int64_t truncated = 0, dropped = 0;
         int64_t* slot = &slots(i, 0);
         select_neighbors(i, offsets, neighbor, shift, nldist, type_v, block_start, nt, rc, slot, fill, truncated,
