@@ -403,7 +403,7 @@ TEST(BatchSize, BadValues) {
   EXPECT_EQ(err("-3"), what + "-3");
   EXPECT_EQ(err("0"), what + "0");
   EXPECT_EQ(err("2.5"), what + "2.5");
-  EXPECT_EQ(err("\"4\""), what + "\"4\"");
+  EXPECT_EQ(err("\"four\""), what + "\"four\"");
   EXPECT_EQ(err("auto:x"), what + "auto:x");
   EXPECT_EQ(err("auto:0"), what + "auto:0");
   EXPECT_EQ(err("mixed:4"), what + "mixed:4");
@@ -556,8 +556,8 @@ TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
 }
 
 TEST(TrainConfigErrors, StringWhereANumberIsExpected) {
-  EXPECT_EQ(parse_error(edit(kMinimal, "rcut: 6.0", "rcut: \"6.0\"")),
-            "input.yaml: model.descriptor.rcut: expected a positive number, got \"6.0\"");
+  EXPECT_EQ(parse_error(edit(kMinimal, "rcut: 6.0", "rcut: \"six\"")),
+            "input.yaml: model.descriptor.rcut: expected a positive number, got \"six\"");
   EXPECT_EQ(parse_error(edit(kMinimal, "rcut: 6.0", "rcut: six")),
             "input.yaml: model.descriptor.rcut: expected a positive number, got six");
   EXPECT_EQ(parse_error(edit(kMinimal, "rcut: 6.0", "rcut: .nan")),
@@ -569,7 +569,9 @@ TEST(TrainConfigErrors, StringWhereANumberIsExpected) {
 TEST(TrainConfig, EmaDecayIsANumberInZeroToOne) {
   EXPECT_DOUBLE_EQ(parse(edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n  ema_decay: 0.999\n")).ema_decay, 0.999);
   EXPECT_DOUBLE_EQ(parse(edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n  ema_decay: 0\n")).ema_decay, 0.0);
-  for (const char* bad : {"1", "1.5", "-0.1", "yes", "\"0.9\""})
+  // Quoted reads as plain (docs/input.md).
+  EXPECT_DOUBLE_EQ(parse(edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n  ema_decay: \"0.9\"\n")).ema_decay, 0.9);
+  for (const char* bad : {"1", "1.5", "-0.1", "yes", "\"no\""})
     EXPECT_EQ(parse_error(edit(kMinimal, "  numb_steps: 100\n", std::string("  numb_steps: 100\n  ema_decay: ") + bad + "\n")),
               std::string("input.yaml: training.ema_decay: expected ") +
                   (std::string(bad) == "yes" || bad[0] == '"' ? "a number, got " + std::string(bad)
@@ -644,8 +646,38 @@ TEST(TrainConfigErrors, BooleansAreTrueOrFalse) {
             "input.yaml: model.descriptor.resnet_dt: expected true or false, got yes");
   EXPECT_EQ(parse_error(edit(kMinimal, "rcut: 6.0", "rcut: 6.0\n    type_one_side: 1")),
             "input.yaml: model.descriptor.type_one_side: expected true or false, got 1");
-  EXPECT_EQ(parse_error(edit(kMinimal, "rcut: 6.0", "rcut: 6.0\n    type_one_side: \"true\"")),
-            "input.yaml: model.descriptor.type_one_side: expected true or false, got \"true\"");
+  EXPECT_EQ(parse_error(edit(kMinimal, "rcut: 6.0", "rcut: 6.0\n    type_one_side: \"yes\"")),
+            "input.yaml: model.descriptor.type_one_side: expected true or false, got \"yes\"");
+}
+
+// Quoting never changes how a value reads: YAML's quoted and plain scalars, and JSON's strings,
+// give the same input.
+TEST(TrainConfig, QuotedAndPlainScalarsReadTheSame) {
+  const TrainConfig plain = parse(kMinimal);
+  const TrainConfig quoted = parse(edit(edit(edit(kMinimal, "rcut: 6.0", "rcut: \"6.0\"\n    type_one_side: \"true\""),
+                                             "numb_steps: 100", "numb_steps: '100'"),
+                                        "sel: [46, 92]", "sel: [\"46\", '92']"));
+  EXPECT_EQ(se(quoted).config.rcut, se(plain).config.rcut);
+  EXPECT_TRUE(se(quoted).config.type_one_side);
+  EXPECT_EQ(se(quoted).sel.values, se(plain).sel.values);
+  EXPECT_EQ(quoted.numb_steps, plain.numb_steps);
+  // The model type quoted, in YAML and in JSON.
+  const std::string equivariant =
+      "model: {type: \"equivariant\", type_map: [O, H], r_max: 4.0}\n"
+      "training: {training_data: {systems: [x]}, numb_steps: 5}\n";
+  EXPECT_EQ(parse(equivariant).model->type, "equivariant");
+  const std::string json =
+      "{\"model\": {\"type\": \"equivariant\", \"type_map\": [\"O\", \"H\"], \"r_max\": 4.0},\n"
+      " \"training\": {\"training_data\": {\"systems\": [\"x\"]}, \"numb_steps\": 5}}\n";
+  EXPECT_EQ(parse(json).model->type, "equivariant");
+}
+
+TEST(TrainConfigErrors, StopLrAboveStartLrIsRefused) {
+  EXPECT_EQ(parse_error("learning_rate: {start_lr: 0.001, stop_lr: 0.01}\n" + std::string(kMinimal)),
+            "input.yaml: learning_rate.stop_lr: expected at most start_lr (0.001), got 0.01");
+  // Equal is a constant rate.
+  const TrainConfig c = parse("learning_rate: {start_lr: 0.001, stop_lr: 0.001}\n" + std::string(kMinimal));
+  EXPECT_DOUBLE_EQ(c.learning_rate.at(c.numb_steps - 1), 0.001);
 }
 
 TEST(TrainConfigErrors, UnsupportedValues) {

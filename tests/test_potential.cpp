@@ -60,7 +60,7 @@ double write_frozen(const std::string& path, const std::string& model_yaml) {
                              {"mlip_version", "test"},
                              {"config", config},
                              {"units", "eV Angstrom"}};
-  train::save_module_atomically(module, extra, path);
+  train::save_module_atomically(module, extra, path, "the model");
   return settings->cutoff();
 }
 
@@ -219,7 +219,7 @@ TEST(Potential, RefusesWhatItCannotRun) {
     torch::jit::Module old("old_model");
     old.define("def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n  return data\n");
     train::save_module_atomically(old, {{"model_type", "se_e2_a"}, {"r_max", "3.5"}, {"type_names", "O H"},
-                                        {"model_dtype", "float64"}, {"config", "model: {}"}}, dir / "old.pt");
+                                        {"model_dtype", "float64"}, {"config", "model: {}"}}, dir / "old.pt", "the model");
     EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "old.pt", "cpu"); }), "frozen by an older mlip"));
   }
   test::write_text(dir / "text.pt", "not a model");

@@ -111,6 +111,26 @@ TEST(Wigner3j, OrthogonalInvariantAndKnownCases) {
   EXPECT_TRUE(torch::allclose(c111, -c111.permute({1, 0, 2}), 1e-13, 1e-13));
 }
 
+// The same rotation gives the same bits, whatever the heap held before: the equivariant model's
+// coupling buffers come from these, and a run is promised to be bit-reproducible
+// (docs/training.md "Reproducibility"; LAPACK gelsy read an uninitialised pivot array).
+TEST(WignerD, BitIdenticalWhateverTheHeapHeld) {
+  const auto r = random_rotation(21);
+  std::vector<torch::Tensor> d0, w0;
+  for (int64_t l = 1; l <= kMaxL; ++l) d0.push_back(wigner_d(l, r));
+  const auto c0 = wigner_3j(1, 1, 1);
+  for (int trial = 0; trial < 20; ++trial) {
+    {
+      // Leave different leftovers of every small size on the heap.
+      std::vector<std::vector<int64_t>> garbage;
+      for (size_t n = 1; n < 64; ++n) garbage.emplace_back(n, int64_t(0x0101010101010101) * (trial + int64_t(n)));
+    }
+    for (int64_t l = 1; l <= kMaxL; ++l)
+      EXPECT_TRUE(torch::equal(wigner_d(l, r), d0[size_t(l - 1)])) << "l = " << l << ", trial " << trial;
+    EXPECT_TRUE(torch::equal(wigner_3j(1, 1, 1), c0)) << "trial " << trial;
+  }
+}
+
 TEST(Wigner3j, RefusesImpossibleTriples) {
   EXPECT_THROW(wigner_3j(1, 1, 3), mlip::Error);
   EXPECT_THROW(wigner_3j(3, 0, 2), mlip::Error);

@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <c10/util/Exception.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/device.h"
+#include "train/output_file.h"
 #include "train/tester.h"
 #include "train/trainer.h"
 #include "version.h"
@@ -180,6 +185,24 @@ const char* kTestUsage =
     "  -d, --detail <prefix>    write <prefix>.e.out, .e_peratom.out, .f.out (and .v.out)\n"
     "  -h, --help               show this help\n";
 
+/// A library's exception in the project's words: the filesystem's operation, path and reason
+/// without "filesystem error:"; LibTorch's message without its C++ backtrace.
+std::string library_error_text(const std::exception& e) {
+  if (const auto* fs_error = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+    std::string doing = fs_error->what();
+    const std::string prefix = "filesystem error: ";
+    if (doing.rfind(prefix, 0) == 0) doing = doing.substr(prefix.size());
+    doing = doing.substr(0, doing.find(':'));
+    std::string where = fs_error->path1().string();
+    if (!fs_error->path2().empty()) where += " -> " + fs_error->path2().string();
+    return where + ": " + doing + " (" + fs_error->code().message() + ")";
+  }
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e))
+    return std::string("LibTorch: ") + torch_error->what_without_backtrace();
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return "out of memory";
+  return e.what();
+}
+
 std::string take_value(const std::vector<std::string>& args, std::size_t& i, const char* usage) {
   if (i + 1 >= args.size() || is_flag(args[i + 1])) throw UsageError{args[i] + ": expected a value", usage};
   return args[++i];
@@ -295,9 +318,10 @@ int train_command(const std::vector<std::string>& args) {
     if (log_mode == "master") {
       std::cout.rdbuf(nullptr);
     } else if (log_mode == "workers") {
-      std::error_code ec;
-      std::filesystem::create_directories(options.output_dir, ec);
-      worker_log.open(options.output_dir + "/train.rank" + std::to_string(rank) + ".log");
+      train::prepare_output_folder(options.output_dir, "-o " + options.output_dir);
+      const std::string log = (std::filesystem::path(options.output_dir) / ("train.rank" + std::to_string(rank) + ".log")).string();
+      worker_log.open(log);
+      if (!worker_log) throw Error(log + ": cannot write this rank's log (" + std::strerror(errno) + ")");
       std::cout.rdbuf(worker_log.rdbuf());
     } else {
       prefix = std::make_unique<PrefixBuf>(saved, "[rank " + std::to_string(rank) + "] ");
@@ -313,12 +337,17 @@ int train_command(const std::vector<std::string>& args) {
   } catch (const std::exception& e) {
     std::cout.flush();
     std::cout.rdbuf(saved);
+    const auto* error = dynamic_cast<const Error*>(&e);
+    if (error != nullptr && error->raised_on_every_rank()) {
+      if (rank == 0) std::cerr << "mlip: error: " << e.what() << std::endl;
+      return kExitError;
+    }
     // Print first (MPI's announcement aborts the job), then tell the other ranks.
-    const std::string what = e.what();
+    const std::string what = library_error_text(e);
     const bool named = what.rfind("rank ", 0) == 0;
     std::cerr << "mlip: error" << (comm->size() > 1 && !named ? " on rank " + std::to_string(rank) : std::string())
               << ": " << what << std::endl;
-    comm->announce_failure(e.what());
+    comm->announce_failure(what);
     return kExitError;
   }
 }
@@ -402,8 +431,8 @@ int run_cli(const std::vector<std::string>& args) {
     std::cerr << "mlip: error: " << e.what() << "\n";
     return kExitError;
   } catch (const std::exception& e) {
-    // LibTorch, yaml-cpp or the standard library: still a clean message and exit code.
-    std::cerr << "mlip: error: " << e.what() << "\n";
+    // A library's exception that no boundary caught: still a clean message and exit code.
+    std::cerr << "mlip: error: " << library_error_text(e) << "\n";
     return kExitError;
   }
 }

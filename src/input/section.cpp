@@ -35,8 +35,9 @@ void expected(const std::string& path, const std::string& what,
   fail(path, "expected " + what + ", got " + describe(got));
 }
 
-/// Whether `node` is an unquoted, untagged scalar (numbers and booleans must be written so).
-bool is_plain(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
+/// Whether `node` is a scalar. Quoted and plain scalars read the same (`type: "equivariant"`,
+/// JSON's `"type": "equivariant"` and `type: equivariant` are one value; so are `"6.0"` and 6.0).
+bool is_scalar(const YAML::Node& node) { return node.IsScalar(); }
 
 
 std::string number_kind(Bound bound, const std::string& noun) {
@@ -75,7 +76,7 @@ bool parse_number(const std::string& text, double& out) {
 
 int64_t to_integer(const YAML::Node& node, const std::string& path, Bound bound) {
   int64_t v = 0;
-  if (!is_plain(node) || !parse_integer(node.Scalar(), v) || !in_bound(double(v), bound)) {
+  if (!is_scalar(node) || !parse_integer(node.Scalar(), v) || !in_bound(double(v), bound)) {
     expected(path, number_kind(bound, "integer"), node);
   }
   return v;
@@ -83,7 +84,7 @@ int64_t to_integer(const YAML::Node& node, const std::string& path, Bound bound)
 
 double to_number(const YAML::Node& node, const std::string& path, Bound bound) {
   double v = 0;
-  if (!is_plain(node) || !parse_number(node.Scalar(), v) || !in_bound(v, bound)) {
+  if (!is_scalar(node) || !parse_number(node.Scalar(), v) || !in_bound(v, bound)) {
     expected(path, number_kind(bound, "number"), node);
   }
   return v;
@@ -91,7 +92,7 @@ double to_number(const YAML::Node& node, const std::string& path, Bound bound) {
 
 /// Reads a YAML boolean written as true/True/TRUE or false/False/FALSE (not yes/no/on/off).
 bool parse_bool(const YAML::Node& node, bool& out) {
-  if (!is_plain(node)) return false;
+  if (!is_scalar(node)) return false;
   const std::string& s = node.Scalar();
   out = s == "true" || s == "True" || s == "TRUE";
   return out || s == "false" || s == "False" || s == "FALSE";
@@ -110,7 +111,7 @@ std::string to_text(const YAML::Node& node, const std::string& path) {
 
 uint64_t to_seed(const YAML::Node& node, const std::string& path) {
   static const std::regex kDigits("\\+?[0-9]+");
-  if (is_plain(node) && std::regex_match(node.Scalar(), kDigits)) {
+  if (is_scalar(node) && std::regex_match(node.Scalar(), kDigits)) {
     errno = 0;
     const unsigned long long v = std::strtoull(node.Scalar().c_str(), nullptr, 10);
     if (errno != ERANGE) return v;
@@ -153,7 +154,7 @@ bool is_false(const YAML::Node& n) {
 }
 bool is_zero(const YAML::Node& n) {
   double v = 1;
-  return is_plain(n) && parse_number(n.Scalar(), v) && v == 0;
+  return is_scalar(n) && parse_number(n.Scalar(), v) && v == 0;
 }
 bool is_empty_list(const YAML::Node& n) { return n.IsNull() || (n.IsSequence() && n.size() == 0); }
 

@@ -22,8 +22,8 @@ std::string describe(const YAML::Node& node);
 [[noreturn]] void fail(const std::string& path, const std::string& message);
 /// Throws mlip::Error("<path>: expected <what>, got <describe(got)>").
 [[noreturn]] void expected(const std::string& path, const std::string& what, const YAML::Node& got);
-/// Whether `node` is an unquoted, untagged scalar (numbers and booleans must be written so).
-bool is_plain(const YAML::Node& node);
+/// Whether `node` is a scalar, quoted or not: quoting never changes how a value reads.
+bool is_scalar(const YAML::Node& node);
 
 enum class Bound { kAny, kNonNegative, kPositive };
 /// "a positive integer", "a number", ...

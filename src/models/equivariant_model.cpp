@@ -39,7 +39,7 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
   e.radial_width = m.integer("radial_width", e.radial_width);
   e.radial_depth = m.integer("radial_depth", e.radial_depth);
   if (m.has_value("avg_num_neighbors") &&
-      !(input::is_plain(m.get("avg_num_neighbors")) && m.get("avg_num_neighbors").Scalar() == "auto"))
+      !(input::is_scalar(m.get("avg_num_neighbors")) && m.get("avg_num_neighbors").Scalar() == "auto"))
     s->avg_num_neighbors = m.number("avg_num_neighbors", 1.0, Bound::kPositive);
   s->precision = m.choice("precision", s->precision, {"float64", "float32"}, {{"default", "float64"}});
   e.precision = s->precision;

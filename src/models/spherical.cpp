@@ -106,8 +106,11 @@ at::Tensor wigner_d(int64_t l, const at::Tensor& rotation_matrix) {
   const auto r = rotation_matrix.to(at::kDouble);
   const auto y = spherical_harmonics(points, l).narrow(1, l * l, 2 * l + 1);
   const auto yr = spherical_harmonics(points.matmul(r.t()), l).narrow(1, l * l, 2 * l + 1);
-  // Rows: Y(R d_k) = D Y(d_k)  <=>  y D^T = yr.
-  return std::get<0>(at::linalg_lstsq(y, yr)).t().contiguous();
+  // Rows: Y(R d_k) = D Y(d_k)  <=>  y D^T = yr. Solved by QR without pivoting (LAPACK gels; y
+  // has full column rank): LibTorch 1.13's default CPU driver, gelsy, reads a pivot array it
+  // never initialises, so its result depended on the heap's leftovers (docs/training.md
+  // "Reproducibility").
+  return std::get<0>(at::linalg_lstsq(y, yr, c10::nullopt, std::string("gels"))).t().contiguous();
 }
 
 at::Tensor wigner_3j(int64_t l1, int64_t l2, int64_t l3) {

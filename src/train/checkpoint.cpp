@@ -1,14 +1,17 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
+#include <caffe2/serialize/inline_container.h>
 
-#include <cstdio>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "error.h"
+#include "train/output_file.h"
+#include "train/sha256.h"
 
 namespace fs = std::filesystem;
 
@@ -20,53 +23,91 @@ const char* kMetadataKeys[] = {"r_max", "type_names", "num_types", "model_dtype"
 const char* kTrainingKeys[] = {"step",       "sampler",  "val_sampler", "optimizer", "mlip_checkpoint",
                                "world_size", "weights", "ema_updates"};
 
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+/// The extra file holding the checksum, and the archive's records the checksum leaves out: the
+/// checksum itself, and the id that LibTorch 2 derives from all records' names and CRCs.
+constexpr const char* kChecksumFile = "checksum";
+constexpr const char* kChecksumRecord = "extra/checksum";
+constexpr const char* kSerializationIdRecord = ".data/serialization_id";
+
+/// SHA-256 over every record of a TorchScript archive (names sorted; each name, its length and
+/// its bytes), except the checksum and the serialization id (docs/robustness.md "Checksums").
+std::string archive_digest(const std::string& archive) {
+  std::istringstream in(archive);
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  std::vector<std::string> names = reader.getAllRecords();
+  std::sort(names.begin(), names.end());
+  Sha256 hash;
+  for (const std::string& name : names) {
+    if (name == kChecksumRecord || name == kSerializationIdRecord) continue;
+    auto [data, size] = reader.getRecord(name);
+    const uint64_t length = size;
+    hash.update(name);
+    hash.update(std::string_view("\0", 1));
+    hash.update(std::string_view(reinterpret_cast<const char*>(&length), sizeof length));
+    hash.update(std::string_view(static_cast<const char*>(data.get()), size));
   }
+  return "sha256:" + hash.hex_digest();
 }
 
-std::string temp_name(const std::string& path) {
-  return path + ".tmp-" + std::to_string(::getpid());
+/// Whether every record of `first` is in `second` with the same bytes (records of `second`
+/// alone, such as the checksum, are not looked at).
+bool same_records(const std::string& first, const std::string& second) {
+  std::istringstream in_first(first), in_second(second);
+  caffe2::serialize::PyTorchStreamReader a(&in_first), b(&in_second);
+  for (const std::string& name : a.getAllRecords()) {
+    if (name == kSerializationIdRecord) continue;
+    if (!b.hasRecord(name)) return false;
+    auto [data_a, size_a] = a.getRecord(name);
+    auto [data_b, size_b] = b.getRecord(name);
+    if (size_a != size_b || std::memcmp(data_a.get(), data_b.get(), size_a) != 0) return false;
+  }
+  return true;
 }
 
-void commit(const std::string& tmp, const std::string& path) {
-  fsync_path(tmp);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(path + ": cannot write (" + ec.message() + ")");
-  }
-  const fs::path parent = fs::path(path).parent_path();
-  fsync_path(parent.empty() ? "." : parent.string());
+/// The stored checksum of an archive, or "" when it has none.
+std::string stored_checksum(const std::string& archive) {
+  std::istringstream in(archive);
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  if (!reader.hasRecord(kChecksumRecord)) return "";
+  auto [data, size] = reader.getRecord(kChecksumRecord);
+  return std::string(static_cast<const char*>(data.get()), size);
+}
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot read (" + system_reason(errno) + ")");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (in.bad()) throw Error(path + ": cannot read (" + system_reason(errno) + ")");
+  return bytes.str();
 }
 
 }  // namespace
 
-void save_module_atomically(const torch::jit::Module& module, const ExtraFiles& extra, const std::string& path) {
-  const std::string tmp = temp_name(path);
+std::string serialize_module(const torch::jit::Module& module, const ExtraFiles& extra) {
   torch::jit::ExtraFilesMap files(extra.begin(), extra.end());
-  try {
-    module.save(tmp, files);
-  } catch (const c10::Error& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw Error(path + ": cannot write the model (" + e.what_without_backtrace() + ")");
-  }
-  commit(tmp, path);
+  files.erase(kChecksumFile);
+  std::ostringstream first;
+  module.save(first, files);
+  files[kChecksumFile] = archive_digest(first.str());
+  std::ostringstream second;
+  module.save(second, files);
+  std::string archive = second.str();
+  // The digest was taken of the first archive: the second must hold the same records.
+  if (!same_records(first.str(), archive))
+    throw Error("saving a model: LibTorch wrote different records for the same module twice; cannot checksum it");
+  return archive;
 }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = temp_name(path);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f) throw Error(path + ": cannot write");
+void save_module_atomically(const torch::jit::Module& module, const ExtraFiles& extra, const std::string& path,
+                            const std::string& what) {
+  std::string archive;
+  try {
+    archive = serialize_module(module, extra);
+  } catch (const c10::Error& e) {
+    throw Error(path + ": cannot write " + what + " (LibTorch: " + e.what_without_backtrace() + ")");
   }
-  commit(tmp, path);
+  write_file_atomically(path, archive, what);
 }
 
 std::string resolve_checkpoint(const std::string& given) {
@@ -87,17 +128,34 @@ std::string resolve_checkpoint(const std::string& given) {
 }
 
 torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
+  const std::string archive = read_whole_file(path);
+  std::string stored, actual;
+  try {
+    stored = stored_checksum(archive);
+    if (!stored.empty()) actual = archive_digest(archive);
+  } catch (const c10::Error& e) {
+    throw Error(path + ": not a TorchScript model, or a damaged one (" +
+                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+  }
   torch::jit::ExtraFilesMap files;
   for (const char* k : kMetadataKeys) files[k] = "";
   for (const char* k : kTrainingKeys) files[k] = "";
   torch::jit::Module module;
   try {
-    module = torch::jit::load(path, torch::kCPU, files);
+    std::istringstream in(archive);
+    module = torch::jit::load(in, torch::kCPU, files);
   } catch (const c10::Error& e) {
-    throw Error(path + ": not a TorchScript model (" + std::string(e.what_without_backtrace()).substr(0, 200) + ")");
+    throw Error(path + ": not a TorchScript model, or a damaged one (" +
+                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
   }
   if (files["model_type"].empty())
     throw Error(path + ": a TorchScript file without mlip's metadata (model_type); expected a checkpoint or a model frozen by 'mlip freeze'");
+  if (stored.empty())
+    throw Error(path + ": no checksum (extra/checksum) in the file; expected a checkpoint or frozen model written by mlip " +
+                "0.5 or later, which carry one (docs/robustness.md)");
+  if (stored != actual)
+    throw Error(path + ": damaged: its contents do not match the checksum stored in it (stored " + stored.substr(0, 19) +
+                "..., computed " + actual.substr(0, 19) + "...); use another checkpoint");
   extra.clear();
   for (auto& [k, v] : files)
     if (!v.empty()) extra[k] = v;
@@ -105,8 +163,14 @@ torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
 }
 
 void freeze(const std::string& checkpoint, const std::string& output) {
+  const std::string source = resolve_checkpoint(checkpoint);
+  std::error_code ec;
+  if (fs::equivalent(source, output, ec))
+    throw Error("freeze -o " + output + ": that is the checkpoint being frozen (" + source +
+                "); expected another file name, e.g. frozen_model.pt");
+  remove_stale_temporaries(fs::path(output).parent_path().string());
   ExtraFiles extra;
-  torch::jit::Module module = load_model(resolve_checkpoint(checkpoint), extra);
+  torch::jit::Module module = load_model(source, extra);
   ExtraFiles meta;
   for (const char* k : kMetadataKeys) {
     auto it = extra.find(k);
@@ -115,7 +179,7 @@ void freeze(const std::string& checkpoint, const std::string& output) {
   }
   module.eval();
   for (const auto& p : module.parameters()) p.requires_grad_(false);
-  save_module_atomically(module, meta, output);
+  save_module_atomically(module, meta, output, "the frozen model");
 }
 
 }  // namespace mlip::train

@@ -12,22 +12,28 @@ namespace mlip::train {
 /// units; checkpoints add step, sampler, val_sampler, optimizer).
 using ExtraFiles = std::map<std::string, std::string>;
 
-/// Writes the module and extra files to `path` atomically: to a temporary name in the same
-/// folder, flushed to disk, then renamed, so a crash never leaves a corrupt file at `path`.
-void save_module_atomically(const torch::jit::Module& module, const ExtraFiles& extra, const std::string& path);
+/// The module and its extra files as the bytes of a TorchScript archive, with one more extra
+/// file, `checksum`: "sha256:<hex>" over every other record of the archive (docs/robustness.md
+/// "Checksums"). Plain PyTorch loads the archive as any other.
+std::string serialize_module(const torch::jit::Module& module, const ExtraFiles& extra);
 
-/// Writes a text file atomically (temporary name, fsync, rename).
-void write_file_atomically(const std::string& path, const std::string& text);
+/// Writes serialize_module's archive to `path` atomically (train/output_file.h): to a temporary
+/// name in the same folder, synced, then renamed, so `path` is never a part of a file; a failed
+/// write is an mlip::Error naming `path`, `what` ("the checkpoint") and the reason.
+void save_module_atomically(const torch::jit::Module& module, const ExtraFiles& extra, const std::string& path,
+                            const std::string& what);
 
 /// The checkpoint file a user means: a file as given; a folder holding a `checkpoint` pointer;
 /// or a save_ckpt prefix whose `<prefix>.pt` link exists. Throws mlip::Error when none exists.
 std::string resolve_checkpoint(const std::string& given);
 
-/// Loads a checkpoint or frozen model with the extra files it holds (those named in `wanted`
-/// that are present). Throws mlip::Error naming the file when it is not a model of this project.
+/// Loads a checkpoint or frozen model with the extra files it holds. Throws mlip::Error naming
+/// the file when it is not a model of this project, has no checksum, or its contents do not
+/// match its checksum (damaged).
 torch::jit::Module load_model(const std::string& path, ExtraFiles& extra);
 
-/// `mlip freeze`: the checkpoint's module with the docs/deploy.md metadata, without training state.
+/// `mlip freeze`: the checkpoint's module with the docs/deploy.md metadata, without training
+/// state. Refuses an output that is the checkpoint itself.
 void freeze(const std::string& checkpoint, const std::string& output);
 
 }  // namespace mlip::train

@@ -63,7 +63,7 @@ BatchSize to_batch_size(const YAML::Node& node, const std::string& path) {
   if (!node.IsScalar()) expected(path, what, node);
   const std::string& s = node.Scalar();
   int64_t v = 0;
-  if (is_plain(node) && parse_integer(s, v)) {
+  if (is_scalar(node) && parse_integer(s, v)) {
     if (v <= 0) expected(path, what, node);
     b.kind = BatchSize::Kind::kFixed;
     b.value = v;
@@ -137,7 +137,7 @@ const models::ModelEntry& select_model(const YAML::Node& model) {
   const YAML::Node type = model["type"];
   const std::string given = type && type.IsScalar() ? type.Scalar() : "standard";
   if (given != "standard") {
-    const models::ModelEntry* entry = is_plain(type) ? models::find_model(given, false) : nullptr;
+    const models::ModelEntry* entry = is_scalar(type) ? models::find_model(given, false) : nullptr;
     if (entry == nullptr) {
       std::vector<std::string> names = {"standard"};
       for (const auto& n : models::model_names(false)) names.push_back(n);
@@ -271,7 +271,7 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
     double mb = 0;
     if (node.IsScalar() && node.Scalar() == "all") {
       c.cache_mb = -1;
-    } else if (node.IsScalar() && is_plain(node) && parse_number(node.Scalar(), mb) && mb >= 0) {
+    } else if (node.IsScalar() && is_scalar(node) && parse_number(node.Scalar(), mb) && mb >= 0) {
       c.cache_mb = mb;
     } else {
       expected(t.path_of("cache_mb"), "a non-negative number of megabytes or \"all\"", node);
@@ -282,7 +282,7 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
     int64_t n = 0;
     if (node.IsScalar() && node.Scalar() == "auto") {
       c.data_workers = -1;
-    } else if (node.IsScalar() && is_plain(node) && parse_integer(node.Scalar(), n) && n >= 0 && n <= 64) {
+    } else if (node.IsScalar() && is_scalar(node) && parse_integer(node.Scalar(), n) && n >= 0 && n <= 64) {
       c.data_workers = n;
     } else {
       expected(t.path_of("data_workers"), "an integer in [0, 64] or \"auto\"", node);

@@ -16,6 +16,13 @@ void ExpLearningRate::validate() const {
   };
   if (!(start_lr > 0) || !std::isfinite(start_lr)) fail("start_lr", "a positive number", start_lr);
   if (!(stop_lr > 0) || !std::isfinite(stop_lr)) fail("stop_lr", "a positive number", stop_lr);
+  if (stop_lr > start_lr) {
+    // The rate would never leave stop_lr (lr = max(stop_lr, ...)); a rising rate is not what
+    // the exp schedule means.
+    std::ostringstream bound;
+    bound << "at most start_lr (" << start_lr << ")";
+    fail("stop_lr", bound.str(), stop_lr);
+  }
   if (decay_steps <= 0) fail("decay_steps", "a positive integer", double(decay_steps));
   if (warmup_steps < 0) fail("warmup_steps", "a non-negative integer", double(warmup_steps));
   if (warmup_start_factor < 0 || warmup_start_factor > 1)

@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <iomanip>
 #include <sstream>
 
@@ -13,6 +15,7 @@
 #include "error.h"
 #include "models/pair_list.h"
 #include "train/checkpoint.h"
+#include "train/output_file.h"
 
 namespace mlip::train {
 namespace {
@@ -72,16 +75,20 @@ int run_test(const TestOptions& options) {
   if (type_map.size() != split_words(extra["type_names"]).size())
     throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
 
-  std::ofstream fe, fea, ff, fv;
+  // Detail files: written beside their old versions and renamed over them at the end, so a
+  // failed run (a full disk) leaves the old ones whole (train/output_file.h).
+  std::unique_ptr<OutputFile> fe, fea, ff, fv;
   if (!options.detail.empty()) {
-    fe.open(options.detail + ".e.out");
-    fea.open(options.detail + ".e_peratom.out");
-    ff.open(options.detail + ".f.out");
-    if (!fe || !fea || !ff) throw Error(options.detail + ".e.out: cannot write the detail files");
-    fe << "# data_e pred_e\n";
-    fea << "# data_e pred_e\n";
-    ff << "# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n";
+    using Mode = OutputFile::Mode;
+    remove_stale_temporaries(std::filesystem::path(options.detail).parent_path().string());
+    fe = std::make_unique<OutputFile>(options.detail + ".e.out", Mode::kReplace, "the energy detail file");
+    fea = std::make_unique<OutputFile>(options.detail + ".e_peratom.out", Mode::kReplace, "the energy detail file");
+    ff = std::make_unique<OutputFile>(options.detail + ".f.out", Mode::kReplace, "the force detail file");
+    fe->write("# data_e pred_e\n");
+    fea->write("# data_e pred_e\n");
+    ff->write("# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n");
   }
+  std::ostringstream line;
   // Over systems: MAE weighted by element count, RMSE = sqrt(sum rmse^2 n / sum n).
   Metrics total;
   double we_mae = 0, we_rmse = 0, wea_mae = 0, wea_rmse = 0, wf_mae = 0, wf_rmse = 0, wv_mae = 0, wv_rmse = 0,
@@ -113,19 +120,26 @@ int run_test(const TestOptions& options) {
         const double de = e_pred - frame.energy[0];
         m.e.add(de);
         m.e_atom.add(de / double(n));
-        if (fe.is_open()) {
-          fe << std::setprecision(12) << frame.energy[0] << " " << e_pred << "\n";
-          fea << std::setprecision(12) << frame.energy[0] / double(n) << " " << e_pred / double(n) << "\n";
+        if (fe) {
+          line.str("");
+          line << std::setprecision(12) << frame.energy[0] << " " << e_pred << "\n";
+          fe->write(line.str());
+          line.str("");
+          line << std::setprecision(12) << frame.energy[0] / double(n) << " " << e_pred / double(n) << "\n";
+          fea->write(line.str());
         }
       }
       const double* fp = forces.data_ptr<double>();
       if (!frame.force.empty()) {
         const double* fl = frame.force.data();
         for (int64_t k = 0; k < n * 3; ++k) m.f.add(fp[k] - fl[k]);
-        if (ff.is_open())
+        if (ff) {
+          line.str("");
           for (int64_t a = 0; a < n; ++a)
-            ff << std::setprecision(10) << fl[3 * a] << " " << fl[3 * a + 1] << " " << fl[3 * a + 2] << " " << fp[3 * a]
-               << " " << fp[3 * a + 1] << " " << fp[3 * a + 2] << "\n";
+            line << std::setprecision(10) << fl[3 * a] << " " << fl[3 * a + 1] << " " << fl[3 * a + 2] << " "
+                 << fp[3 * a] << " " << fp[3 * a + 1] << " " << fp[3 * a + 2] << "\n";
+          ff->write(line.str());
+        }
       }
       if (!frame.virial.empty()) {
         const double* vp = virial.data_ptr<double>();
@@ -135,13 +149,16 @@ int run_test(const TestOptions& options) {
           m.v_atom.add((vp[k] - vl[k]) / double(n));
         }
         if (!options.detail.empty()) {
-          if (!fv.is_open()) {
-            fv.open(options.detail + ".v.out");
-            fv << "# data_vxx data_vxy data_vxz data_vyx data_vyy data_vyz data_vzx data_vzy data_vzz pred_vxx pred_vxy "
-                  "pred_vxz pred_vyx pred_vyy pred_vyz pred_vzx pred_vzy pred_vzz\n";
+          if (!fv) {
+            fv = std::make_unique<OutputFile>(options.detail + ".v.out", OutputFile::Mode::kReplace,
+                                              "the virial detail file");
+            fv->write("# data_vxx data_vxy data_vxz data_vyx data_vyy data_vyz data_vzx data_vzy data_vzz pred_vxx pred_vxy "
+                      "pred_vxz pred_vyx pred_vyy pred_vyz pred_vzx pred_vzy pred_vzz\n");
           }
-          for (int k = 0; k < 9; ++k) fv << std::setprecision(10) << vl[k] << " ";
-          for (int k = 0; k < 9; ++k) fv << std::setprecision(10) << vp[k] << (k < 8 ? " " : "\n");
+          line.str("");
+          for (int k = 0; k < 9; ++k) line << std::setprecision(10) << vl[k] << " ";
+          for (int k = 0; k < 9; ++k) line << std::setprecision(10) << vp[k] << (k < 8 ? " " : "\n");
+          fv->write(line.str());
         }
       }
       ++m.frames;
@@ -163,6 +180,8 @@ int run_test(const TestOptions& options) {
   total.f = {wf_mae, wf_rmse, nf_comp};
   total.v = {wv_mae, wv_rmse, nv};
   total.v_atom = {wva_mae, wva_rmse, nv};
+  for (auto* file : {fe.get(), fea.get(), ff.get(), fv.get()})
+    if (file) file->commit();
   std::printf("# ----------weighted average of errors-----------\n");
   std::printf("# number of systems : %zu\n", systems.size());
   print_metrics(total, any_e, any_f, any_v);

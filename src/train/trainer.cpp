@@ -29,6 +29,8 @@
 #include "train/device.h"
 #include "train/ema.h"
 #include "train/frame_store.h"
+#include "train/output_file.h"
+#include "train/rank_agreement.h"
 #include "train/sampler.h"
 #include "version.h"
 
@@ -136,8 +138,8 @@ class Trainer {
   void make_samplers();
   void set_up_optimisation();
   void print_model_line() const;
-  std::ofstream open_lcurve();
-  int train_loop(std::ofstream& lcurve);
+  void open_lcurve();
+  int train_loop();
   void print_communication() const;
 
   std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
@@ -157,7 +159,10 @@ class Trainer {
   void prefetch_validation();
   Prefactors prefactors(int64_t step) const;
   ErrorSums validate(const Prefactors& pref);
-  void write_lcurve_line(std::ofstream& lcurve, int64_t step, double lr, const Rmse& trn, const Rmse* val) const;
+  /// lcurve.out's header line.
+  std::string lcurve_header() const;
+  void write_lcurve_line(int64_t step, double lr, const Rmse& trn, const Rmse* val);
+  void write_step_times(const std::vector<double>& step_ms) const;
   void save_checkpoint(int64_t step);
   void restore(const std::string& path, bool full);
   void broadcast_start_state();
@@ -166,6 +171,8 @@ class Trainer {
   bool root() const { return comm_->rank() == 0; }
 
   TrainConfig config_;
+  /// lcurve.out (rank 0 only; null on the other ranks).
+  std::unique_ptr<OutputFile> lcurve_;
   TrainOptions options_;
   torch::Device device_ = torch::kCPU;
   std::vector<data::System> train_raw_, valid_raw_;
@@ -420,7 +427,7 @@ void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frame
   }
 }
 
-void Trainer::write_lcurve_line(std::ofstream& lcurve, int64_t step, double lr, const Rmse& trn, const Rmse* val) const {
+void Trainer::write_lcurve_line(int64_t step, double lr, const Rmse& trn, const Rmse* val) {
   char line[512];
   std::string text;
   std::snprintf(line, sizeof(line), "%7ld", long(step));
@@ -441,13 +448,15 @@ void Trainer::write_lcurve_line(std::ofstream& lcurve, int64_t step, double lr, 
   }
   std::snprintf(line, sizeof(line), "   %10.3e\n", lr);
   text += line;
-  if (root()) lcurve << text << std::flush;
+  if (lcurve_) lcurve_->write(text);
 }
 
 std::string Trainer::ckpt_path(int64_t step) const {
   return (fs::path(options_.output_dir) / (config_.save_ckpt + "-" + std::to_string(step) + ".pt")).string();
 }
 void Trainer::save_checkpoint(int64_t step) {
+  // The learning curve up to this step is on disk before the checkpoint that a restart resumes from.
+  if (lcurve_) lcurve_->sync();
   ExtraFiles extra = metadata_;
   extra["mlip_checkpoint"] = "1";
   extra["step"] = std::to_string(step);
@@ -474,15 +483,16 @@ void Trainer::save_checkpoint(int64_t step) {
     AveragedWeights averaged(ema_.get());
     torch::jit::Module& module = model_->module();
     if (device_.is_cpu()) {
-      save_module_atomically(module, extra, path);
+      save_module_atomically(module, extra, path, "the checkpoint");
     } else {
       torch::jit::Module host = module.deepcopy();
       host.to(torch::kCPU);
-      save_module_atomically(host, extra, path);
+      save_module_atomically(host, extra, path, "the checkpoint");
     }
   }
   const fs::path dir = options_.output_dir;
-  write_file_atomically((dir / "checkpoint").string(), fs::path(path).filename().string() + "\n");
+  write_file_atomically((dir / "checkpoint").string(), fs::path(path).filename().string() + "\n",
+                        "the pointer to the newest checkpoint");
   // <save_ckpt>.pt: a link to the newest checkpoint (replaced atomically).
   const fs::path link = dir / (config_.save_ckpt + ".pt");
   const fs::path tmp_link = dir / (config_.save_ckpt + ".pt.tmp-" + std::to_string(::getpid()));
@@ -490,6 +500,10 @@ void Trainer::save_checkpoint(int64_t step) {
   fs::remove(tmp_link, ec);
   fs::create_symlink(fs::path(path).filename(), tmp_link, ec);
   if (!ec) fs::rename(tmp_link, link, ec);
+  if (ec) {
+    fs::remove(tmp_link, ec);
+    throw Error(link.string() + ": cannot write the link to the newest checkpoint (" + ec.message() + ")");
+  }
   // Keep the newest max_ckpt_keep checkpoints.
   std::vector<std::pair<int64_t, fs::path>> found;
   const std::regex pattern(std::regex_replace(config_.save_ckpt, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
@@ -690,23 +704,55 @@ void Trainer::print_model_line() const {
               << " for validation, checkpoints and frozen models (training.ema_decay: 0 uses the raw weights)\n";
 }
 
-std::ofstream Trainer::open_lcurve() {
-  // lcurve.out: a new file with its header, or appended to on --restart.
-  const fs::path path = fs::path(options_.output_dir) / config_.disp_file;
+std::string Trainer::lcurve_header() const {
   const bool has_val = !valid_.empty();
-  std::ofstream lcurve;
-  if (!root()) return lcurve;
-  if (options_.restart.empty()) {
-    lcurve.open(path, std::ios::trunc);
-    lcurve << "# step" << (has_val ? " rmse_val" : "") << " rmse_trn" << (has_val ? " rmse_e_val" : "") << " rmse_e_trn"
-           << (has_val ? " rmse_f_val" : "") << " rmse_f_trn";
-    if (has_virial_) lcurve << (has_val ? " rmse_v_val" : "") << " rmse_v_trn";
-    lcurve << " lr\n";
-  } else {
-    lcurve.open(path, std::ios::app);
+  std::string header = "# step";
+  header += has_val ? " rmse_val rmse_trn rmse_e_val rmse_e_trn rmse_f_val rmse_f_trn" : " rmse_trn rmse_e_trn rmse_f_trn";
+  if (has_virial_) header += has_val ? " rmse_v_val rmse_v_trn" : " rmse_v_trn";
+  return header + " lr\n";
+}
+
+/// The lines of an lcurve.out up to and including `step`: comment lines, and data lines whose
+/// first column (the step) is at most `step`; a line cut by a crash is left out.
+std::string lcurve_up_to(const std::string& text, int64_t step) {
+  std::istringstream in(text);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline: the last line was cut
+    if (!line.empty() && line[0] == '#') {
+      kept += line + "\n";
+      continue;
+    }
+    std::istringstream fields(line);
+    int64_t line_step = 0;
+    if (fields >> line_step && line_step <= step) kept += line + "\n";
   }
-  if (!lcurve) throw Error(path.string() + ": cannot write");
-  return lcurve;
+  return kept;
+}
+
+void Trainer::open_lcurve() {
+  // lcurve.out: a new file with its header, or, on --restart, the old file cut back to the
+  // checkpoint's step (the lines logged after it come again) and appended to (docs/training.md).
+  if (!root()) return;
+  const std::string path = (fs::path(options_.output_dir) / config_.disp_file).string();
+  std::error_code ec;
+  if (options_.restart.empty() || !fs::exists(path, ec)) {
+    write_file_atomically(path, lcurve_header(), "the learning curve");
+  } else {
+    std::ifstream old(path, std::ios::binary);
+    std::ostringstream text;
+    text << old.rdbuf();
+    if (!old) throw Error(path + ": cannot read the learning curve to continue it (" + system_reason(errno) + ")");
+    write_file_atomically(path, lcurve_up_to(text.str(), start_step_), "the learning curve");
+  }
+  lcurve_ = std::make_unique<OutputFile>(path, OutputFile::Mode::kAppend, "the learning curve");
+}
+
+void Trainer::write_step_times(const std::vector<double>& step_ms) const {
+  std::string text = "# step ms (forward, backward and update of each step)\n";
+  for (size_t k = 0; k < step_ms.size(); ++k)
+    text += std::to_string(start_step_ + int64_t(k) + 1) + " " + std::to_string(step_ms[k]) + "\n";
+  write_file_atomically(options_.step_times, text, "the step times");
 }
 
 /// Batches asked for ahead of the current one (docs/data.md "Prefetch").
@@ -720,7 +766,7 @@ void Trainer::prefetch_training_batches() {
   }
 }
 
-int Trainer::train_loop(std::ofstream& lcurve) {
+int Trainer::train_loop() {
   const TrainConfig& c = config_;
   const int world = comm_->size();
   const bool has_val = !valid_.empty();
@@ -805,7 +851,7 @@ int Trainer::train_loop(std::ofstream& lcurve) {
         AveragedWeights averaged(ema_.get());
         val_rmse = Rmse(validate(pref));
       }
-      write_lcurve_line(lcurve, step, lr, trn_rmse, has_val ? &val_rmse : nullptr);
+      write_lcurve_line(step, lr, trn_rmse, has_val ? &val_rmse : nullptr);
       if (!tty && root()) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double rate = double(step - start_step_) / std::max(elapsed, 1e-9);
@@ -832,12 +878,8 @@ int Trainer::train_loop(std::ofstream& lcurve) {
       break;
     }
   }
-  if (root() && !options_.step_times.empty()) {
-    std::ofstream times(options_.step_times);
-    times << "# step ms (forward, backward and update of each step)\n";
-    for (size_t k = 0; k < step_ms.size(); ++k) times << start_step_ + int64_t(k) + 1 << " " << step_ms[k] << "\n";
-    if (!times) throw Error(options_.step_times + ": cannot write the step times");
-  }
+  if (root() && !options_.step_times.empty()) write_step_times(step_ms);
+  if (lcurve_) lcurve_->commit();
   if (tty) std::printf("\n");
   if (root()) {
     const FrameStore::MakeTime made = store_->make_time();
@@ -876,20 +918,27 @@ int Trainer::run() {
   if (!c.model) throw Error(c.input_path + ": no model section was read");
   set_up_threads_and_ranks();
   print_summary();
-  if (root() && !options_.output_dir.empty()) fs::create_directories(options_.output_dir);
+  if (root()) {
+    prepare_output_folder(options_.output_dir, "-o " + (options_.output_dir.empty() ? "." : options_.output_dir));
+    // Temporary files of a run that was killed while writing (docs/robustness.md).
+    const int removed = remove_stale_temporaries(options_.output_dir);
+    if (removed > 0) std::cout << "removed " << removed << " temporary file(s) left by a killed run\n";
+  }
   const int world = comm_->size();
   config_.learning_rate.scale = scale_by_worker(c.scale_by_worker, world);
   if (world > 1 && root())
     std::cout << "learning rate: start_lr x " << config_.learning_rate.scale << " (scale_by_worker: "
               << c.scale_by_worker << ", " << world << " ranks); batch_size is per rank\n";
   load_data();
+  // Before anything whose shape depends on the input (docs/distributed.md "Ranks that disagree").
+  check_ranks_agree(*comm_, agreement_items(config_, train_raw_, valid_raw_), device_);
   build_model();
   prepare_sets();
   make_samplers();
   set_up_optimisation();
   print_model_line();
-  std::ofstream lcurve = open_lcurve();
-  const int exit_code = train_loop(lcurve);
+  open_lcurve();
+  const int exit_code = train_loop();
   print_communication();
   return exit_code;
 }

@@ -1,0 +1,115 @@
+// Checkpoints and frozen models (train/checkpoint.h): the checksum they carry, verified on load.
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "test_util.h"
+#include "train/checkpoint.h"
+
+using mlip::test::contains;
+using mlip::test::error_of;
+using mlip::test::TempDir;
+namespace train = mlip::train;
+
+namespace {
+
+torch::jit::Module small_module() {
+  torch::jit::Module m("small");
+  m.register_parameter("w", torch::arange(1000, torch::kFloat64), false);
+  m.define("def forward(self, x: Tensor) -> Tensor:\n  return x * self.w\n");
+  return m;
+}
+
+const train::ExtraFiles kMetadata = {{"model_type", "se_e2_a"}, {"r_max", "6.0"}, {"type_names", "O H"},
+                                     {"num_types", "2"}, {"model_dtype", "float64"}, {"mlip_version", "test"},
+                                     {"config", "model: {}"}, {"units", "eV Angstrom"}};
+
+std::string read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+}  // namespace
+
+TEST(Checkpoint, ASavedModelLoadsWithItsMetadataAndChecksum) {
+  TempDir dir;
+  train::save_module_atomically(small_module(), kMetadata, dir / "m.pt", "the model");
+  train::ExtraFiles extra;
+  torch::jit::Module loaded = train::load_model(dir / "m.pt", extra);
+  EXPECT_EQ(extra.at("type_names"), "O H");
+  EXPECT_TRUE(torch::equal(loaded.attr("w").toTensor(), torch::arange(1000, torch::kFloat64)));
+  // The same module serialises to the same bytes (the checksum is reproducible).
+  EXPECT_EQ(train::serialize_module(small_module(), kMetadata), read(dir / "m.pt"));
+  // Plain LibTorch reads the checksum as an extra file.
+  torch::jit::ExtraFilesMap files{{"checksum", ""}};
+  torch::jit::load(dir / "m.pt", torch::kCPU, files);
+  EXPECT_EQ(files["checksum"].rfind("sha256:", 0), 0u);
+  EXPECT_EQ(files["checksum"].size(), 7u + 64u);
+}
+
+TEST(Checkpoint, AChangedByteInAStoredTensorIsRefused) {
+  TempDir dir;
+  const std::string bytes = train::serialize_module(small_module(), kMetadata);
+  // The tensor's 8000 bytes are 0.0, 1.0, ... 999.0; change one in the middle of them.
+  const double value = 500.0;
+  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&value), sizeof value));
+  ASSERT_NE(at, std::string::npos);
+  std::string damaged = bytes;
+  damaged[at + 7] ^= 0x01;
+  write(dir / "damaged.pt", damaged);
+  // LibTorch alone accepts the file and gives another weight.
+  torch::jit::Module plain = torch::jit::load(dir / "damaged.pt");
+  EXPECT_NE(plain.attr("w").toTensor()[500].item<double>(), 500.0);
+  train::ExtraFiles extra;
+  EXPECT_TRUE(contains(error_of([&] { train::load_model(dir / "damaged.pt", extra); }),
+                       dir / "damaged.pt" + ": damaged: its contents do not match the checksum"));
+}
+
+TEST(Checkpoint, AChangedExtraFileIsRefused) {
+  TempDir dir;
+  std::string bytes = train::serialize_module(small_module(), kMetadata);
+  const size_t at = bytes.find("eV Angstrom");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = 'm';  // "mV Angstrom"
+  write(dir / "units.pt", bytes);
+  train::ExtraFiles extra;
+  EXPECT_TRUE(contains(error_of([&] { train::load_model(dir / "units.pt", extra); }), "damaged"));
+}
+
+TEST(Checkpoint, AModelWithoutChecksumOrMetadataIsRefused) {
+  TempDir dir;
+  torch::jit::ExtraFilesMap files(kMetadata.begin(), kMetadata.end());
+  small_module().save(dir / "old.pt", files);
+  train::ExtraFiles extra;
+  EXPECT_TRUE(contains(error_of([&] { train::load_model(dir / "old.pt", extra); }), "old.pt: no checksum"));
+  small_module().save(dir / "bare.pt");
+  EXPECT_TRUE(contains(error_of([&] { train::load_model(dir / "bare.pt", extra); }), "without mlip's metadata"));
+  write(dir / "text.pt", "not a zip");
+  EXPECT_TRUE(contains(error_of([&] { train::load_model(dir / "text.pt", extra); }), "not a TorchScript model"));
+  EXPECT_TRUE(contains(error_of([&] { train::load_model(dir / "missing.pt", extra); }),
+                       "missing.pt: cannot read (No such file or directory)"));
+}
+
+TEST(Checkpoint, FreezeRefusesToWriteOntoTheCheckpoint) {
+  TempDir dir;
+  train::save_module_atomically(small_module(), kMetadata, dir / "model.ckpt-1.pt", "the checkpoint");
+  std::filesystem::create_symlink("model.ckpt-1.pt", dir / "model.ckpt.pt");
+  const std::string before = read(dir / "model.ckpt-1.pt");
+  for (const std::string& output : {dir / "model.ckpt-1.pt", dir / "model.ckpt.pt"})
+    EXPECT_TRUE(contains(error_of([&] { train::freeze(dir / "model.ckpt-1.pt", output); }),
+                         "that is the checkpoint being frozen"));
+  EXPECT_EQ(read(dir / "model.ckpt-1.pt"), before);
+  train::freeze(dir / "model.ckpt-1.pt", dir / "frozen.pt");
+  train::ExtraFiles extra;
+  train::load_model(dir / "frozen.pt", extra);
+  EXPECT_EQ(extra.at("model_type"), "se_e2_a");
+}
