@@ -545,7 +545,14 @@ TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], foo: 1}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.foo: unknown key (known: type, type_map, r_max, num_features, l_max, parity, num_layers, "
-            "num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed, data_stat_nbatch)");
+            "num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed, correlation, "
+            "readout, data_stat_nbatch)");
+  EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], correlation: 4}\ntraining: {training_data: {systems: [a]}, "
+                        "numb_steps: 1}\n"),
+            "input.yaml: model.correlation: expected 1, 2 or 3, got 4");
+  EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], readout: all}\ntraining: {training_data: {systems: [a]}, "
+                        "numb_steps: 1}\n"),
+            "input.yaml: model.readout: expected one of \"last\" or \"every_layer\", got all");
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], l_max: 4}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.l_max: expected an integer from 0 to 3, got 4");

@@ -15,8 +15,10 @@ using mlip::test::Frame;
 using mlip::test::ModelResult;
 
 /// A small model (fast) with every piece: 3 layers, l_max 2, gates, self-connections.
-EquivariantConfig small_config(const std::string& precision, bool parity, int64_t l_max = 2) {
+EquivariantConfig small_config(const std::string& precision, bool parity, int64_t l_max = 2, int64_t correlation = 1) {
   EquivariantConfig c;
+  c.correlation = correlation;
+  c.readout_every_layer = correlation == 2;  // MACE's readouts of every layer, tested with the product basis
   c.type_map = {"O", "H"};
   c.r_max = 3.5;
   c.num_features = 4;
@@ -56,10 +58,13 @@ TYPED_TEST(EquivariantSymmetry, InvariantAndCovariant) {
   const bool is_double = std::is_same_v<TypeParam, double>;
   const double tol = is_double ? 1e-10 : 1e-4;
   std::mt19937 rng(5);
+  for (int64_t correlation : {1, 2, 3})
   for (bool parity : {true, false})
     for (bool periodic : {true, false}) {
-      SCOPED_TRACE(std::string(parity ? "parity " : "no parity ") + (periodic ? "periodic" : "cluster"));
-      const auto c = small_config(is_double ? "float64" : "float32", parity);
+      SCOPED_TRACE(std::string(parity ? "parity " : "no parity ") + (periodic ? "periodic" : "cluster") +
+                   ", correlation " + std::to_string(correlation));
+      // correlation 3 at l_max 1 (its middle irreps still reach l = 2) keeps the test short.
+      const auto c = small_config(is_double ? "float64" : "float32", parity, correlation == 3 ? 1 : 2, correlation);
       auto model = mlip::models::build_equivariant(c);
       set_scale_shift(model);
       const Frame f = random_frame(14, periodic, 21);
@@ -113,9 +118,10 @@ TEST(Equivariant, WithoutParityReflectionsAreNotASymmetry) {
 }
 
 TEST(Equivariant, ForcesAndVirialAreEnergyDerivatives) {
+  for (int64_t correlation : {1, 2, 3})
   for (bool periodic : {true, false}) {
-    SCOPED_TRACE(periodic ? "periodic" : "cluster");
-    const auto c = small_config("float64", true);
+    SCOPED_TRACE(std::string(periodic ? "periodic" : "cluster") + ", correlation " + std::to_string(correlation));
+    const auto c = small_config("float64", true, correlation == 3 ? 1 : 2, correlation);
     auto model = mlip::models::build_equivariant(c);
     set_scale_shift(model);
     const Frame f = random_frame(10, periodic, 4);
@@ -147,8 +153,48 @@ TEST(Equivariant, ForcesAndVirialAreEnergyDerivatives) {
   }
 }
 
+// correlation 2 and 3 (MACE's product basis): the products of the messages with themselves
+// reach the energy, and the model grows by their weights only.
+TEST(Equivariant, ProductBasisTermsContribute) {
+  const Frame f = random_frame(14, true, 21);
+  int64_t previous = 0;
+  for (int64_t correlation : {1, 2, 3}) {
+    SCOPED_TRACE("correlation " + std::to_string(correlation));
+    const auto c = small_config("float64", true, 2, correlation);
+    auto model = mlip::models::build_equivariant(c);
+    int64_t count = 0;
+    for (const auto& p : model.parameters()) count += p.numel();
+    EXPECT_GT(count, previous);
+    previous = count;
+    if (correlation == 1) continue;
+    const double e0 = run(model, f, c).energy;
+    if (c.readout_every_layer) {
+      // The first layers' readouts reach the energy.
+      auto first = model.attr("l1_readout").toTensor();
+      auto scale = [&](double by) {
+        torch::NoGradGuard no_grad;
+        first.mul_(by);
+      };
+      scale(2.0);
+      EXPECT_GT(std::abs(run(model, f, c).energy - e0), 1e-6 * std::abs(e0));
+      scale(0.5);
+    }
+    // The last layer's weights of its products of two or more messages (columns 1.. of pw).
+    const std::string name = "l" + std::to_string(c.num_layers - 1) + "_pw_0e";
+    auto pw = model.attr(name).toTensor();
+    ASSERT_GT(pw.size(1), 1);
+    {
+      torch::NoGradGuard no_grad;
+      pw.narrow(1, 1, pw.size(1) - 1).mul_(2.0);
+    }
+    EXPECT_GT(std::abs(run(model, f, c).energy - e0), 1e-6 * std::abs(e0));
+  }
+}
+
 TEST(Equivariant, SmoothWhenAnAtomCrossesRmax) {
-  const auto c = small_config("float64", true);
+  for (int64_t correlation : {1, 2, 3}) {
+  SCOPED_TRACE("correlation " + std::to_string(correlation));
+  const auto c = small_config("float64", true, correlation == 3 ? 1 : 2, correlation);
   auto model = mlip::models::build_equivariant(c);
   Frame f;
   f.pbc = {{false, false, false}};
@@ -165,6 +211,7 @@ TEST(Equivariant, SmoothWhenAnAtomCrossesRmax) {
     EXPECT_LT(std::abs(in.energy - out.energy), 1e3 * std::pow(eps, 3)) << eps;
     EXPECT_LT(in.forces[3].abs().max().item<double>(), 1e3 * std::pow(eps, 2)) << eps;
     EXPECT_EQ(out.forces[3].abs().max().item<double>(), 0.0);
+  }
   }
 }
 

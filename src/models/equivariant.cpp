@@ -39,23 +39,70 @@ struct Path {
   Irrep out;
 };
 
-/// The plan of one interaction block: its input irreps, paths and output irreps.
+/// One term of the product basis (correlation > 1, docs/equivariant.md "Body order"): the
+/// channel-wise product of `factors` (indices into the block's message irreps, non-decreasing)
+/// coupled to `target`; with three factors, the first two are coupled to `middle` first.
+struct Product {
+  std::vector<size_t> factors;
+  Irrep middle;
+  Irrep target;
+};
+
+/// The plan of one interaction block: its input irreps, tensor-product paths, message irreps
+/// (`out`), and the irreps it passes on (`targets`: `out` for correlation 1; after the product
+/// basis, every message irrep, or the even scalars alone in the last layer).
 struct Block {
-  std::vector<Irrep> in, out;
+  std::vector<Irrep> in, out, targets;
   std::vector<Path> paths;
+  std::vector<Product> products;
+  std::vector<int64_t> products_to(const Irrep& t) const {
+    std::vector<int64_t> k;
+    for (size_t q = 0; q < products.size(); ++q)
+      if (products[q].target == t) k.push_back(int64_t(q));
+    return k;
+  }
   std::vector<int64_t> paths_to(const Irrep& o) const {
     std::vector<int64_t> k;
     for (size_t p = 0; p < paths.size(); ++p)
       if (paths[p].out == o) k.push_back(int64_t(p));
     return k;
   }
-  std::vector<Irrep> gated() const {  // outputs with l > 0 get a gate
+  std::vector<Irrep> gated() const {  // passed-on irreps with l > 0 get a gate
     std::vector<Irrep> g;
-    for (const auto& o : out)
+    for (const auto& o : targets)
       if (o.l > 0) g.push_back(o);
     return g;
   }
 };
+
+/// Whether irreps a and b couple to c (triangle rule, and parity when the model has it).
+bool couples(const Irrep& a, const Irrep& b, const Irrep& c) {
+  return c.l >= std::abs(a.l - b.l) && c.l <= a.l + b.l && c.p == a.p * b.p;
+}
+
+/// The product basis of a block up to c.correlation factors, for each of its targets.
+void add_products(const EquivariantConfig& c, Block& b) {
+  const size_t n = b.out.size();
+  for (const Irrep& t : b.targets) {
+    for (size_t a = 0; a < n; ++a)
+      if (b.out[a] == t) b.products.push_back({{a}, t, t});
+    if (c.correlation < 2) continue;
+    for (size_t a = 0; a < n; ++a)
+      for (size_t e = a; e < n; ++e)
+        // The product of a channel with itself has no antisymmetric part (e.g. v x v = 0).
+        if (couples(b.out[a], b.out[e], t) && !(a == e && (2 * b.out[a].l + t.l) % 2 == 1))
+          b.products.push_back({{a, e}, t, t});
+    if (c.correlation < 3) continue;
+    for (size_t a = 0; a < n; ++a)
+      for (size_t e = a; e < n; ++e)
+        for (int64_t lm = std::abs(b.out[a].l - b.out[e].l); lm <= std::min(b.out[a].l + b.out[e].l, kMaxL); ++lm) {
+          const Irrep middle{lm, b.out[a].p * b.out[e].p};
+          if (a == e && (2 * b.out[a].l + lm) % 2 == 1) continue;
+          for (size_t g = e; g < n; ++g)
+            if (couples(middle, b.out[g], t)) b.products.push_back({{a, e, g}, middle, t});
+        }
+  }
+}
 
 std::vector<Block> plan(const EquivariantConfig& c) {
   const int even = c.parity ? 1 : 0;
@@ -70,15 +117,59 @@ std::vector<Block> plan(const EquivariantConfig& c) {
       for (int64_t l2 = 0; l2 <= c.l_max; ++l2)
         for (int64_t l3 = std::abs(in.l - l2); l3 <= std::min(in.l + l2, c.l_max); ++l3) {
           const Irrep out{l3, c.parity ? in.p * (l2 % 2 ? -1 : 1) : 0};
-          if (last && !(out == Irrep{0, even})) continue;  // the readout needs the even scalars only
+          // The readout needs the even scalars only; with a product basis, products of the other
+          // irreps make them, so every message irrep is kept.
+          if (last && c.correlation == 1 && !(out == Irrep{0, even})) continue;
           b.paths.push_back({in, l2, out});
           outs[out] = true;
         }
     for (const auto& [o, _] : outs) b.out.push_back(o);
-    current = b.out;
+    if (c.correlation == 1) {
+      b.targets = b.out;
+    } else {
+      b.targets = last ? std::vector<Irrep>{{0, even}} : b.out;
+      add_products(c, b);
+    }
+    current = b.targets;
     blocks.push_back(b);
   }
   return blocks;
+}
+
+/// TorchScript of a block's product basis (correlation > 1): from the messages a_<irrep>
+/// [n, f, 2l+1], each target's B = sum over products q of w[type, q, channel] times the
+/// channel-wise coupled product, then z_<target> = B times lin3 (with the gate channels).
+void product_basis_source(const Block& b, const std::string& L, int64_t f, std::ostream& o) {
+  for (const Irrep& t : b.targets) {
+    const auto qs = b.products_to(t);
+    o << "    pw = self." << L << "pw_" << t.name() << ".index_select(0, atype)\n"
+      << "    bsum = torch.zeros([n, " << f << ", " << 2 * t.l + 1 << "], dtype=d.dtype, device=d.device)\n";
+    for (size_t k = 0; k < qs.size(); ++k) {
+      const Product& q = b.products[size_t(qs[k])];
+      const std::string cg = "self." + L + "pc" + std::to_string(qs[k]);
+      auto outer = [&](const std::string& a, int64_t na, const std::string& e, int64_t ne) {
+        return "(" + a + ".unsqueeze(3) * " + e + ".unsqueeze(2)).reshape(n, " + std::to_string(f) + ", " +
+               std::to_string(na * ne) + ")";
+      };
+      const Irrep& a0 = b.out[q.factors[0]];
+      if (q.factors.size() == 1) {
+        o << "    t = a_" << a0.name() << "\n";
+      } else {
+        const Irrep& a1 = b.out[q.factors[1]];
+        const Irrep first = q.factors.size() == 2 ? t : q.middle;
+        o << "    t = torch.matmul(" << outer("a_" + a0.name(), 2 * a0.l + 1, "a_" + a1.name(), 2 * a1.l + 1) << ", "
+          << cg << "a.reshape(" << (2 * a0.l + 1) * (2 * a1.l + 1) << ", " << 2 * first.l + 1 << "))\n";
+        if (q.factors.size() == 3) {
+          const Irrep& a2 = b.out[q.factors[2]];
+          o << "    t = torch.matmul(" << outer("t", 2 * q.middle.l + 1, "a_" + a2.name(), 2 * a2.l + 1) << ", " << cg
+            << "b.reshape(" << (2 * q.middle.l + 1) * (2 * a2.l + 1) << ", " << 2 * t.l + 1 << "))\n";
+        }
+      }
+      o << "    bsum = bsum + t * pw[:, " << k << ", :].unsqueeze(2)\n";
+    }
+    o << "    z_" << t.name() << " = torch.einsum('nfm,fg->ngm', [bsum, self." << L << "lin3_" << t.name() << "]) / "
+      << literal(std::sqrt(double(f) * double(qs.size()))) << "\n";
+  }
 }
 
 }  // namespace
@@ -94,6 +185,7 @@ void EquivariantConfig::validate() const {
   if (num_layers < 1) bad("num_layers", "a positive integer", std::to_string(num_layers));
   if (num_bessels < 1) bad("num_bessels", "a positive integer", std::to_string(num_bessels));
   if (!(polynomial_p >= 2)) bad("polynomial_p", "a number >= 2", std::to_string(polynomial_p));
+  if (correlation < 1 || correlation > 3) bad("correlation", "1, 2 or 3", std::to_string(correlation));
   if (radial_width < 1) bad("radial_width", "a positive integer", std::to_string(radial_width));
   if (radial_depth < 1) bad("radial_depth", "a positive integer", std::to_string(radial_depth));
   if (!(avg_num_neighbors > 0)) bad("avg_num_neighbors", "a positive number", std::to_string(avg_num_neighbors));
@@ -125,9 +217,15 @@ std::string equivariant_source(const EquivariantConfig& c) {
   for (int64_t l = 0; l <= c.l_max; ++l) o << "    y" << l << " = y[:, " << l * l << ":" << (l + 1) * (l + 1) << "]\n";
   const std::string even = Irrep{0, c.parity ? 1 : 0}.name();
   o << "    x_" << even << " = self.embed.index_select(0, atype).unsqueeze(2)\n";
+  if (c.readout_every_layer) o << "    e_layers = torch.zeros([n], dtype=d.dtype, device=d.device)\n";
   for (size_t k = 0; k < blocks.size(); ++k) {
     const Block& b = blocks[k];
     const std::string L = "l" + std::to_string(k) + "_";
+    // MACE's readouts of every layer: each block's input scalars (the previous block's output)
+    // through a linear map of their own, summed into the energy.
+    if (c.readout_every_layer && k > 0)
+      o << "    e_layers = e_layers + torch.matmul(x_" << even << "[:, :, 0], self." << L << "readout)[:, 0] / "
+        << literal(std::sqrt(double(f))) << "\n";
     // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
     o << "    h = basis\n";
     for (int64_t d = 0; d < c.radial_depth; ++d) {
@@ -157,15 +255,15 @@ std::string equivariant_source(const EquivariantConfig& c) {
           << "].unsqueeze(2)\n"
           << "    parts_" << out.name() << ".append(t)\n";
       }
-      const bool gates_here = out == Irrep{0, c.parity ? 1 : 0} && !b.gated().empty();
-      const int64_t width_out = f * (gates_here ? 1 + int64_t(b.gated().size()) : 1);
       // All paths into this irrep summed over the neighbours at once.
       o << "    m = torch.zeros([n, " << f * int64_t(ps.size()) << ", " << 2 * out.l + 1
         << "], dtype=d.dtype, device=d.device).index_add(0, i, torch.cat(parts_" << out.name()
         << ", 1)) / (self.avg_num_neighbors ** 0.5)\n"
-        << "    z_" << out.name() << " = torch.einsum('ncm,cg->ngm', [m, self." << L << "lin2_" << out.name() << "]) / "
-        << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
-      (void)width_out;
+        << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = torch.einsum('ncm,cg->ngm', [m, self."
+        << L << "lin2_" << out.name() << "]) / " << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
+    }
+    if (c.correlation > 1) product_basis_source(b, L, f, o);
+    for (const auto& out : b.targets) {
       const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
       if (has_sc)
         o << "    z_" << out.name() << " = z_" << out.name() << " + torch.einsum('nfm,nfg->ngm', [s_" << out.name()
@@ -175,7 +273,7 @@ std::string equivariant_source(const EquivariantConfig& c) {
     // Gates: even scalars through SiLU, odd scalars through tanh; every l > 0 channel times a
     // sigmoid gate (extra even-scalar channels).
     const auto gated = b.gated();
-    for (const auto& out : b.out) {
+    for (const auto& out : b.targets) {
       if (out.l > 0) continue;
       const bool is_even = out.p >= 0;
       if (out == Irrep{0, c.parity ? 1 : 0}) {
@@ -192,7 +290,8 @@ std::string equivariant_source(const EquivariantConfig& c) {
       }
     }
   }
-  o << "    e = torch.matmul(x_" << even << "[:, :, 0], self.readout)[:, 0] / " << literal(std::sqrt(double(f))) << "\n"
+  o << "    e = torch.matmul(x_" << even << "[:, :, 0], self.readout)[:, 0] / " << literal(std::sqrt(double(f)))
+    << (c.readout_every_layer ? " + e_layers" : "") << "\n"
     << "    return e * self.scale.index_select(0, atype) + self.shift.index_select(0, atype)\n\n";
   o << "def set_scale_shift(self, scale: Tensor, shift: Tensor):\n"
        "    self.scale = scale.to(self.scale.dtype)\n"
@@ -227,19 +326,40 @@ torch::jit::Module build_equivariant(const EquivariantConfig& c) {
       param(m, L + "r" + std::to_string(d), {d == 0 ? c.num_bessels : c.radial_width, c.radial_width});
     param(m, L + "rout", {c.radial_width, f * int64_t(b.paths.size())});
     for (const auto& in : b.in) param(m, L + "lin1_" + in.name(), {f, f});
+    if (c.readout_every_layer && k > 0) param(m, L + "readout", {f, 1});
     const auto gated = b.gated();
-    for (const auto& out : b.out) {
+    auto width_of = [&](const Irrep& out) {
       const bool gates_here = out == Irrep{0, c.parity ? 1 : 0} && !gated.empty();
-      const int64_t width_out = f * (gates_here ? 1 + int64_t(gated.size()) : 1);
-      param(m, L + "lin2_" + out.name(), {f * int64_t(b.paths_to(out).size()), width_out});
+      return f * (gates_here ? 1 + int64_t(gated.size()) : 1);
+    };
+    for (const auto& out : b.out)
+      param(m, L + "lin2_" + out.name(), {f * int64_t(b.paths_to(out).size()), c.correlation == 1 ? width_of(out) : f});
+    for (const auto& out : b.targets) {
+      if (c.correlation > 1) {
+        param(m, L + "pw_" + out.name(), {ntypes, int64_t(b.products_to(out).size()), f});
+        param(m, L + "lin3_" + out.name(), {f, width_of(out)});
+      }
       if (k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end())
-        param(m, L + "sc_" + out.name(), {ntypes, f, width_out});
+        param(m, L + "sc_" + out.name(), {ntypes, f, width_of(out)});
     }
     for (size_t p = 0; p < b.paths.size(); ++p) {
       const Path& path = b.paths[p];
       // Scaled so that a unit-variance input gives a unit-variance output component.
       const auto cg = wigner_3j(path.in.l, path.l2, path.out.l) * std::sqrt(double(2 * path.out.l + 1));
       m.register_buffer(L + "cg" + std::to_string(p), cg.to(dtype));
+    }
+    for (size_t q = 0; q < b.products.size(); ++q) {
+      const Product& pr = b.products[q];
+      if (pr.factors.size() < 2) continue;
+      auto coupling = [](const Irrep& x, const Irrep& y, const Irrep& z) {
+        return wigner_3j(x.l, y.l, z.l) * std::sqrt(double(2 * z.l + 1));
+      };
+      const Irrep& a0 = b.out[pr.factors[0]];
+      const Irrep& a1 = b.out[pr.factors[1]];
+      const std::string name = L + "pc" + std::to_string(q);
+      m.register_buffer(name + "a", coupling(a0, a1, pr.factors.size() == 2 ? pr.target : pr.middle).to(dtype));
+      if (pr.factors.size() == 3)
+        m.register_buffer(name + "b", coupling(pr.middle, b.out[pr.factors[2]], pr.target).to(dtype));
     }
   }
   param(m, "readout", {f, 1});

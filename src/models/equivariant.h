@@ -17,6 +17,13 @@ struct EquivariantConfig {
   int64_t l_max = 1;                ///< highest l of features and edge harmonics (<= 3)
   bool parity = true;               ///< O(3) (even and odd irreps) instead of SO(3)
   int64_t num_layers = 4;           ///< interaction blocks
+  /// Body order of the node features: 1, messages as NequIP (two-body); 2 or 3, MACE's product
+  /// basis of the messages with themselves up to that many factors (docs/equivariant.md
+  /// "Body order").
+  int64_t correlation = 1;
+  /// The energy from the last layer's scalars only (false), or, as MACE, from every layer's:
+  /// each interaction layer's output scalars through a readout of their own, summed.
+  bool readout_every_layer = false;
   int64_t num_bessels = 8;          ///< radial Bessel functions
   double polynomial_p = 6.0;        ///< exponent p of the polynomial cutoff
   int64_t radial_width = 64;        ///< hidden width of the radial MLP

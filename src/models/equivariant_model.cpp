@@ -33,6 +33,9 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
   if (e.l_max > 3) input::expected(m.path_of("l_max"), "an integer from 0 to 3", m.get("l_max"));
   e.parity = m.flag("parity", e.parity);
   e.num_layers = m.integer("num_layers", e.num_layers);
+  e.correlation = m.integer("correlation", e.correlation);
+  e.readout_every_layer = m.choice("readout", "last", {"last", "every_layer"}) == "every_layer";
+  if (e.correlation > 3) input::expected(m.path_of("correlation"), "1, 2 or 3", m.get("correlation"));
   e.num_bessels = m.integer("num_bessels", e.num_bessels);
   e.polynomial_p = m.number("polynomial_p", e.polynomial_p, Bound::kPositive);
   if (e.polynomial_p < 2) input::expected(m.path_of("polynomial_p"), "a number >= 2", m.get("polynomial_p"));
@@ -74,7 +77,8 @@ class EquivariantModel final : public Model {
     std::ostringstream o;
     o << "equivariant, " << settings_.precision << ", r_max " << e.r_max << " Å, l_max " << e.l_max
       << (e.parity ? " with parity" : " (SO(3))") << ", " << e.num_layers << " layers x " << e.num_features
-      << " features";
+      << " features" << (e.correlation > 1 ? ", correlation " + std::to_string(e.correlation) : std::string())
+      << (e.readout_every_layer ? ", readout of every layer" : "");
     return o.str();
   }
 
@@ -165,7 +169,8 @@ ModelEntry equivariant_entry() {
   ModelEntry e;
   e.name = "equivariant";
   e.keys = {"type", "type_map", "r_max", "num_features", "l_max", "parity", "num_layers", "num_bessels",
-            "polynomial_p", "radial_width", "radial_depth", "avg_num_neighbors", "precision", "seed",
+            "polynomial_p", "radial_width", "radial_depth", "avg_num_neighbors", "precision", "seed", "correlation",
+            "readout",
             "data_stat_nbatch"};
   e.read = read_equivariant;
   e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
