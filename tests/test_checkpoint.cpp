@@ -27,13 +27,6 @@ const train::ExtraFiles kMetadata = {{"model_type", "se_e2_a"}, {"r_max", "6.0"}
                                      {"num_types", "2"}, {"model_dtype", "float64"}, {"mlip_version", "test"},
                                      {"config", "model: {}"}, {"units", "eV Angstrom"}};
 
-std::string read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 void write(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
@@ -48,7 +41,7 @@ TEST(Checkpoint, ASavedModelLoadsWithItsMetadataAndChecksum) {
   EXPECT_EQ(extra.at("type_names"), "O H");
   EXPECT_TRUE(torch::equal(loaded.attr("w").toTensor(), torch::arange(1000, torch::kFloat64)));
   // The same module serialises to the same bytes (the checksum is reproducible).
-  EXPECT_EQ(train::serialize_module(small_module(), kMetadata), read(dir / "m.pt"));
+  EXPECT_EQ(train::serialize_module(small_module(), kMetadata), mlip::test::read_file(dir / "m.pt"));
   // Plain LibTorch reads the checksum as an extra file.
   torch::jit::ExtraFilesMap files{{"checksum", ""}};
   torch::jit::load(dir / "m.pt", torch::kCPU, files);
@@ -103,11 +96,11 @@ TEST(Checkpoint, FreezeRefusesToWriteOntoTheCheckpoint) {
   TempDir dir;
   train::save_module_atomically(small_module(), kMetadata, dir / "model.ckpt-1.pt", "the checkpoint");
   std::filesystem::create_symlink("model.ckpt-1.pt", dir / "model.ckpt.pt");
-  const std::string before = read(dir / "model.ckpt-1.pt");
+  const std::string before = mlip::test::read_file(dir / "model.ckpt-1.pt");
   for (const std::string& output : {dir / "model.ckpt-1.pt", dir / "model.ckpt.pt"})
     EXPECT_TRUE(contains(error_of([&] { train::freeze(dir / "model.ckpt-1.pt", output); }),
                          "that is the checkpoint being frozen"));
-  EXPECT_EQ(read(dir / "model.ckpt-1.pt"), before);
+  EXPECT_EQ(mlip::test::read_file(dir / "model.ckpt-1.pt"), before);
   train::freeze(dir / "model.ckpt-1.pt", dir / "frozen.pt");
   train::ExtraFiles extra;
   train::load_model(dir / "frozen.pt", extra);

@@ -19,13 +19,6 @@ using mlip::train::OutputFile;
 
 namespace {
 
-std::string read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 std::vector<std::string> names_in(const std::string& folder) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(folder)) names.push_back(e.path().filename().string());
@@ -50,11 +43,11 @@ TEST(OutputFile, ReplaceKeepsTheOldContentUntilCommit) {
     OutputFile f(dir / "f.txt", OutputFile::Mode::kReplace, "the test file");
     f.write("new ");
     f.write("content");
-    EXPECT_EQ(read(dir / "f.txt"), "old");
+    EXPECT_EQ(mlip::test::read_file(dir / "f.txt"), "old");
     EXPECT_EQ(names_in(dir.path()).size(), 2u);  // f.txt and its temporary file
     f.commit();
   }
-  EXPECT_EQ(read(dir / "f.txt"), "new content");
+  EXPECT_EQ(mlip::test::read_file(dir / "f.txt"), "new content");
   EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"f.txt"});
 }
 
@@ -65,7 +58,7 @@ TEST(OutputFile, ReplaceWithoutCommitLeavesTheOldFileAndNoTemporary) {
     OutputFile f(dir / "f.txt", OutputFile::Mode::kReplace, "the test file");
     f.write("half");
   }  // e.g. an exception between the writes
-  EXPECT_EQ(read(dir / "f.txt"), "old");
+  EXPECT_EQ(mlip::test::read_file(dir / "f.txt"), "old");
   EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"f.txt"});
 }
 
@@ -74,7 +67,7 @@ TEST(OutputFile, AppendWritesEachPieceAtOnce) {
   mlip::test::write_text(dir / "log", "a\n");
   OutputFile f(dir / "log", OutputFile::Mode::kAppend, "the log");
   f.write("b\n");
-  EXPECT_EQ(read(dir / "log"), "a\nb\n");  // on disk before commit
+  EXPECT_EQ(mlip::test::read_file(dir / "log"), "a\nb\n");  // on disk before commit
   f.commit();
   EXPECT_TRUE(contains(error_of([&] { f.write("c\n"); }), "the file was closed"));
 }

@@ -37,11 +37,11 @@ void write_text(const std::string& path, const std::string& text) {
   f << text;
 }
 
-static std::string slurp(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 CommandResult run_command(const std::string& command) {
@@ -51,8 +51,8 @@ CommandResult run_command(const std::string& command) {
   int status = std::system(full.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(out_file);
-  r.err = slurp(err_file);
+  r.out = read_file(out_file);
+  r.err = read_file(err_file);
   return r;
 }
 

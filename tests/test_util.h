@@ -24,6 +24,8 @@ class TempDir {
 
 /// Writes text to a file (creating parent folders).
 void write_text(const std::string& path, const std::string& text);
+/// The bytes of a file ("" when it cannot be read).
+std::string read_file(const std::string& path);
 
 /// Result of running a shell command: exit status and captured stdout and stderr.
 struct CommandResult {

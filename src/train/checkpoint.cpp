@@ -31,9 +31,7 @@ constexpr const char* kSerializationIdRecord = ".data/serialization_id";
 
 /// SHA-256 over every record of a TorchScript archive (names sorted; each name, its length and
 /// its bytes), except the checksum and the serialization id (docs/robustness.md "Checksums").
-std::string archive_digest(const std::string& archive) {
-  std::istringstream in(archive);
-  caffe2::serialize::PyTorchStreamReader reader(&in);
+std::string archive_digest(caffe2::serialize::PyTorchStreamReader& reader) {
   std::vector<std::string> names = reader.getAllRecords();
   std::sort(names.begin(), names.end());
   Sha256 hash;
@@ -65,9 +63,7 @@ bool same_records(const std::string& first, const std::string& second) {
 }
 
 /// The stored checksum of an archive, or "" when it has none.
-std::string stored_checksum(const std::string& archive) {
-  std::istringstream in(archive);
-  caffe2::serialize::PyTorchStreamReader reader(&in);
+std::string stored_checksum(caffe2::serialize::PyTorchStreamReader& reader) {
   if (!reader.hasRecord(kChecksumRecord)) return "";
   auto [data, size] = reader.getRecord(kChecksumRecord);
   return std::string(static_cast<const char*>(data.get()), size);
@@ -87,14 +83,19 @@ std::string read_whole_file(const std::string& path) {
 std::string serialize_module(const torch::jit::Module& module, const ExtraFiles& extra) {
   torch::jit::ExtraFilesMap files(extra.begin(), extra.end());
   files.erase(kChecksumFile);
-  std::ostringstream first;
-  module.save(first, files);
-  files[kChecksumFile] = archive_digest(first.str());
+  std::ostringstream first_stream;
+  module.save(first_stream, files);
+  const std::string first = first_stream.str();
+  {
+    std::istringstream in(first);
+    caffe2::serialize::PyTorchStreamReader reader(&in);
+    files[kChecksumFile] = archive_digest(reader);
+  }
   std::ostringstream second;
   module.save(second, files);
   std::string archive = second.str();
   // The digest was taken of the first archive: the second must hold the same records.
-  if (!same_records(first.str(), archive))
+  if (!same_records(first, archive))
     throw Error("saving a model: LibTorch wrote different records for the same module twice; cannot checksum it");
   return archive;
 }
@@ -131,8 +132,10 @@ torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
   const std::string archive = read_whole_file(path);
   std::string stored, actual;
   try {
-    stored = stored_checksum(archive);
-    if (!stored.empty()) actual = archive_digest(archive);
+    std::istringstream in(archive);
+    caffe2::serialize::PyTorchStreamReader reader(&in);
+    stored = stored_checksum(reader);
+    if (!stored.empty()) actual = archive_digest(reader);
   } catch (const c10::Error& e) {
     throw Error(path + ": not a TorchScript model, or a damaged one (" +
                 std::string(e.what_without_backtrace()).substr(0, 200) + ")");
