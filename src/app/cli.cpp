@@ -144,7 +144,7 @@ const char* kTrainUsage =
     "  --init-model <ckpt>  start from those weights (its moving average, when it has one)\n"
     "                       and statistics, at step 0\n"
     "  -o, --output <dir>   folder for lcurve.out and checkpoints (default: .)\n"
-    "  --step-times <file>  write the wall time of every step (ms) there\n"
+    "  --step-times <file>  write the wall time of every step (ms) there, and the part spent making frames\n"
     "  --device <d>         auto, cpu, cuda or cuda:K (default: training.device, else auto:\n"
     "                       CUDA when this build and the machine have it; one GPU per rank)\n"
     "  -h, --help           show this help\n"

@@ -22,6 +22,15 @@ std::string literal(double v) {
   return s;
 }
 
+/// Where the generated source finds the model's tensors: the module's attributes (`self.x`,
+/// the saved model) or the training path's dictionary (`params["x"]`, docs/equivariant.md
+/// "The training path").
+struct Style {
+  bool training = false;
+  std::string get(const std::string& name) const { return training ? "params[\"" + name + "\"]" : "self." + name; }
+  std::string avg_num_neighbors() const { return training ? "avg_num_neighbors" : "self.avg_num_neighbors"; }
+};
+
 /// An irreducible representation: angular momentum l and parity p (+1 even, -1 odd; 0 when
 /// the model ignores parity).
 struct Irrep {
@@ -139,14 +148,14 @@ std::vector<Block> plan(const EquivariantConfig& c) {
 /// TorchScript of a block's product basis (correlation > 1): from the messages a_<irrep>
 /// [n, f, 2l+1], each target's B = sum over products q of w[type, q, channel] times the
 /// channel-wise coupled product, then z_<target> = B times lin3 (with the gate channels).
-void product_basis_source(const Block& b, const std::string& L, int64_t f, std::ostream& o) {
+void product_basis_source(const Block& b, const std::string& L, int64_t f, const Style& st, std::ostream& o) {
   for (const Irrep& t : b.targets) {
     const auto qs = b.products_to(t);
-    o << "    pw = self." << L << "pw_" << t.name() << ".index_select(0, atype)\n"
+    o << "    pw = " << st.get(L + "pw_" + t.name()) << ".index_select(0, atype)\n"
       << "    bsum = torch.zeros([n, " << f << ", " << 2 * t.l + 1 << "], dtype=d.dtype, device=d.device)\n";
     for (size_t k = 0; k < qs.size(); ++k) {
       const Product& q = b.products[size_t(qs[k])];
-      const std::string cg = "self." + L + "pc" + std::to_string(qs[k]);
+      const std::string cg = st.get(L + "pc" + std::to_string(qs[k]) + "a");
       auto outer = [&](const std::string& a, int64_t na, const std::string& e, int64_t ne) {
         return "(" + a + ".unsqueeze(3) * " + e + ".unsqueeze(2)).reshape(n, " + std::to_string(f) + ", " +
                std::to_string(na * ne) + ")";
@@ -158,16 +167,16 @@ void product_basis_source(const Block& b, const std::string& L, int64_t f, std::
         const Irrep& a1 = b.out[q.factors[1]];
         const Irrep first = q.factors.size() == 2 ? t : q.middle;
         o << "    t = torch.matmul(" << outer("a_" + a0.name(), 2 * a0.l + 1, "a_" + a1.name(), 2 * a1.l + 1) << ", "
-          << cg << "a.reshape(" << (2 * a0.l + 1) * (2 * a1.l + 1) << ", " << 2 * first.l + 1 << "))\n";
+          << cg << ".reshape(" << (2 * a0.l + 1) * (2 * a1.l + 1) << ", " << 2 * first.l + 1 << "))\n";
         if (q.factors.size() == 3) {
           const Irrep& a2 = b.out[q.factors[2]];
-          o << "    t = torch.matmul(" << outer("t", 2 * q.middle.l + 1, "a_" + a2.name(), 2 * a2.l + 1) << ", " << cg
-            << "b.reshape(" << (2 * q.middle.l + 1) * (2 * a2.l + 1) << ", " << 2 * t.l + 1 << "))\n";
+          o << "    t = torch.matmul(" << outer("t", 2 * q.middle.l + 1, "a_" + a2.name(), 2 * a2.l + 1) << ", "
+            << st.get(L + "pc" + std::to_string(qs[k]) + "b") << ".reshape(" << (2 * q.middle.l + 1) * (2 * a2.l + 1) << ", " << 2 * t.l + 1 << "))\n";
         }
       }
       o << "    bsum = bsum + t * pw[:, " << k << ", :].unsqueeze(2)\n";
     }
-    o << "    z_" << t.name() << " = torch.einsum('nfm,fg->ngm', [bsum, self." << L << "lin3_" << t.name() << "]) / "
+    o << "    z_" << t.name() << " = torch.einsum('nfm,fg->ngm', [bsum, " << st.get(L + "lin3_" + t.name()) << "]) / "
       << literal(std::sqrt(double(f) * double(qs.size()))) << "\n";
   }
 }
@@ -194,18 +203,16 @@ void EquivariantConfig::validate() const {
 
 torch::Dtype EquivariantConfig::dtype() const { return precision == "float32" ? torch::kFloat32 : torch::kFloat64; }
 
-std::string equivariant_source(const EquivariantConfig& c) {
-  c.validate();
-  const auto blocks = plan(c);
-  const int64_t f = c.num_features;
+namespace {
+
+/// `edge_geometry(d) -> (basis [E, num_bessels], y [E, (l_max+1)^2])`: the Bessel basis times
+/// the cutoff, and the harmonics of d̂ (docs/equivariant.md "Pieces").
+void geometry_source(const EquivariantConfig& c, std::ostream& o) {
   const double p = c.polynomial_p;
-  std::ostringstream o;
-  o << spherical_harmonics_source() << "\n";
-  o << "def atomic_energy(self, d: Tensor, i: Tensor, j: Tensor, atype: Tensor) -> Tensor:\n"
-       "    n = atype.size(0)\n"
+  o << "def edge_geometry(self, d: Tensor) -> Tuple[Tensor, Tensor]:\n"
        "    r = torch.sqrt((d * d).sum(1))\n"
        "    x = r / " << literal(c.r_max) << "\n"
-       // Polynomial cutoff u(x) (docs/equivariant.md), zero from r_max on.
+       // Polynomial cutoff u(x), zero from r_max on.
        "    cut = 1.0 - " << literal((p + 1) * (p + 2) / 2) << " * torch.pow(x, " << literal(p) << ") + "
     << literal(p * (p + 2)) << " * torch.pow(x, " << literal(p + 1) << ") - " << literal(p * (p + 1) / 2)
     << " * torch.pow(x, " << literal(p + 2) << ")\n"
@@ -213,10 +220,66 @@ std::string equivariant_source(const EquivariantConfig& c) {
        "    nb = torch.arange(1, " << c.num_bessels + 1 << ", dtype=d.dtype, device=d.device)\n"
        "    basis = " << literal(2.0 / c.r_max) << " * torch.sin(nb.unsqueeze(0) * " << literal(M_PI / c.r_max)
     << " * r.unsqueeze(1)) / r.unsqueeze(1) * cut.unsqueeze(1)\n"
-       "    y = self.spherical_harmonics(d / r.unsqueeze(1), " << c.l_max << ")\n";
-  for (int64_t l = 0; l <= c.l_max; ++l) o << "    y" << l << " = y[:, " << l * l << ":" << (l + 1) * (l + 1) << "]\n";
+       "    y = self.spherical_harmonics(d / r.unsqueeze(1), " << c.l_max << ")\n"
+       "    return basis, y\n\n";
+}
+
+/// The messages of block `b` in the saved model: per path, the harmonics contracted with the
+/// coupling ([E, 2l1+1, 2l3+1]), one batched product with the neighbours' features, the radial
+/// weight; summed over the neighbours per output irrep. Leaves m_<irrep> [n, f * paths, 2l+1].
+void deploy_messages_source(const Block& b, const std::string& L, int64_t f, std::ostream& o) {
+  for (const auto& in : b.in) o << "    xj_" << in.name() << " = x_" << in.name() << ".index_select(0, j)\n";
+  for (const auto& out : b.out) {
+    const auto ps = b.paths_to(out);
+    o << "    parts_" << out.name() << ": List[Tensor] = []\n";
+    for (int64_t pi : ps) {
+      const Path& path = b.paths[size_t(pi)];
+      // Harmonics and coupling first (cheap), then one batched product with the features: a
+      // three-operand einsum would contract in a worse order.
+      const int64_t n1 = 2 * path.in.l + 1, n2 = 2 * path.l2 + 1, n3 = 2 * path.out.l + 1;
+      o << "    yc = torch.matmul(y" << path.l2 << ", self." << L << "cg" << pi << ".permute(1, 0, 2).reshape(" << n2
+        << ", " << n1 * n3 << ")).reshape(-1, " << n1 << ", " << n3 << ")\n"
+        << "    t = torch.matmul(xj_" << path.in.name() << ", yc) * w[:, " << pi * f << ":" << (pi + 1) * f
+        << "].unsqueeze(2)\n"
+        << "    parts_" << out.name() << ".append(t)\n";
+    }
+    o << "    m_" << out.name() << " = torch.zeros([n, " << f * int64_t(ps.size()) << ", " << 2 * out.l + 1
+      << "], dtype=d.dtype, device=d.device).index_add(0, i, torch.cat(parts_" << out.name() << ", 1))\n";
+  }
+}
+
+/// The same messages in the training path: one call of the message contraction
+/// (models/message_contraction.h) for every path of the block, then the columns of each output
+/// irrep in the same layout as deploy_messages_source.
+void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics, std::ostream& o) {
+  int64_t inputs = 0, outputs = 0;
+  o << "    xt = torch.cat([";
+  for (size_t k = 0; k < b.in.size(); ++k) o << (k ? ", " : "") << "x_" << b.in[k].name();
+  o << "], 2).transpose(1, 2).contiguous()\n";
+  for (const auto& in : b.in) inputs += 2 * in.l + 1;
+  std::vector<int64_t> column(b.paths.size());
+  for (size_t p = 0; p < b.paths.size(); ++p) column[p] = outputs, outputs += 2 * b.paths[p].out.l + 1;
+  const int64_t np = int64_t(b.paths.size());
+  o << "    mt = mlip.message_contract(0, None, xt, w.reshape(-1, " << np << ", " << f << "), y, edges, params[\""
+    << L << "terms\"], params[\"" << L << "coefficients\"], [" << harmonics << ", " << inputs << ", " << outputs << ", "
+    << np << "])\n";
+  for (const auto& out : b.out) {
+    o << "    m_" << out.name() << " = torch.cat([";
+    const auto ps = b.paths_to(out);
+    for (size_t k = 0; k < ps.size(); ++k) {
+      const int64_t c0 = column[size_t(ps[k])];
+      o << (k ? ", " : "") << "mt[:, " << c0 << ":" << c0 + 2 * out.l + 1 << ", :].transpose(1, 2)";
+    }
+    o << "], 1)\n";
+  }
+}
+
+/// The body shared by the saved model's atomic_energy and the training path: from the radial
+/// basis `basis`, the harmonics `y` and the pairs (i, j) to the atomic energies `e`.
+void body_source(const EquivariantConfig& c, const std::vector<Block>& blocks, const Style& st, std::ostream& o) {
+  const int64_t f = c.num_features;
   const std::string even = Irrep{0, c.parity ? 1 : 0}.name();
-  o << "    x_" << even << " = self.embed.index_select(0, atype).unsqueeze(2)\n";
+  o << "    x_" << even << " = " << st.get("embed") << ".index_select(0, atype).unsqueeze(2)\n";
   if (c.readout_every_layer) o << "    e_layers = torch.zeros([n], dtype=d.dtype, device=d.device)\n";
   for (size_t k = 0; k < blocks.size(); ++k) {
     const Block& b = blocks[k];
@@ -224,50 +287,41 @@ std::string equivariant_source(const EquivariantConfig& c) {
     // MACE's readouts of every layer: each block's input scalars (the previous block's output)
     // through a linear map of their own, summed into the energy.
     if (c.readout_every_layer && k > 0)
-      o << "    e_layers = e_layers + torch.matmul(x_" << even << "[:, :, 0], self." << L << "readout)[:, 0] / "
+      o << "    e_layers = e_layers + torch.matmul(x_" << even << "[:, :, 0], " << st.get(L + "readout") << ")[:, 0] / "
         << literal(std::sqrt(double(f))) << "\n";
     // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
     o << "    h = basis\n";
     for (int64_t d = 0; d < c.radial_depth; ++d) {
       const int64_t fan_in = d == 0 ? c.num_bessels : c.radial_width;
-      o << "    h = torch.matmul(h, self." << L << "r" << d << ") / " << literal(std::sqrt(double(fan_in))) << "\n"
+      o << "    h = torch.matmul(h, " << st.get(L + "r" + std::to_string(d)) << ") / " << literal(std::sqrt(double(fan_in)))
+        << "\n"
         << "    h = h * torch.sigmoid(h)\n";
     }
-    o << "    w = torch.matmul(h, self." << L << "rout) / " << literal(std::sqrt(double(c.radial_width))) << "\n";
+    o << "    w = torch.matmul(h, " << st.get(L + "rout") << ") / " << literal(std::sqrt(double(c.radial_width))) << "\n";
+    // The training path's basis holds each pair once (both directions have one length).
+    if (st.training) o << "    w = w.index_select(0, pair)\n";
     // Linear mixing of the input features per irrep; keep the input for the self-connection.
     for (const auto& in : b.in)
       o << "    s_" << in.name() << " = x_" << in.name() << "\n"
-        << "    x_" << in.name() << " = torch.einsum('nfm,fg->ngm', [x_" << in.name() << ", self." << L << "lin1_"
-        << in.name() << "]) / " << literal(std::sqrt(double(f))) << "\n";
-    for (const auto& in : b.in) o << "    xj_" << in.name() << " = x_" << in.name() << ".index_select(0, j)\n";
+        << "    x_" << in.name() << " = torch.einsum('nfm,fg->ngm', [x_" << in.name() << ", "
+        << st.get(L + "lin1_" + in.name()) << "]) / " << literal(std::sqrt(double(f))) << "\n";
     // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
+    if (st.training)
+      training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), o);
+    else
+      deploy_messages_source(b, L, f, o);
     for (const auto& out : b.out) {
       const auto ps = b.paths_to(out);
-      o << "    parts_" << out.name() << ": List[Tensor] = []\n";
-      for (int64_t pi : ps) {
-        const Path& path = b.paths[size_t(pi)];
-        // Harmonics and coupling first ([E, 2l1+1, 2l3+1], cheap), then one batched product with
-        // the features: a three-operand einsum would contract in a worse order.
-        const int64_t n1 = 2 * path.in.l + 1, n2 = 2 * path.l2 + 1, n3 = 2 * path.out.l + 1;
-        o << "    yc = torch.matmul(y" << path.l2 << ", self." << L << "cg" << pi << ".permute(1, 0, 2).reshape(" << n2
-          << ", " << n1 * n3 << ")).reshape(-1, " << n1 << ", " << n3 << ")\n"
-          << "    t = torch.matmul(xj_" << path.in.name() << ", yc) * w[:, " << pi * f << ":" << (pi + 1) * f
-          << "].unsqueeze(2)\n"
-          << "    parts_" << out.name() << ".append(t)\n";
-      }
-      // All paths into this irrep summed over the neighbours at once.
-      o << "    m = torch.zeros([n, " << f * int64_t(ps.size()) << ", " << 2 * out.l + 1
-        << "], dtype=d.dtype, device=d.device).index_add(0, i, torch.cat(parts_" << out.name()
-        << ", 1)) / (self.avg_num_neighbors ** 0.5)\n"
-        << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = torch.einsum('ncm,cg->ngm', [m, self."
-        << L << "lin2_" << out.name() << "]) / " << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
+      o << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = torch.einsum('ncm,cg->ngm', [m_"
+        << out.name() << " / (" << st.avg_num_neighbors() << " ** 0.5), " << st.get(L + "lin2_" + out.name())
+        << "]) / " << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
     }
-    if (c.correlation > 1) product_basis_source(b, L, f, o);
+    if (c.correlation > 1) product_basis_source(b, L, f, st, o);
     for (const auto& out : b.targets) {
       const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
       if (has_sc)
         o << "    z_" << out.name() << " = z_" << out.name() << " + torch.einsum('nfm,nfg->ngm', [s_" << out.name()
-          << ", self." << L << "sc_" << out.name() << ".index_select(0, atype)]) / " << literal(std::sqrt(double(f)))
+          << ", " << st.get(L + "sc_" + out.name()) << ".index_select(0, atype)]) / " << literal(std::sqrt(double(f)))
           << "\n";
     }
     // Gates: even scalars through SiLU, odd scalars through tanh; every l > 0 channel times a
@@ -290,9 +344,25 @@ std::string equivariant_source(const EquivariantConfig& c) {
       }
     }
   }
-  o << "    e = torch.matmul(x_" << even << "[:, :, 0], self.readout)[:, 0] / " << literal(std::sqrt(double(f)))
-    << (c.readout_every_layer ? " + e_layers" : "") << "\n"
-    << "    return e * self.scale.index_select(0, atype) + self.shift.index_select(0, atype)\n\n";
+  o << "    e = torch.matmul(x_" << even << "[:, :, 0], " << st.get("readout") << ")[:, 0] / "
+    << literal(std::sqrt(double(f))) << (c.readout_every_layer ? " + e_layers" : "") << "\n"
+    << "    return e * " << st.get("scale") << ".index_select(0, atype) + " << st.get("shift")
+    << ".index_select(0, atype)\n\n";
+}
+
+}  // namespace
+
+std::string equivariant_source(const EquivariantConfig& c) {
+  c.validate();
+  const auto blocks = plan(c);
+  std::ostringstream o;
+  o << spherical_harmonics_source() << "\n";
+  geometry_source(c, o);
+  o << "def atomic_energy(self, d: Tensor, i: Tensor, j: Tensor, atype: Tensor) -> Tensor:\n"
+       "    n = atype.size(0)\n"
+       "    basis, y = self.edge_geometry(d)\n";
+  for (int64_t l = 0; l <= c.l_max; ++l) o << "    y" << l << " = y[:, " << l * l << ":" << (l + 1) * (l + 1) << "]\n";
+  body_source(c, blocks, Style{}, o);
   o << "def set_scale_shift(self, scale: Tensor, shift: Tensor):\n"
        "    self.scale = scale.to(self.scale.dtype)\n"
        "    self.shift = shift.to(self.shift.dtype)\n\n";
@@ -304,6 +374,47 @@ std::string equivariant_source(const EquivariantConfig& c) {
        "edge_index[1].index_select(0, keep), atype)\n"
     << deploy_outputs_source("    ");
   return o.str();
+}
+
+std::string equivariant_training_source(const EquivariantConfig& c) {
+  c.validate();
+  std::ostringstream o;
+  o << "def training_energy(params: Dict[str, Tensor], avg_num_neighbors: float, basis: Tensor, pair: Tensor, "
+       "y: Tensor, i: Tensor, j: Tensor, atype: Tensor, edges: List[Tensor]) -> Tensor:\n"
+       "    n = atype.size(0)\n"
+       "    d = y\n";
+  body_source(c, plan(c), Style{true}, o);
+  return o.str();
+}
+
+std::vector<BlockCoupling> message_couplings(const EquivariantConfig& c) {
+  std::vector<BlockCoupling> out;
+  for (const Block& b : plan(c)) {
+    std::map<Irrep, int64_t> first;  // each input irrep's first component in the features
+    int64_t inputs = 0, outputs = 0;
+    for (const auto& in : b.in) first[in] = inputs, inputs += 2 * in.l + 1;
+    std::vector<int64_t> rows;
+    std::vector<double> values;
+    for (size_t p = 0; p < b.paths.size(); ++p) {
+      const Path& path = b.paths[p];
+      const auto cg = (wigner_3j(path.in.l, path.l2, path.out.l) * std::sqrt(double(2 * path.out.l + 1))).contiguous();
+      const auto a = cg.accessor<double, 3>();
+      for (int64_t m1 = 0; m1 < cg.size(0); ++m1)
+        for (int64_t m2 = 0; m2 < cg.size(1); ++m2)
+          for (int64_t m3 = 0; m3 < cg.size(2); ++m3)
+            if (a[m1][m2][m3] != 0.0) {
+              rows.insert(rows.end(), {path.l2 * path.l2 + m2, first[path.in] + m1, outputs + m3, int64_t(p)});
+              values.push_back(a[m1][m2][m3]);
+            }
+      outputs += 2 * path.out.l + 1;
+    }
+    BlockCoupling k;
+    k.terms = torch::tensor(rows, torch::kInt64).reshape({-1, 4});
+    k.coefficients = torch::tensor(values, torch::kFloat64);
+    k.sizes = {(c.l_max + 1) * (c.l_max + 1), inputs, outputs, int64_t(b.paths.size())};
+    out.push_back(k);
+  }
+  return out;
 }
 
 torch::jit::Module build_equivariant(const EquivariantConfig& c) {

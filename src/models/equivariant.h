@@ -40,12 +40,37 @@ struct EquivariantConfig {
 /// The TorchScript source of the model, unrolled over layers, irreps and tensor-product paths.
 std::string equivariant_source(const EquivariantConfig& config);
 
+/// The TorchScript source of the training path's function (docs/equivariant.md "The training
+/// path"), the same model as equivariant_source() from cached geometry:
+///
+///   training_energy(params: Dict[str, Tensor], avg_num_neighbors: float,
+///                   basis [Q, num_bessels], pair [E] int64, y [E, (l_max+1)^2],
+///                   i [E] int64, j [E] int64, atype [N] int64, edges: List[Tensor]) -> [N]
+///
+/// `params` holds the module's parameters, buffers, scale and shift by name and the blocks'
+/// couplings (`l<k>_terms`, `l<k>_coefficients`, message_couplings()); `basis` is the radial
+/// basis of the Q distinct pairs, `pair[e]` the pair of edge e; `edges` the contraction's edge
+/// tables (models/message_contraction.h). Calls the operator mlip::message_contract.
+std::string equivariant_training_source(const EquivariantConfig& config);
+
+/// The message coupling of one interaction block for models/message_contraction.h.
+struct BlockCoupling {
+  torch::Tensor terms;         ///< [T, 4] int64 rows (m, d, s, p)
+  torch::Tensor coefficients;  ///< [T] float64
+  std::vector<int64_t> sizes;  ///< {H, D, S, P}
+};
+
+/// The couplings of the blocks, in block order.
+std::vector<BlockCoupling> message_couplings(const EquivariantConfig& config);
+
 /// Builds the model as a TorchScript module (Module::define) with seeded parameters, the
 /// coupling coefficients as buffers, per-type scale 1 and shift 0. Methods:
 ///
 /// - `atomic_energy(d [E,3], i [E] int64, j [E] int64, atype [N] int64) -> [N]`: atomic
 ///   energies from the pair vectors d_ij = r_j - r_i (+ shift·cell) of centre i and neighbour
 ///   j; pairs at r >= r_max contribute exactly zero.
+/// - `edge_geometry(d [E,3]) -> (basis [E, num_bessels], y [E, (l_max+1)^2])`: the radial basis
+///   times the cutoff and the edge harmonics (what the training path caches per frame).
 /// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the docs/deploy.md interface, with
 ///   forces and virial from autograd through the pair vectors.
 /// - `set_scale_shift(scale [ntypes], shift [ntypes])`: E_i = scale[t] e_i + shift[t].

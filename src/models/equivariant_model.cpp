@@ -1,8 +1,12 @@
 #include "models/equivariant_model.h"
 
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/csrc/jit/frontend/resolver.h>
 
+#include <array>
 #include <cmath>
+#include <map>
 #include <iomanip>
 #include <ostream>
 #include <mutex>
@@ -12,6 +16,7 @@
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/energy_bias.h"
+#include "models/message_contraction.h"
 #include "models/pair_list.h"
 
 namespace mlip::models {
@@ -50,12 +55,74 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
   return s;
 }
 
-/// The pairs within r_max of one frame (frames do not move).
+/// What the training path caches of one frame (docs/equivariant.md "The training path"): the
+/// pairs within r_max, their geometry and its derivatives with respect to the pair vectors.
+/// E edges (both directions of every pair), Q = distinct pairs (about E / 2).
 struct EquivariantFrame : FrameInput {
-  torch::Tensor d;     // [E, 3] model dtype, d_ij = r_j - r_i + shift·cell, Å
-  torch::Tensor i, j;  // [E] int64, centre and neighbour
-  int64_t bytes() const override { return tensor_bytes(d) + tensor_bytes(i) + tensor_bytes(j); }
+  torch::Tensor d;               ///< [E, 3] model dtype, d_e = r_j - r_i + shift·cell, Å
+  torch::Tensor i, j;            ///< [E] int64, centre and neighbour (centres non-decreasing)
+  torch::Tensor pair;            ///< [E] int64, the pair of edge e
+  torch::Tensor pair_edge;       ///< [Q] int64, the edge whose vector the pair's basis is taken from
+  torch::Tensor basis;           ///< [Q, num_bessels] Bessel basis times cutoff
+  torch::Tensor basis_jacobian;  ///< [Q, num_bessels, 3] its derivative by d of pair_edge, 1/Å
+  torch::Tensor y;               ///< [E, (l_max+1)^2] edge harmonics
+  torch::Tensor y_jacobian;      ///< [E, (l_max+1)^2, 3] their derivative by d_e, 1/Å
+  std::vector<torch::Tensor> edges;  ///< the contraction's edge tables (models/message_contraction.h)
+  int64_t bytes() const override {
+    int64_t b = 0;
+    for (const auto* t : {&d, &i, &j, &pair, &pair_edge, &basis, &basis_jacobian, &y, &y_jacobian}) b += tensor_bytes(*t);
+    for (size_t k = 2; k < edges.size(); ++k) b += tensor_bytes(edges[k]);  // edges[0], [1] are i, j
+    return b;
+  }
 };
+
+/// Names in the training source: `torch` (LibTorch's operators) and `mlip` (the project's,
+/// models/message_contraction.h).
+struct TrainingResolver : torch::jit::Resolver {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction&,
+                                                         const torch::jit::SourceRange&) override {
+    if (name == "torch") return std::make_shared<torch::jit::BuiltinModule>("aten");
+    if (name == "mlip") return std::make_shared<torch::jit::BuiltinModule>("mlip");
+    return nullptr;
+  }
+};
+
+/// pair[e] and pair_edge[q] of the edges (i, j, shift): an edge and its reverse (j, i, -shift)
+/// are one pair, whose basis is taken from the first of the two.
+void pair_edges(const PairList& pairs, torch::Tensor& pair, torch::Tensor& pair_edge) {
+  const int64_t n = pairs.npairs();
+  const auto ci = pairs.centre.accessor<int64_t, 1>();
+  const auto nj = pairs.neighbor.accessor<int64_t, 1>();
+  const auto sh = pairs.shift.accessor<double, 2>();
+  using Key = std::array<int64_t, 5>;
+  auto key = [&](int64_t e, int64_t sign) {
+    return Key{sign > 0 ? ci[e] : nj[e], sign > 0 ? nj[e] : ci[e], sign * std::llround(sh[e][0]),
+               sign * std::llround(sh[e][1]), sign * std::llround(sh[e][2])};
+  };
+  std::map<Key, int64_t> first;  // key of a pair's first edge -> pair id
+  std::vector<int64_t> of(static_cast<size_t>(n)), edge;
+  for (int64_t e = 0; e < n; ++e) {
+    const auto reverse = first.find(key(e, -1));
+    if (reverse != first.end()) {
+      of[size_t(e)] = reverse->second;
+    } else {
+      of[size_t(e)] = int64_t(edge.size());
+      first.emplace(key(e, 1), int64_t(edge.size()));
+      edge.push_back(e);
+    }
+  }
+  pair = torch::tensor(of, torch::kInt64);
+  pair_edge = torch::tensor(edge, torch::kInt64);
+}
+
+/// d value / d d_e of a per-edge function value [E, K] of d [E, 3]: [E, K, 3] (one backward
+/// pass per column; each row depends on its own edge only).
+torch::Tensor per_edge_jacobian(const torch::Tensor& value, const torch::Tensor& d) {
+  std::vector<torch::Tensor> columns;
+  for (int64_t k = 0; k < value.size(1); ++k)
+    columns.push_back(torch::autograd::grad({value.select(1, k).sum()}, {d}, {}, true, false)[0]);
+  return torch::stack(columns, 1);
+}
 
 class EquivariantModel final : public Model {
  public:
@@ -66,6 +133,10 @@ class EquivariantModel final : public Model {
     c.seed = settings_.seed ? *settings_.seed : context.training_seed.value_or(1);
     module_ = build_equivariant(c);
     module_.to(device_);
+    register_message_contraction();
+    training_unit_ = std::make_shared<torch::jit::CompilationUnit>();
+    training_unit_->define(c10::nullopt, equivariant_training_source(c), std::make_shared<TrainingResolver>(), nullptr);
+    for (const BlockCoupling& k : message_couplings(c)) couplings_.push_back(k);
   }
 
   torch::jit::Module& module() override { return module_; }
@@ -85,9 +156,32 @@ class EquivariantModel final : public Model {
   std::unique_ptr<FrameInput> prepare_frame(const data::System& system, const data::Frame& frame) override {
     const PairList pairs = pairs_of(system, frame);
     auto out = std::make_unique<EquivariantFrame>();
-    out->d = pairs.vector.to(device_, settings_.dtype());
+    const auto dtype = settings_.dtype();
+    out->d = pairs.vector.to(device_, dtype);
     out->i = pairs.centre.to(device_);
     out->j = pairs.neighbor.to(device_);
+    torch::Tensor pair, pair_edge;
+    pair_edges(pairs, pair, pair_edge);
+    out->pair = pair.to(device_);
+    out->pair_edge = pair_edge.to(device_);
+    {
+      // The geometry by the saved model's own edge_geometry, its derivatives by autograd: the
+      // training path then never differentiates it (docs/equivariant.md "The training path").
+      torch::AutoGradMode grad_mode(true);
+      const auto d = out->d.detach().requires_grad_(true);
+      const auto geometry = module_.get_method("edge_geometry")({d}).toTuple();
+      const auto basis = geometry->elements()[0].toTensor(), y = geometry->elements()[1].toTensor();
+      out->basis = basis.detach().index_select(0, out->pair_edge);
+      out->basis_jacobian = per_edge_jacobian(basis, d).index_select(0, out->pair_edge);
+      out->y = y.detach();
+      out->y_jacobian = per_edge_jacobian(y, d);
+    }
+    const int64_t natoms = system.natoms();
+    const auto counts = torch::bincount(out->i, {}, natoms);
+    torch::Tensor by_neighbor, neighbor_offsets;
+    ContractionTables::order_by_neighbor(out->j, natoms, by_neighbor, neighbor_offsets);
+    out->edges = {out->i, out->j, torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)}), by_neighbor,
+                  neighbor_offsets};
     return out;
   }
 
@@ -116,20 +210,28 @@ class EquivariantModel final : public Model {
   }
 
   Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames, bool training) override {
-    // Autograd end to end: the forces are the gradient of the energy with respect to the pair
-    // vectors, kept as a graph (create_graph) when training so that the force loss can be
-    // differentiated again.
-    auto method = module_.get_method("atomic_energy");
+    // The training path (docs/equivariant.md "The training path"): the energy from the cached
+    // geometry, its gradient with respect to the basis and the harmonics (kept as a graph when
+    // training, so that the force loss can be differentiated again), and the forces from the
+    // cached derivatives of the geometry.
+    auto& energy_of = training_unit_->get_function("training_energy");
+    const auto params = parameter_dict();
+    const double avg = module_.attr("avg_num_neighbors").toDouble();
     std::vector<torch::Tensor> es, fs, vs;
     for (const FrameInput* input : frames) {
       const auto& g = static_cast<const EquivariantFrame&>(*input);
-      const auto x = g.d.detach().requires_grad_(true);
-      const auto e = method({x, g.i, g.j, atoms.atype}).toTensor();
+      const auto basis = g.basis.detach().requires_grad_(true);
+      const auto y = g.y.detach().requires_grad_(true);
+      const auto e = energy_of({params, avg, basis, g.pair, y, g.i, g.j, atoms.atype, g.edges}).toTensor();
+      const auto grads = torch::autograd::grad({e.sum()}, {basis, y}, {}, training, training);
+      // dE/dd_e: the harmonics' part per edge, the basis's part on each pair's first edge.
+      const auto grad = (grads[1].unsqueeze(2) * g.y_jacobian)
+                            .sum(1)
+                            .index_add(0, g.pair_edge, (grads[0].unsqueeze(2) * g.basis_jacobian).sum(1));
       // F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i); W = -sum d ⊗ dE/dd.
-      const auto grad = torch::autograd::grad({e.sum()}, {x}, {}, training, training)[0];
       es.push_back(e.to(torch::kFloat64).sum());
       fs.push_back(torch::zeros({atoms.natoms, 3}, grad.options()).index_add(0, g.i, grad).index_add(0, g.j, -grad));
-      vs.push_back(-x.detach().t().matmul(grad));
+      vs.push_back(-g.d.t().matmul(grad));
     }
     Prediction p{torch::stack(es), torch::stack(fs), torch::stack(vs)};
     if (training) last_ = p;
@@ -138,7 +240,9 @@ class EquivariantModel final : public Model {
 
   void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
                 const torch::Tensor& grad_virial) override {
-    backward_through_graph(last_, grad_energy, grad_forces, grad_virial);
+    std::vector<torch::Tensor> parameters;
+    for (const auto& p : module_.parameters()) parameters.push_back(p);
+    backward_through_graph(last_, grad_energy, grad_forces, grad_virial, parameters);
     last_ = Prediction{};
   }
 
@@ -155,9 +259,26 @@ class EquivariantModel final : public Model {
     return pair_list(builder_double_.build(frame.coord.data(), system.natoms(), frame.cell(), system.pbc, r_max));
   }
 
+  /// The module's parameters, buffers, scale and shift, and the blocks' couplings, by name
+  /// (the training function's `params`).
+  c10::Dict<std::string, torch::Tensor> parameter_dict() {
+    c10::Dict<std::string, torch::Tensor> d;
+    for (const auto& p : module_.named_parameters()) d.insert(p.name, p.value);
+    for (const auto& b : module_.named_buffers()) d.insert(b.name, b.value);
+    d.insert("scale", module_.attr("scale").toTensor());
+    d.insert("shift", module_.attr("shift").toTensor());
+    for (size_t k = 0; k < couplings_.size(); ++k) {
+      d.insert("l" + std::to_string(k) + "_terms", couplings_[k].terms);
+      d.insert("l" + std::to_string(k) + "_coefficients", couplings_[k].coefficients);
+    }
+    return d;
+  }
+
   EquivariantSettings settings_;
   torch::Device device_;
   torch::jit::Module module_;
+  std::shared_ptr<torch::jit::CompilationUnit> training_unit_;  // equivariant_training_source()
+  std::vector<BlockCoupling> couplings_;
   Prediction last_;  // the prediction of the last training step, with its graph
   data::NeighborListBuilder<float> builder_float_;
   data::NeighborListBuilder<double> builder_double_;

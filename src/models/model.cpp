@@ -5,7 +5,8 @@
 namespace mlip::models {
 
 void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad_energy,
-                            const torch::Tensor& grad_forces, const torch::Tensor& grad_virial) {
+                            const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
+                            const std::vector<torch::Tensor>& inputs) {
   std::vector<torch::Tensor> roots, grads;
   const std::pair<const torch::Tensor*, const torch::Tensor*> parts[] = {
       {&outputs.energy, &grad_energy}, {&outputs.forces, &grad_forces}, {&outputs.virial, &grad_virial}};
@@ -14,7 +15,7 @@ void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad
       roots.push_back(*output);
       grads.push_back(grad->to(output->scalar_type()).reshape(output->sizes()));
     }
-  if (!roots.empty()) torch::autograd::backward(roots, grads);
+  if (!roots.empty()) torch::autograd::backward(roots, grads, c10::nullopt, false, inputs);
 }
 
 }  // namespace mlip::models

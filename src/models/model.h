@@ -131,8 +131,10 @@ class Model {
 /// Model::backward for models whose prediction carries an autograd graph: runs autograd's
 /// backward from `outputs` (energy, forces, virial) with the given gradients, skipping pairs
 /// where either is undefined or the output has no graph; gradients are cast to the outputs'
-/// dtypes. The parameters' .grad() accumulate.
+/// dtypes. The .grad() of `inputs` (empty: of every leaf of the graph) accumulate; naming the
+/// parameters skips the gradients of leaves that are not (per-frame inputs).
 void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad_energy,
-                            const torch::Tensor& grad_forces, const torch::Tensor& grad_virial);
+                            const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
+                            const std::vector<torch::Tensor>& inputs = {});
 
 }  // namespace mlip::models

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -162,7 +163,7 @@ class Trainer {
   /// lcurve.out's header line.
   std::string lcurve_header() const;
   void write_lcurve_line(int64_t step, double lr, const Rmse& trn, const Rmse* val);
-  void write_step_times(const std::vector<double>& step_ms) const;
+  void write_step_times(const std::vector<std::array<double, 2>>& step_ms) const;
   void save_checkpoint(int64_t step);
   void restore(const std::string& path, bool full);
   void broadcast_start_state();
@@ -748,10 +749,13 @@ void Trainer::open_lcurve() {
   lcurve_ = std::make_unique<OutputFile>(path, OutputFile::Mode::kAppend, "the learning curve");
 }
 
-void Trainer::write_step_times(const std::vector<double>& step_ms) const {
-  std::string text = "# step ms (forward, backward and update of each step)\n";
+void Trainer::write_step_times(const std::vector<std::array<double, 2>>& step_ms) const {
+  std::string text =
+      "# step ms (forward, backward and update of each step) making_ms (of which making frames: reading them and "
+      "the model's per-frame input, docs/data.md)\n";
   for (size_t k = 0; k < step_ms.size(); ++k)
-    text += std::to_string(start_step_ + int64_t(k) + 1) + " " + std::to_string(step_ms[k]) + "\n";
+    text += std::to_string(start_step_ + int64_t(k) + 1) + " " + std::to_string(step_ms[k][0]) + " " +
+            std::to_string(step_ms[k][1]) + "\n";
   write_file_atomically(options_.step_times, text, "the step times");
 }
 
@@ -787,7 +791,7 @@ int Trainer::train_loop() {
   const auto t0 = std::chrono::steady_clock::now();
   int64_t step = start_step_;
   int exit_code = 0;
-  std::vector<double> step_ms;
+  std::vector<std::array<double, 2>> step_ms;  // the step, and the frames made during it, ms
   reduces_before_ = comm_->all_reduces();
   double last_loss = 0;
   int64_t waited_steps = 0;
@@ -806,6 +810,7 @@ int Trainer::train_loop() {
     --batches_ahead_;
     ErrorSums trn;
     const auto step_start = std::chrono::steady_clock::now();
+    const double making_before = store_->make_time().seconds;
     // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
     // zero_grad cannot detach).
     for (auto& p : params_)
@@ -833,7 +838,8 @@ int Trainer::train_loop() {
     step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (!options_.step_times.empty()) {
       if (!device_.is_cpu()) trn.host();  // the step's time includes the device's work
-      step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
+      step_ms.push_back({std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count(),
+                         1e3 * (store_->make_time().seconds - making_before)});
     }
     ++step;
     if (step == start_step_ + 1 && root() && !tty)

@@ -1,0 +1,323 @@
+#include "models/message_contraction.h"
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <array>
+#include <string>
+
+#include "error.h"
+
+namespace mlip::models {
+namespace {
+
+enum Slot : int64_t { kMessages = 0, kFeatures = 1, kRadial = 2, kHarmonics = 3 };
+
+struct Term {
+  int64_t m, d, s, p;
+  double c;
+};
+
+std::vector<Term> terms_of(const ContractionTables& t) {
+  const auto idx = t.terms.to(torch::kCPU).contiguous();
+  const auto val = t.coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  const double* vp = val.data_ptr<double>();
+  std::vector<Term> out(size_t(idx.size(0)));
+  for (size_t k = 0; k < out.size(); ++k) out[k] = {ip[4 * k], ip[4 * k + 1], ip[4 * k + 2], ip[4 * k + 3], vp[k]};
+  return out;
+}
+
+/// Output shape of a slot: [N, S, f], [N, D, f], [E, P, f], [E, H].
+std::vector<int64_t> shape_of(int64_t slot, const ContractionTables& t, int64_t f) {
+  const int64_t n = t.centre_offsets.size(0) - 1, e = t.centre.size(0);
+  switch (slot) {
+    case kMessages: return {n, t.sizes[2], f};
+    case kFeatures: return {n, t.sizes[1], f};
+    case kRadial: return {e, t.sizes[3], f};
+    default: return {e, t.sizes[0]};
+  }
+}
+
+// The CPU kernels: each output element is written by one thread in a fixed order (the
+// contraction is deterministic for any thread count); the channel loop is innermost. The range
+// functions are inlined into target_clones wrappers (below), so each clone vectorises the channel
+// loops for its instruction set.
+#define MLIP_INLINE inline __attribute__((always_inline))
+
+template <typename T>
+struct KernelArgs {
+  const Term* terms;
+  int64_t nterms, H, D, S, P, f;
+  const int64_t *centre, *neighbor, *centre_offsets, *by_neighbor, *neighbor_offsets;
+  const T *A, *X, *W, *Y;  // the operand of the output slot is nullptr
+  T* out;
+};
+
+/// out[n, s] += c Y[e, m] W[e, p] X[j_e, d] over the edges e of centres n in [n0, n1).
+template <typename T>
+MLIP_INLINE void messages_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
+  const int64_t f = a.f;
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t e = a.centre_offsets[n]; e < a.centre_offsets[n + 1]; ++e) {
+      const T* x = a.X + a.neighbor[e] * a.D * f;
+      const T* w = a.W + e * a.P * f;
+      for (int64_t t = 0; t < a.nterms; ++t) {
+        const Term& q = a.terms[t];
+        const T cy = T(q.c) * a.Y[e * a.H + q.m];
+        T* __restrict__ ov = a.out + (n * a.S + q.s) * f;
+        const T* __restrict__ xv = x + q.d * f;
+        const T* __restrict__ wv = w + q.p * f;
+        for (int64_t k = 0; k < f; ++k) ov[k] += cy * wv[k] * xv[k];
+      }
+    }
+}
+
+/// out[a, d] += c Y[e, m] W[e, p] A[i_e, s] over the edges e of neighbours a in [a0, a1).
+template <typename T>
+MLIP_INLINE void features_range(const KernelArgs<T>& a, int64_t a0, int64_t a1) {
+  const int64_t f = a.f;
+  for (int64_t atom = a0; atom < a1; ++atom)
+    for (int64_t k = a.neighbor_offsets[atom]; k < a.neighbor_offsets[atom + 1]; ++k) {
+      const int64_t e = a.by_neighbor[k];
+      const T* am = a.A + a.centre[e] * a.S * f;
+      const T* w = a.W + e * a.P * f;
+      for (int64_t t = 0; t < a.nterms; ++t) {
+        const Term& q = a.terms[t];
+        const T cy = T(q.c) * a.Y[e * a.H + q.m];
+        T* __restrict__ ov = a.out + (atom * a.D + q.d) * f;
+        const T* __restrict__ av = am + q.s * f;
+        const T* __restrict__ wv = w + q.p * f;
+        for (int64_t c = 0; c < f; ++c) ov[c] += cy * wv[c] * av[c];
+      }
+    }
+}
+
+/// out[e, p] += c Y[e, m] A[i_e, s] X[j_e, d] for the edges in [e0, e1).
+template <typename T>
+MLIP_INLINE void radial_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
+  const int64_t f = a.f;
+  for (int64_t e = e0; e < e1; ++e) {
+    const T* am = a.A + a.centre[e] * a.S * f;
+    const T* x = a.X + a.neighbor[e] * a.D * f;
+    for (int64_t t = 0; t < a.nterms; ++t) {
+      const Term& q = a.terms[t];
+      const T cy = T(q.c) * a.Y[e * a.H + q.m];
+      T* __restrict__ ov = a.out + (e * a.P + q.p) * f;
+      const T* __restrict__ av = am + q.s * f;
+      const T* __restrict__ xv = x + q.d * f;
+      for (int64_t c = 0; c < f; ++c) ov[c] += cy * av[c] * xv[c];
+    }
+  }
+}
+
+/// out[e, m] += c Σ_c A[i_e, s, c] W[e, p, c] X[j_e, d, c] for the edges in [e0, e1). The
+/// channel sum runs in 8 interleaved partial sums added in a fixed order (vectorisable,
+/// deterministic).
+template <typename T>
+MLIP_INLINE void harmonics_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
+  constexpr int64_t kLanes = 8;
+  const int64_t f = a.f;
+  for (int64_t e = e0; e < e1; ++e) {
+    const T* am = a.A + a.centre[e] * a.S * f;
+    const T* x = a.X + a.neighbor[e] * a.D * f;
+    const T* w = a.W + e * a.P * f;
+    for (int64_t t = 0; t < a.nterms; ++t) {
+      const Term& q = a.terms[t];
+      const T* __restrict__ av = am + q.s * f;
+      const T* __restrict__ xv = x + q.d * f;
+      const T* __restrict__ wv = w + q.p * f;
+      T lanes[kLanes] = {};
+      int64_t c = 0;
+      for (; c + kLanes <= f; c += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) lanes[l] += av[c + l] * wv[c + l] * xv[c + l];
+      for (int64_t l = 0; c < f; ++c, ++l) lanes[l] += av[c] * wv[c] * xv[c];
+      T sum = 0;
+      for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+      a.out[e * a.H + q.m] += T(q.c) * sum;
+    }
+  }
+}
+
+#define MLIP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define MLIP_RANGE_CLONES(T)                                                                                   \
+  MLIP_CLONES void messages_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { messages_range(a, b0, b1); }   \
+  MLIP_CLONES void features_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { features_range(a, b0, b1); }   \
+  MLIP_CLONES void radial_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { radial_range(a, b0, b1); }       \
+  MLIP_CLONES void harmonics_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { harmonics_range(a, b0, b1); }
+MLIP_RANGE_CLONES(double)
+MLIP_RANGE_CLONES(float)
+
+template <typename T>
+void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, torch::Tensor& out,
+                int64_t f) {
+  const std::vector<Term> terms = terms_of(t);
+  auto ptr = [&](int64_t k) -> const T* { return k == slot ? nullptr : op[size_t(k)].template data_ptr<T>(); };
+  const KernelArgs<T> a{terms.data(), int64_t(terms.size()), t.sizes[0], t.sizes[1], t.sizes[2], t.sizes[3], f,
+                        t.centre.data_ptr<int64_t>(), t.neighbor.data_ptr<int64_t>(),
+                        t.centre_offsets.data_ptr<int64_t>(), t.by_neighbor.data_ptr<int64_t>(),
+                        t.neighbor_offsets.data_ptr<int64_t>(), ptr(kMessages), ptr(kFeatures), ptr(kRadial),
+                        ptr(kHarmonics), out.data_ptr<T>()};
+  const int64_t natoms = t.centre_offsets.size(0) - 1, nedges = t.centre.size(0);
+  switch (slot) {
+    case kMessages: at::parallel_for(0, natoms, 8, [&](int64_t b0, int64_t b1) { messages_of(a, b0, b1); }); break;
+    case kFeatures: at::parallel_for(0, natoms, 8, [&](int64_t b0, int64_t b1) { features_of(a, b0, b1); }); break;
+    case kRadial: at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(a, b0, b1); }); break;
+    default: at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { harmonics_of(a, b0, b1); });
+  }
+}
+
+/// The same with LibTorch operations on any device: the dense coupling G[e] = Σ_m Y[e, m] C[m]
+/// ([E, D, S]) and batched products.
+torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, int64_t f) {
+  const int64_t H = t.sizes[0], D = t.sizes[1], S = t.sizes[2], P = t.sizes[3];
+  const int64_t natoms = t.centre_offsets.size(0) - 1, nedges = t.centre.size(0);
+  const auto any = op[slot == kHarmonics ? kRadial : kHarmonics];
+  const auto opts = any.options();
+  const auto idx = t.terms.to(any.device());
+  auto coupling = torch::zeros({H, D, S}, opts);
+  coupling.index_put_({idx.select(1, 0), idx.select(1, 1), idx.select(1, 2)}, t.coefficients.to(opts), true);
+  auto path_of = torch::zeros({S}, idx.options());
+  path_of.index_put_({idx.select(1, 2)}, idx.select(1, 3));
+  const auto centre = t.centre.to(any.device()), neighbor = t.neighbor.to(any.device());
+  auto dense = [&]() { return op[kHarmonics].matmul(coupling.reshape({H, D * S})).reshape({nedges, D, S}); };
+  auto weights = [&]() { return op[kRadial].index_select(1, path_of); };  // [E, S, f]
+  switch (slot) {
+    case kMessages: {
+      const auto m = dense().transpose(1, 2).bmm(op[kFeatures].index_select(0, neighbor)) * weights();
+      return torch::zeros({natoms, S, f}, opts).index_add(0, centre, m);
+    }
+    case kFeatures: {
+      const auto m = dense().bmm(op[kMessages].index_select(0, centre) * weights());
+      return torch::zeros({natoms, D, f}, opts).index_add(0, neighbor, m);
+    }
+    case kRadial: {
+      const auto m = dense().transpose(1, 2).bmm(op[kFeatures].index_select(0, neighbor)) *
+                     op[kMessages].index_select(0, centre);
+      return torch::zeros({nedges, P, f}, opts).index_add(1, path_of, m);
+    }
+    default: {
+      const auto q = op[kFeatures].index_select(0, neighbor).bmm(
+          (op[kMessages].index_select(0, centre) * weights()).transpose(1, 2));  // [E, D, S]
+      return q.reshape({nedges, D * S}).matmul(coupling.reshape({H, D * S}).t());
+    }
+  }
+}
+
+ContractionTables tables_from(const c10::IValue& edges, const c10::IValue& coupling, const std::vector<int64_t>& sizes) {
+  const auto e = edges.toTensorVector();
+  const auto c = coupling.toTensorVector();
+  ContractionTables t;
+  t.centre = e[0], t.neighbor = e[1], t.centre_offsets = e[2], t.by_neighbor = e[3], t.neighbor_offsets = e[4];
+  t.terms = c[0], t.coefficients = c[1];
+  t.sizes = sizes;
+  return t;
+}
+
+/// The other three slots of `slot`, in order.
+std::array<int64_t, 3> others(int64_t slot) {
+  std::array<int64_t, 3> k{};
+  for (int64_t s = 0, n = 0; s < 4; ++s)
+    if (s != slot) k[size_t(n++)] = s;
+  return k;
+}
+
+/// Autograd of one partial: its inputs are the three operands other than `slot` (in slot
+/// order); its backward is three more partials (docs/equivariant.md "The training path").
+class Contraction : public torch::autograd::Function<Contraction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, int64_t slot, const ContractionTables* tables,
+                               const torch::Tensor& first, const torch::Tensor& second, const torch::Tensor& third) {
+    ctx->saved_data["slot"] = slot;
+    ctx->saved_data["edges"] = std::vector<torch::Tensor>{tables->centre, tables->neighbor, tables->centre_offsets,
+                                                         tables->by_neighbor, tables->neighbor_offsets};
+    ctx->saved_data["coupling"] = std::vector<torch::Tensor>{tables->terms, tables->coefficients};
+    ctx->saved_data["sizes"] = tables->sizes;
+    ctx->save_for_backward({first, second, third});
+    std::vector<torch::Tensor> operands(4);
+    const auto k = others(slot);
+    operands[size_t(k[0])] = first, operands[size_t(k[1])] = second, operands[size_t(k[2])] = third;
+    return contract_kernel(slot, operands, *tables, ContractionKernel::kAuto);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t slot = ctx->saved_data["slot"].toInt();
+    const ContractionTables tables =
+        tables_from(ctx->saved_data["edges"], ctx->saved_data["coupling"], ctx->saved_data["sizes"].toIntVector());
+    const auto saved = ctx->get_saved_variables();
+    const auto k = others(slot);
+    torch::autograd::variable_list out(5);  // slot, tables, then the three operands
+    if (!grads[0].defined()) return out;
+    std::vector<torch::Tensor> operands(4);
+    for (size_t n = 0; n < 3; ++n) operands[size_t(k[n])] = saved[n];
+    operands[size_t(slot)] = grads[0];
+    for (size_t n = 0; n < 3; ++n)
+      if (ctx->needs_input_grad(n)) out[2 + n] = contract(k[n], operands, tables);
+    return out;
+  }
+};
+
+torch::Tensor message_contract_op(int64_t slot, const c10::optional<torch::Tensor>& a,
+                                  const c10::optional<torch::Tensor>& x, const c10::optional<torch::Tensor>& w,
+                                  const c10::optional<torch::Tensor>& y, at::TensorList edges,
+                                  const torch::Tensor& terms, const torch::Tensor& coefficients,
+                                  c10::IntArrayRef sizes) {
+  if (edges.size() != 5) throw Error("mlip::message_contract: expected 5 edge tables, got " + std::to_string(edges.size()));
+  ContractionTables t;
+  t.centre = edges[0], t.neighbor = edges[1], t.centre_offsets = edges[2], t.by_neighbor = edges[3];
+  t.neighbor_offsets = edges[4], t.terms = terms, t.coefficients = coefficients;
+  t.sizes = sizes.vec();
+  return contract(slot, {a.value_or(torch::Tensor()), x.value_or(torch::Tensor()), w.value_or(torch::Tensor()),
+                         y.value_or(torch::Tensor())},
+                  t);
+}
+
+}  // namespace
+
+void ContractionTables::order_by_neighbor(const torch::Tensor& neighbor, int64_t natoms, torch::Tensor& by_neighbor,
+                                          torch::Tensor& neighbor_offsets) {
+  by_neighbor = std::get<1>(neighbor.sort(/*stable=*/true, 0, false));
+  const auto counts = torch::bincount(neighbor, {}, natoms);
+  neighbor_offsets = torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)});
+}
+
+torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& operands, const ContractionTables& tables,
+                              ContractionKernel kernel) {
+  if (slot < 0 || slot > 3) throw Error("message contraction: slot must be 0..3, got " + std::to_string(slot));
+  const auto& some = operands[size_t(slot == kRadial ? kFeatures : kRadial)];
+  const int64_t f = some.size(-1);
+  std::vector<torch::Tensor> op(4);
+  for (int64_t k = 0; k < 4; ++k)
+    if (k != slot) op[size_t(k)] = operands[size_t(k)].contiguous();
+  const bool cpu = some.device().is_cpu();
+  if (kernel == ContractionKernel::kGeneric || !cpu) return generic_kernel(slot, op, tables, f);
+  auto out = torch::zeros(shape_of(slot, tables, f), some.options());
+  if (some.scalar_type() == torch::kFloat64)
+    cpu_kernel<double>(slot, op, tables, out, f);
+  else if (some.scalar_type() == torch::kFloat32)
+    cpu_kernel<float>(slot, op, tables, out, f);
+  else
+    throw Error("message contraction: expected float32 or float64 operands");
+  return out;
+}
+
+torch::Tensor contract(int64_t slot, const std::vector<torch::Tensor>& operands, const ContractionTables& tables) {
+  if (slot < 0 || slot > 3) throw Error("message contraction: slot must be 0..3, got " + std::to_string(slot));
+  const auto k = others(slot);
+  return Contraction::apply(slot, &tables, operands[size_t(k[0])], operands[size_t(k[1])], operands[size_t(k[2])]);
+}
+
+TORCH_LIBRARY(mlip, m) {
+  m.def("message_contract(int slot, Tensor? a, Tensor? x, Tensor? w, Tensor? y, Tensor[] edges, Tensor terms, "
+        "Tensor coefficients, int[] sizes) -> Tensor",
+        &message_contract_op);
+}
+
+void register_message_contraction() {
+  // The TORCH_LIBRARY block above registers the operator when this file's object is linked in;
+  // calling this function makes sure it is.
+}
+
+}  // namespace mlip::models

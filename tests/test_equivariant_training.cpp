@@ -1,0 +1,152 @@
+// The equivariant model's training path (cached geometry, the message contraction, the energy's
+// gradient by the basis and the harmonics; docs/equivariant.md "The training path") against
+// autograd through the saved model's atomic_energy from the pair vectors: energies, forces,
+// virials and the gradients of a loss of all three with respect to every parameter.
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <type_traits>
+
+#include "data/system.h"
+#include "models/equivariant_model.h"
+#include "models/pair_list.h"
+#include "data/neighbor_list.h"
+#include "test_util.h"
+
+namespace {
+
+using mlip::models::EquivariantSettings;
+using mlip::models::Prediction;
+
+struct Case {
+  bool parity;
+  int64_t l_max, correlation;
+  bool periodic;
+  double box;  // edge of the random box, Å (below r_max: an atom sees its own images)
+};
+
+EquivariantSettings settings(const std::string& precision, const Case& k) {
+  EquivariantSettings s;
+  s.type = "equivariant";
+  s.type_map = {"O", "H"};
+  s.precision = precision;
+  s.avg_num_neighbors = 6.0;
+  s.seed = 3;
+  auto& c = s.config;
+  c.type_map = s.type_map;
+  c.r_max = 3.5;
+  c.num_features = 4;
+  c.l_max = k.l_max;
+  c.parity = k.parity;
+  c.num_layers = 3;
+  c.correlation = k.correlation;
+  c.readout_every_layer = k.correlation == 2;
+  c.num_bessels = 4;
+  c.radial_width = 8;
+  c.radial_depth = 2;
+  c.precision = precision;
+  return s;
+}
+
+/// d loss / d parameter for every parameter, loss = a·E + <u, F> + <v, W>.
+std::vector<torch::Tensor> parameter_grads(torch::jit::Module& m) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : m.parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return g;
+}
+
+void zero_grads(torch::jit::Module& m) {
+  for (auto p : m.parameters())
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+/// The reference: autograd from the pair vectors through atomic_energy, the forces kept as a
+/// graph and differentiated again (the model's training as it was before the training path).
+Prediction reference(torch::jit::Module& m, const mlip::models::PairList& pairs, const torch::Tensor& atype,
+                     torch::Dtype dtype, int64_t natoms) {
+  const auto d = pairs.vector.to(dtype).detach().requires_grad_(true);
+  const auto e = m.get_method("atomic_energy")({d, pairs.centre, pairs.neighbor, atype}).toTensor();
+  const auto grad = torch::autograd::grad({e.sum()}, {d}, {}, true, true)[0];
+  const auto forces =
+      torch::zeros({natoms, 3}, grad.options()).index_add(0, pairs.centre, grad).index_add(0, pairs.neighbor, -grad);
+  return {e.to(torch::kFloat64).sum().unsqueeze(0), forces.unsqueeze(0), (-d.detach().t().matmul(grad)).unsqueeze(0)};
+}
+
+double relative(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = b.to(torch::kFloat64).abs().max().item<double>();
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+template <typename T>
+class EquivariantTrainingPath : public ::testing::Test {};
+using Dtypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(EquivariantTrainingPath, Dtypes);
+
+TYPED_TEST(EquivariantTrainingPath, EqualsAutogradThroughThePairVectors) {
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  const std::string precision = is_double ? "float64" : "float32";
+  const auto dtype = is_double ? torch::kFloat64 : torch::kFloat32;
+  const double tol = is_double ? 1e-10 : 2e-4;
+  const Case cases[] = {
+      {true, 1, 1, true, 5.0},   // the table's model shape
+      {false, 2, 1, false, 5.0}, // SO(3), l_max 2, a cluster
+      {true, 2, 2, true, 5.0},   // product basis, readouts of every layer
+      {true, 1, 3, true, 3.0},   // correlation 3; box below r_max: self-image pairs
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE("parity " + std::to_string(k.parity) + ", l_max " + std::to_string(k.l_max) + ", correlation " +
+                 std::to_string(k.correlation) + ", box " + std::to_string(k.box));
+    const auto s = settings(precision, k);
+    auto model = mlip::models::create_model(s, mlip::models::ModelContext{});
+    auto& module = model->module();
+    module.run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64),
+                      torch::tensor({-93.5, -187.2}, torch::kFloat64));
+    const auto f = mlip::test::random_frame(14, k.periodic, 11, k.box, {0.7, -0.4, 0.3}, 0.9, 0.4);
+    mlip::data::System sys;
+    sys.type_map = s.type_map;
+    sys.types = f.types;
+    sys.pbc = f.pbc;
+    sys.nframes = 1;
+    mlip::data::Frame frame;
+    frame.coord = f.pos;
+    frame.box = f.cell;
+    mlip::models::SystemAtoms atoms;
+    atoms.natoms = f.natoms();
+    atoms.types = f.types;
+    atoms.atype = torch::tensor(std::vector<int64_t>(f.types.begin(), f.types.end()), torch::kInt64);
+
+    auto gen = at::detail::createCPUGenerator(17);
+    const auto grad_energy = at::randn({1}, gen, torch::kFloat64);
+    const auto grad_forces = at::randn({1, atoms.natoms, 3}, gen, torch::kFloat64);
+    const auto grad_virial = at::randn({1, 3, 3}, gen, torch::kFloat64);
+
+    const auto input = model->prepare_frame(sys, frame);
+    zero_grads(module);
+    const Prediction fast = model->predict(atoms, {input.get()}, true);
+    model->backward(grad_energy, grad_forces, grad_virial);
+    const auto fast_grads = parameter_grads(module);
+
+    const auto pairs = mlip::models::pair_list(mlip::data::build_neighbor_list<double>(
+        f.pos.data(), f.natoms(), f.cell.empty() ? nullptr : f.cell.data(), f.pbc, s.config.r_max));
+    ASSERT_GT(pairs.npairs(), 0);
+    zero_grads(module);
+    const Prediction ref = reference(module, pairs, atoms.atype, dtype, atoms.natoms);
+    mlip::models::backward_through_graph(ref, grad_energy, grad_forces, grad_virial);
+    const auto ref_grads = parameter_grads(module);
+
+    EXPECT_LT(std::abs(fast.energy.item<double>() - ref.energy.item<double>()) / std::abs(ref.energy.item<double>()),
+              tol);
+    EXPECT_LT(relative(fast.forces, ref.forces), tol) << "forces";
+    EXPECT_LT(relative(fast.virial, ref.virial), tol) << "virial";
+    ASSERT_EQ(fast_grads.size(), ref_grads.size());
+    size_t k_param = 0;
+    for (const auto& p : module.named_parameters()) {
+      EXPECT_LT(relative(fast_grads[k_param], ref_grads[k_param]), tol) << "d loss / d " << p.name;
+      ++k_param;
+    }
+    // The comparison can fail: the forces' weights reach the parameters.
+    EXPECT_GT(ref.forces.abs().max().item<double>(), 1e-3);
+  }
+}
+
+}  // namespace
