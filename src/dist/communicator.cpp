@@ -173,7 +173,13 @@ class C10dCommunicator final : public Communicator {
       // not overwrite it (best effort: check, then set). Set before the shared-memory waits
       // end, so that the ranks they release find it.
       try {
-        if (!store_->check({"mlip/failed"})) store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
+        if (!store_->check({"mlip/failed"})) {
+          store_->set("mlip/failed", std::vector<uint8_t>(text.begin(), text.end()));
+          // TCPStore's set does not wait for the store's answer: a round trip on the same
+          // connection makes sure the message is stored before the shared-memory waits end
+          // (else a released rank, under load, could look before it lands).
+          store_->check({"mlip/failed"});
+        }
       } catch (...) {
       }
       if (shm_) shm_->abort();  // the others' shared-memory waits end at once
