@@ -185,6 +185,21 @@ const char* kTestUsage =
     "  -d, --detail <prefix>    write <prefix>.e.out, .e_peratom.out, .f.out (and .v.out)\n"
     "  -h, --help               show this help\n";
 
+/// Writes one error line to standard error after flushing standard output, in a single
+/// write: under mpirun the ranks' stdout and stderr are forwarded in chunks, and a line
+/// written piece by piece (std::cerr is unbuffered) could be split by another stream's text.
+void print_error_line(const std::string& line) {
+  std::cout.flush();
+  const std::string text = line + "\n";
+  std::size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nowhere left to say it
+    written += static_cast<std::size_t>(n);
+  }
+}
+
 /// A library's exception in the project's words: the filesystem's operation, path and reason
 /// without "filesystem error:"; LibTorch's message without its C++ backtrace.
 std::string library_error_text(const std::exception& e) {
@@ -339,14 +354,14 @@ int train_command(const std::vector<std::string>& args) {
     std::cout.rdbuf(saved);
     const auto* error = dynamic_cast<const Error*>(&e);
     if (error != nullptr && error->raised_on_every_rank()) {
-      if (rank == 0) std::cerr << "mlip: error: " << e.what() << std::endl;
+      if (rank == 0) print_error_line(std::string("mlip: error: ") + e.what());
       return kExitError;
     }
     // Print first (MPI's announcement aborts the job), then tell the other ranks.
     const std::string what = library_error_text(e);
     const bool named = what.rfind("rank ", 0) == 0;
-    std::cerr << "mlip: error" << (comm->size() > 1 && !named ? " on rank " + std::to_string(rank) : std::string())
-              << ": " << what << std::endl;
+    print_error_line("mlip: error" + (comm->size() > 1 && !named ? " on rank " + std::to_string(rank) : std::string()) +
+                     ": " + what);
     comm->announce_failure(what);
     return kExitError;
   }
@@ -428,11 +443,11 @@ int run_cli(const std::vector<std::string>& args) {
     std::cerr << "mlip: " << e.message << "\n\n" << e.usage;
     return kExitUsage;
   } catch (const Error& e) {
-    std::cerr << "mlip: error: " << e.what() << "\n";
+    print_error_line(std::string("mlip: error: ") + e.what());
     return kExitError;
   } catch (const std::exception& e) {
     // A library's exception that no boundary caught: still a clean message and exit code.
-    std::cerr << "mlip: error: " << library_error_text(e) << "\n";
+    print_error_line("mlip: error: " + library_error_text(e));
     return kExitError;
   }
 }
