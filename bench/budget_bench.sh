@@ -2,9 +2,9 @@
 # Accuracy at equal wall time on the DFT water set (../shared/data/water): each model trains on
 # data_0..2 (320 frames of 192 atoms, batch 1, no validation) for a fixed wall-clock budget and
 # is tested on all 80 frames of data_3. The learning-rate schedule is sized to the budget: a
-# calibration run (--calibrate seconds, 60) measures the sustained step time and the time to make
-# a frame (from --step-times), numb_steps = (budget - 320 frames' making) / step time, and the
-# exp schedule reaches stop_lr at the last step.
+# calibration run (--calibrate seconds, 60) measures the step time and the time to make a frame
+# (from --step-times), numb_steps = (budget - 320 frames' making) / step time, and the exp
+# schedule reaches stop_lr at the last step. A run still going at the budget is stopped there.
 #
 # Models (--models):
 #   se_e2_a               examples/water/quick.yaml's model (sel [46, 92], rcut 6), lr 1e-3 -> 1e-5
@@ -13,11 +13,11 @@
 #   equivariant_table_c2  the same with correlation 2 and readouts of every layer
 #   equivariant_table_c3  the same with correlation 3 and readouts of every layer
 #   equivariant           the recommended settings: examples/water/equivariant.yaml's model, learning
-#                         rates and loss
+#                         rates, loss and training.ema_decay
 #   <file>.yaml           the same from another input file
 # The models without a loss section of their own use the issue's loss (energy prefactor 0.02 -> 1,
 # forces 1000 -> 1).
-# Per row: ms/step, steps trained, wall seconds of the training run, and the test set's energy
+# Per row: ms/step (calibrated), steps trained/planned, wall seconds of the training run, and the test set's energy
 # RMSE per atom (eV/atom) and force RMSE (eV/Å).
 #
 # usage: bench/budget_bench.sh [--budget S] [--calibrate S] [--models "se_e2_a equivariant ..."] [--mlip PATH]
@@ -90,7 +90,8 @@ model_section() {
       [ "$1" = equivariant ] && file="$ROOT/examples/water/equivariant.yaml"
       section "$file" model
       echo "LR $(section "$file" learning_rate | awk '/start_lr:/ {print $2}') $(section "$file" learning_rate | awk '/stop_lr:/ {print $2}')"
-      section "$file" loss | sed 's/^/LOSS /' ;;
+      section "$file" loss | sed 's/^/LOSS /'
+      section "$file" training | awk '/^  ema_decay:/ {print "EMA", $2}' ;;
     *) echo "unknown model $1" >&2; exit 2 ;;
   esac
 }
@@ -100,7 +101,7 @@ input() {
   local section lr
   section="$(model_section "$1")"
   lr="$(grep '^LR ' <<< "$section")"
-  grep -v '^LR \|^LOSS ' <<< "$section"
+  grep -v '^LR \|^LOSS \|^EMA ' <<< "$section"
   echo "learning_rate: {type: exp, start_lr: $(cut -d' ' -f2 <<< "$lr"), stop_lr: $(cut -d' ' -f3 <<< "$lr"), decay_steps: $3}"
   if grep -q '^LOSS ' <<< "$section"; then
     grep '^LOSS ' <<< "$section" | sed 's/^LOSS //'
@@ -115,33 +116,37 @@ training:
   disp_freq: $(( $2 > 100 ? $2 / 10 : 10 ))
   save_freq: $2
 YAML
+  grep '^EMA ' <<< "$section" | sed 's/^EMA /  ema_decay: /' || true
 }
 
-printf "%-22s %8s %8s %8s %14s %12s\n" model ms/step steps wall_s "rmse_e/atom" rmse_f
+printf "%-22s %8s %12s %8s %14s %12s\n" model ms/step steps wall_s "rmse_e/atom" rmse_f
 for model in $MODELS; do
   tag="$(basename "$model" .yaml)"
   # Calibration: CALIBRATE seconds of training (stopped by SIGINT), the step time without making
-  # frames (the median over its last quarter, when the CPU has been busy long enough to run at
-  # its sustained speed: this VM runs its first minute of full load up to 30% faster) and the
-  # time to make a frame (each of the 320 frames is made once, in the first epoch, and cached).
-  # numb_steps fills the budget less the time to make every frame once.
+  # frames (the mean over the steps after the first epoch, when every frame has been made once
+  # and cached) and the time to make a frame. numb_steps fills the budget less the time to make
+  # every frame once. This VM's speed switches between two levels (~1.5x apart, for stretches of
+  # a few hundred steps, in any process at any age), so the estimate can be off either way: the
+  # training run is stopped at the budget (SIGINT, which saves a checkpoint) when it is slower.
   input "$model" 100000 1000 > "$tag-calibrate.yaml"
   timeout --preserve-status -s INT "$CALIBRATE" "$MLIP" train "$tag-calibrate.yaml" -o "$tag-calibrate" \
     --step-times "$tag-calibrate.ms" > /dev/null || { rc=$?; [ $rc -eq 130 ]; }
   read -r ms steps < <(/usr/bin/python3 -c "
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if not l.startswith('#')]
-late = rows[-max(20, len(rows) // 4):]
-step = statistics.median(float(r[1]) - float(r[2]) for r in late)
+late = rows[-max(20, len(rows) - 400):]
+step = statistics.mean(float(r[1]) - float(r[2]) for r in late)
 make = statistics.median(float(r[2]) for r in rows if float(r[2]) > 0)
 print(f'{step:.1f}', max(20, int(($BUDGET * 1000 - 320 * make) / step)))" "$tag-calibrate.ms")
   input "$model" "$steps" "$(( steps / 200 > 1 ? steps / 200 : 1 ))" > "$tag.input.yaml"
   t0=$(date +%s.%N)
-  "$MLIP" train "$tag.input.yaml" -o "$tag" > "$tag.train.txt"
+  timeout --preserve-status -s INT "$BUDGET" "$MLIP" train "$tag.input.yaml" -o "$tag" > "$tag.train.txt" ||
+    { rc=$?; [ $rc -eq 130 ]; }
+  trained=$(grep -oE "^(finished|interrupted at step) [0-9]+" "$tag.train.txt" | grep -oE "[0-9]+$")
   wall=$(/usr/bin/python3 -c "print(f'{$(date +%s.%N) - $t0:.0f}')")
   "$MLIP" freeze -c "$tag" -o "$tag.pt" > /dev/null
   "$MLIP" test -m "$tag.pt" -s "$DATA/data_3" > "$tag.test.txt"
   e=$(grep "Energy RMSE/Natoms" "$tag.test.txt" | tail -1 | awk '{print $4}')
   f=$(grep "Force  RMSE" "$tag.test.txt" | tail -1 | awk '{print $4}')
-  printf "%-22s %8s %8s %8s %14.5f %12.4f\n" "$tag" "$ms" "$steps" "$wall" "$e" "$f"
+  printf "%-22s %8s %12s %8s %14.5f %12.4f\n" "$tag" "$ms" "$trained/$steps" "$wall" "$e" "$f"
 done

@@ -4,8 +4,9 @@
 # functions, radial MLP 32 x 2, batch 1) on the DFT water set (data_0..2, 192 atoms), for each
 # mlip binary given, interleaved in one run: each trains for --seconds (120) and is stopped by
 # SIGINT; the median ms/step over the second half of its steps (every frame made and cached by
-# then, and the VM at its sustained speed: its first minute of full load runs up to 30%
-# faster), and the peak RSS; for float64 and float32 and correlation 1, 2 and 3.
+# then; long enough to span more than one of the VM's speed levels, which are about 1.5x apart
+# and last a few hundred steps each), and the peak RSS; for float64 and float32 and correlation
+# 1, 2 and 3.
 #
 # usage: bench/equivariant_step_bench.sh [--data DIR] [--seconds S] [--cases "f64 f32 c2 c3"]
 #                                        MLIP [MLIP ...]
