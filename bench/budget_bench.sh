@@ -17,8 +17,8 @@
 #   <file>.yaml           the same from another input file
 # The models without a loss section of their own use the issue's loss (energy prefactor 0.02 -> 1,
 # forces 1000 -> 1).
-# Per row: ms/step (calibrated), steps trained/planned, wall seconds of the training run, and the test set's energy
-# RMSE per atom (eV/atom) and force RMSE (eV/Å).
+# Per row: ms/step (calibrated), steps trained/planned, wall seconds of the training run, and the
+# test set's energy RMSE per atom (eV/atom) and force RMSE (eV/Å).
 #
 # usage: bench/budget_bench.sh [--budget S] [--calibrate S] [--models "se_e2_a equivariant ..."] [--mlip PATH]
 #                              [--data DIR] [--keep DIR]
@@ -134,7 +134,7 @@ for model in $MODELS; do
   read -r ms steps < <(/usr/bin/python3 -c "
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if not l.startswith('#')]
-late = rows[-max(20, len(rows) - 400):]
+late = rows[400:] if len(rows) > 420 else rows[-20:]
 step = statistics.mean(float(r[1]) - float(r[2]) for r in late)
 make = statistics.median(float(r[2]) for r in rows if float(r[2]) > 0)
 print(f'{step:.1f}', max(20, int(($BUDGET * 1000 - 320 * make) / step)))" "$tag-calibrate.ms")
