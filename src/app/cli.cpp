@@ -190,14 +190,7 @@ const char* kTestUsage =
 /// written piece by piece (std::cerr is unbuffered) could be split by another stream's text.
 void print_error_line(const std::string& line) {
   std::cout.flush();
-  const std::string text = line + "\n";
-  std::size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(STDERR_FILENO, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // nowhere left to say it
-    written += static_cast<std::size_t>(n);
-  }
+  train::write_fully(STDERR_FILENO, line + "\n");  // when it fails, there is nowhere left to say so
 }
 
 /// A library's exception in the project's words: the filesystem's operation, path and reason

@@ -43,6 +43,20 @@ std::string process_name(const std::string& pid) {
 
 std::string system_reason(int errnum) { return std::strerror(errnum); }
 
+int write_fully(int fd, std::string_view bytes) noexcept {
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return ENOSPC;  // a regular file that takes no byte is full
+    p += n;
+    left -= size_t(n);
+  }
+  return 0;
+}
+
 OutputFile::OutputFile(std::string path, Mode mode, std::string what)
     : path_(std::move(path)), what_(std::move(what)), mode_(mode) {
   std::error_code ec;
@@ -73,16 +87,8 @@ void OutputFile::fail(const std::string& doing, int errnum) {
 
 void OutputFile::write(std::string_view bytes) {
   if (fd_ < 0) throw Error(path_ + ": cannot write " + what_ + " (the file was closed after an earlier error)");
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("cannot write", errno);
-    if (n == 0) fail("cannot write", ENOSPC);  // a regular file that takes no byte is full
-    p += n;
-    left -= size_t(n);
-  }
+  const int errnum = write_fully(fd_, bytes);
+  if (errnum != 0) fail("cannot write", errnum);
 }
 
 void OutputFile::sync() {

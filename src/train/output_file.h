@@ -48,6 +48,10 @@ class OutputFile {
 /// content or all of `bytes`, never a part.
 void write_file_atomically(const std::string& path, std::string_view bytes, const std::string& what);
 
+/// Writes all of `bytes` to the open file descriptor `fd`, retrying after signals and short
+/// writes. Returns 0, or the errno of the write that failed (ENOSPC when a write took no byte).
+int write_fully(int fd, std::string_view bytes) noexcept;
+
 /// The system's words for an errno value ("No space left on device").
 std::string system_reason(int errnum);
 
