@@ -15,9 +15,12 @@
 #   equivariant           the recommended settings: examples/water/equivariant.yaml's model, learning
 #                         rates, loss and training.ema_decay
 #   <file>.yaml           the same from another input file
+#   <model>:N             that model trained by N ranks of one thread each (mpirun -np N with
+#                         OMP_NUM_THREADS=1; batch 1 per rank, so N frames per step, and start_lr
+#                         times N: learning_rate.scale_by_worker's default)
 # The models without a loss section of their own use the issue's loss (energy prefactor 0.02 -> 1,
 # forces 1000 -> 1).
-# Per row: ms/step (calibrated), steps trained/planned, wall seconds of the training run, and the
+# Per row: ms/step (calibrated; a step is N frames with N ranks), steps trained/planned, wall seconds of the training run, and the
 # test set's energy RMSE per atom (eV/atom) and force RMSE (eV/Å).
 #
 # usage: bench/budget_bench.sh [--budget S] [--calibrate S] [--models "se_e2_a equivariant ..."] [--mlip PATH]
@@ -119,9 +122,28 @@ YAML
   grep '^EMA ' <<< "$section" | sed 's/^EMA /  ema_decay: /' || true
 }
 
+# train <ranks> <input> <output folder> [options]: mlip train alone, or under mpirun with one
+# thread per rank, stopped by SIGINT at the budget when still running then; its output in
+# <output folder>.txt. Fails unless the run finished or saved a checkpoint when interrupted.
+train() {
+  local ranks="$1" input="$2" output="$3" seconds="$4"
+  shift 4
+  # Under mpirun each rank gets its own SIGINT (mpirun, when it gets one, may kill the ranks
+  # before they have saved); the ranks agree on the step to stop after.
+  local cmd=(timeout --preserve-status -s INT "$seconds" "$MLIP" train "$input" -o "$output" "$@")
+  [ "$ranks" -gt 1 ] && cmd=(env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np "$ranks" "${cmd[@]}")
+  "${cmd[@]}" > "$output.txt" 2>&1 || true
+  grep -qE "^(finished|interrupted at step) [0-9]+" "$output.txt" ||
+    { echo "training $input failed:" >&2; tail -20 "$output.txt" >&2; exit 1; }
+}
+
 printf "%-22s %8s %12s %8s %14s %12s\n" model ms/step steps wall_s "rmse_e/atom" rmse_f
-for model in $MODELS; do
+for spec in $MODELS; do
+  model="${spec%%:*}"
+  ranks=1
+  [ "$model" != "$spec" ] && ranks="${spec##*:}"
   tag="$(basename "$model" .yaml)"
+  [ "$ranks" -gt 1 ] && tag="$tag-${ranks}ranks"
   # Calibration: CALIBRATE seconds of training (stopped by SIGINT), the step time without making
   # frames (the mean over the steps after the first epoch, when every frame has been made once
   # and cached) and the time to make a frame. numb_steps fills the budget less the time to make
@@ -129,20 +151,18 @@ for model in $MODELS; do
   # a few hundred steps, in any process at any age), so the estimate can be off either way: the
   # training run is stopped at the budget (SIGINT, which saves a checkpoint) when it is slower.
   input "$model" 100000 1000 > "$tag-calibrate.yaml"
-  timeout --preserve-status -s INT "$CALIBRATE" "$MLIP" train "$tag-calibrate.yaml" -o "$tag-calibrate" \
-    --step-times "$tag-calibrate.ms" > /dev/null || { rc=$?; [ $rc -eq 130 ]; }
+  train "$ranks" "$tag-calibrate.yaml" "$tag-calibrate" "$CALIBRATE" --step-times "$tag-calibrate.ms"
   read -r ms steps < <(/usr/bin/python3 -c "
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if not l.startswith('#')]
 late = rows[400:] if len(rows) > 420 else rows[-20:]
 step = statistics.mean(float(r[1]) - float(r[2]) for r in late)
 make = statistics.median(float(r[2]) for r in rows if float(r[2]) > 0)
-print(f'{step:.1f}', max(20, int(($BUDGET * 1000 - 320 * make) / step)))" "$tag-calibrate.ms")
+print(f'{step:.1f}', max(20, int(($BUDGET * 1000 - 320 / $ranks * make) / step)))" "$tag-calibrate.ms")
   input "$model" "$steps" "$(( steps / 200 > 1 ? steps / 200 : 1 ))" > "$tag.input.yaml"
   t0=$(date +%s.%N)
-  timeout --preserve-status -s INT "$BUDGET" "$MLIP" train "$tag.input.yaml" -o "$tag" > "$tag.train.txt" ||
-    { rc=$?; [ $rc -eq 130 ]; }
-  trained=$(grep -oE "^(finished|interrupted at step) [0-9]+" "$tag.train.txt" | grep -oE "[0-9]+$")
+  train "$ranks" "$tag.input.yaml" "$tag" "$BUDGET"
+  trained=$(grep -oE "^(finished|interrupted at step) [0-9]+" "$tag.txt" | grep -oE "[0-9]+$")
   wall=$(/usr/bin/python3 -c "print(f'{$(date +%s.%N) - $t0:.0f}')")
   "$MLIP" freeze -c "$tag" -o "$tag.pt" > /dev/null
   "$MLIP" test -m "$tag.pt" -s "$DATA/data_3" > "$tag.test.txt"

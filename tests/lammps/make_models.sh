@@ -19,7 +19,7 @@ mkdir -p "$DIR"
 cd "$DIR"
 short() {  # <input> <steps> <precision> <output>
   sed -e "s/^  numb_steps: .*/  numb_steps: $2/" -e "s/^  save_freq: .*/  save_freq: $2/" \
-      -e "s/^  disp_freq: .*/  disp_freq: $2/" -e "s/precision: float64/precision: $3/" \
+      -e "s/^  disp_freq: .*/  disp_freq: $2/" -e "s/precision: float[0-9]*/precision: $3/" \
       -e "s#systems: \[data/#systems: [$EX/data/#" "$EX/$1" > "$4.yaml"
 }
 short quick.yaml 200 float64 se64
