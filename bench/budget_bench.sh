@@ -20,10 +20,11 @@
 #                         times N: learning_rate.scale_by_worker's default)
 # The models without a loss section of their own use the issue's loss (energy prefactor 0.02 -> 1,
 # forces 1000 -> 1).
-# Per row: ms/step (calibrated; a step is N frames with N ranks), steps trained/planned, wall seconds of the training run, and the
-# test set's energy RMSE per atom (eV/atom) and force RMSE (eV/Å).
+# Per row: ms/step (calibrated; a step is N frames with N ranks), steps trained/planned, wall
+# seconds of the training run, and the test set's energy RMSE per atom (eV/atom) and force RMSE
+# (eV/Å).
 #
-# usage: bench/budget_bench.sh [--budget S] [--calibrate S] [--models "se_e2_a equivariant ..."] [--mlip PATH]
+# usage: bench/budget_bench.sh [--budget S] [--calibrate S] [--models "se_e2_a equivariant:2 ..."] [--mlip PATH]
 #                              [--data DIR] [--keep DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
