@@ -1,5 +1,7 @@
 #include "train/adam_step.h"
 
+#include "compat/libtorch.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -49,7 +51,7 @@ TYPED_TEST(AdamStep, SameUpdatesAndStateAsLibTorchAdam) {
   ASSERT_EQ(fused.state().size(), a.size());
   for (auto& p : b) {
     const auto& st = static_cast<torch::optim::AdamParamState&>(
-        *fused.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+        *fused.state().at(mlip::compat::optimizer_state_key(p)));
     EXPECT_EQ(st.step(), 6);
   }
   // The parameters really moved.

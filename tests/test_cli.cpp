@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 
 #include "test_util.h"
@@ -17,6 +18,7 @@ TEST(Cli, HelpAndVersion) {
   auto v = run_command(kMlip + " --version");
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_EQ(v.out.rfind("mlip ", 0), 0u) << v.out;
+  EXPECT_TRUE(std::regex_search(v.out, std::regex(R"(\(LibTorch [0-9]+\.[0-9]+\.[0-9]+)"))) << v.out;  // the build's LibTorch
   auto c = run_command(kMlip + " neighbor-stat --help");
   EXPECT_EQ(c.exit_code, 0);
   EXPECT_NE(c.out.find("usage: mlip neighbor-stat"), std::string::npos);

@@ -3,12 +3,19 @@
 # already installed are skipped, an existing build folder is reconfigured and built
 # incrementally.
 #
-# usage: tools/setup.sh [--build-dir DIR] [--build-type Release|Debug|RelWithDebInfo]
+# usage: tools/setup.sh [--torch debian|pip] [--build-dir DIR] [--build-type Release|Debug|RelWithDebInfo]
 #                       [--no-install] [--jobs N] [--quiet]
+#
+# --torch debian (default): Debian's LibTorch 1.13 (CPU), built into build/.
+# --torch pip: the LibTorch inside pip's PyTorch 2.11.0 (built for CUDA 13.0, as on the GPU
+#   machines; it runs CPU tensors without a GPU), built into build-cuda/ with CUDA and NCCL.
+#   PyTorch, numpy and ASE go into a virtual environment under $MLIP_CACHE (default
+#   ~/.cache/mlip), made once and reused; the CUDA toolkit (nvcc) must be installed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="$ROOT/build"
+BUILD_DIR=""
+TORCH="debian"
 BUILD_TYPE="Release"
 INSTALL=1
 JOBS="$(nproc 2>/dev/null || echo 2)"
@@ -16,15 +23,21 @@ QUIET=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
+    --torch) TORCH="$2"; shift 2 ;;
     --build-dir) BUILD_DIR="$2"; shift 2 ;;
     --build-type) BUILD_TYPE="$2"; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --quiet) QUIET=1; shift ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$TORCH" in
+  debian) BUILD_DIR="${BUILD_DIR:-$ROOT/build}" ;;
+  pip) BUILD_DIR="${BUILD_DIR:-$ROOT/build-cuda}" ;;
+  *) echo "setup.sh: --torch: expected debian or pip, got '$TORCH'" >&2; exit 2 ;;
+esac
 
 say() { echo "[mlip setup] $*"; }
 
@@ -44,6 +57,8 @@ PACKAGES=(
   libhdf5-dev
   liblammps-dev
 )
+# The pip build's virtual environment is made with Debian's Python.
+[ "$TORCH" = pip ] && PACKAGES+=(python3-venv)
 
 if [ "$INSTALL" = 1 ]; then
   missing=()
@@ -69,10 +84,21 @@ if [ "$INSTALL" = 1 ]; then
   fi
 fi
 
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE="$BUILD_TYPE")
+if [ "$TORCH" = pip ]; then
+  # shellcheck source=tools/pip_torch.sh
+  source "$ROOT/tools/pip_torch.sh"
+  pip_torch_venv  # sets PIP_TORCH_PYTHON, PIP_TORCH_PREFIX, PIP_TORCH_TORCHRUN
+  CMAKE_ARGS+=(-DCMAKE_PREFIX_PATH="$PIP_TORCH_PREFIX" -DMLIP_ENABLE_CUDA=ON
+               -DCUDAToolkit_ROOT="$CUDA_HOME" -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc"
+               -DMLIP_TEST_PYTHON="$PIP_TORCH_PYTHON" -DMLIP_TORCHRUN="$PIP_TORCH_TORCHRUN"
+               -DMLIP_PEER_MLIP="$ROOT/build/bin/mlip" -DMLIP_PEER_PYTHON=/usr/bin/python3)
+fi
+
 mkdir -p "$BUILD_DIR"
-say "configuring ($BUILD_TYPE) in $BUILD_DIR"
+say "configuring ($BUILD_TYPE, $TORCH LibTorch) in $BUILD_DIR"
 cfg_log="$BUILD_DIR/configure.log"
-if ! cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >"$cfg_log" 2>&1; then
+if ! cmake -S "$ROOT" -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" >"$cfg_log" 2>&1; then
   cat "$cfg_log" >&2; echo "setup.sh: CMake configuration failed" >&2; exit 1
 fi
 [ "$QUIET" = 1 ] || grep -E "^-- (mlip|  )" "$cfg_log" || true

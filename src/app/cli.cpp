@@ -18,6 +18,7 @@
 #include <limits>
 #include <sstream>
 
+#include "compat/libtorch.h"
 #include "data/kokkos_runtime.h"
 #include "data/load.h"
 #include "data/neighbor_stat.h"
@@ -422,7 +423,9 @@ int run_cli(const std::vector<std::string>& args) {
       return kExitOk;
     }
     if (cmd == "-V" || cmd == "--version") {
-      std::cout << "mlip " << MLIP_VERSION << " (Kokkos " << data::kokkos_execution_space_name() << ")\n";
+      std::cout << "mlip " << MLIP_VERSION << " (LibTorch " << compat::libtorch_version()
+                << (train::build_has_cuda() ? " with CUDA" : "") << ", Kokkos " << data::kokkos_execution_space_name()
+                << ")\n";
       return kExitOk;
     }
     if (cmd == "neighbor-stat") return neighbor_stat_command(rest);

@@ -1,6 +1,7 @@
 #include "dist/simple_ddp.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <map>

@@ -1,12 +1,12 @@
 #include "train/adam_step.h"
 
 #include <ATen/Parallel.h>
-#include <c10/util/string_utils.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "compat/libtorch.h"
 #include "error.h"
 
 namespace mlip::train {
@@ -78,8 +78,7 @@ void adam_step(torch::optim::Adam& optimizer, Ema* ema, bool tensor_ops) {
         continue;
       }
       const at::Tensor avg = ema != nullptr ? ema->averages()[order[k]] : at::Tensor();
-      // The state key of torch::optim::Adam.
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const auto key = compat::optimizer_state_key(p);
       auto& states = optimizer.state();
       auto it = states.find(key);
       if (it == states.end()) {

@@ -58,10 +58,9 @@ std::string describe_device(const c10::Device& device) {
   if (!device.is_cuda()) return device.str();
 #ifdef MLIP_HAVE_CUDA
   const auto* p = at::cuda::getDeviceProperties(device.index());
-  char text[256];
-  std::snprintf(text, sizeof text, "%s (%s, %.1f GiB)", device.str().c_str(), p->name,
-                double(p->totalGlobalMem) / double(1ull << 30));
-  return text;
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f", double(p->totalGlobalMem) / double(1ull << 30));
+  return device.str() + " (" + std::string(p->name) + ", " + gib + " GiB)";
 #else
   return device.str();
 #endif

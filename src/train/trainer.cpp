@@ -25,6 +25,7 @@
 #include "dist/simple_ddp.h"
 #include "error.h"
 #include "models/registry.h"
+#include "train/adam_state.h"
 #include "train/adam_step.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
@@ -464,9 +465,7 @@ void Trainer::save_checkpoint(int64_t step) {
   extra["world_size"] = std::to_string(comm_->size());
   extra["sampler"] = sampler_->state();
   if (val_sampler_) extra["val_sampler"] = val_sampler_->state();
-  std::ostringstream opt;
-  torch::save(*optimizer_, opt);
-  extra["optimizer"] = opt.str();
+  extra["optimizer"] = save_adam_state(*optimizer_);
   const std::string path = ckpt_path(step);
   if (ema_) {
     // The module's parameters are the averaged weights (what test, freeze and --init-model
@@ -583,8 +582,7 @@ void Trainer::restore(const std::string& given, bool full) {
       std::cout << "note: " << path << " has no moving average of the weights (written with ema_decay 0): "
                 << "the average starts from its weights, with the warm-up of a fresh one\n";
   }
-  std::istringstream opt(extra["optimizer"]);
-  torch::load(*optimizer_, opt, device_);  // onto this run's device, wherever it was written
+  load_adam_state(*optimizer_, extra["optimizer"], device_, path);  // onto this run's device, wherever it was written
   const std::string ranks = extra.count("world_size") ? extra["world_size"] : "1";
   if (ranks == std::to_string(comm_->size())) {
     sampler_->set_state(extra["sampler"]);

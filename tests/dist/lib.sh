@@ -3,8 +3,8 @@ set -euo pipefail
 MLIP="$(readlink -f "$1")"
 DIST_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$DIST_DIR/../.." && pwd)"
-PY=/usr/bin/python3
-TORCHRUN="$ROOT/tools/torchrun"
+PY="${MLIP_TEST_PYTHON:-/usr/bin/python3}"
+TORCHRUN="${MLIP_TORCHRUN:-$ROOT/tools/torchrun}"
 EXAMPLE="$ROOT/examples/water/data"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # ctest: train a tiny model, freeze it, run `mlip test -d`, and check the frozen file from
-# Debian's Python PyTorch (tests/python/check_frozen.py).
+# the test Python's PyTorch (tests/python/check_frozen.py; Debian's, or pip's in a build against pip's LibTorch).
 # usage: test_frozen_python.sh <mlip> [se_e2_a|equivariant]
 set -euo pipefail
 MLIP="$1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PY=/usr/bin/python3
-"$PY" -c "import torch, ase, numpy" || { echo "needs Debian's python3-torch, python3-ase, python3-numpy (tools/setup.sh installs them)"; exit 1; }
+PY="${MLIP_TEST_PYTHON:-/usr/bin/python3}"
+"$PY" -c "import torch, ase, numpy" || { echo "$PY needs torch, ase and numpy (tools/setup.sh installs them)"; exit 1; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"

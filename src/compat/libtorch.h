@@ -1,0 +1,30 @@
+#pragma once
+// The places where the two LibTorch versions mlip builds against differ in API: Debian's 1.13
+// (the default build) and PyTorch 2.x's (the pip/CUDA build). Code elsewhere calls these and
+// never tests the version itself (docs/device.md "Two LibTorch builds, one source").
+
+#include <torch/version.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#if TORCH_VERSION_MAJOR < 2
+#include <c10/util/string_utils.h>
+#endif
+
+namespace mlip::compat {
+
+/// The LibTorch this build was compiled against, e.g. "2.11.0".
+inline std::string libtorch_version() { return TORCH_VERSION; }
+
+/// The key of parameter `p` in torch::optim::Optimizer::state(): the address of its TensorImpl,
+/// as text in 1.13 (std::string keys), as the pointer itself in 2.x (void* keys).
+inline auto optimizer_state_key(const at::Tensor& p) {
+#if TORCH_VERSION_MAJOR < 2
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+#else
+  return static_cast<void*>(p.unsafeGetTensorImpl());
+#endif
+}
+
+}  // namespace mlip::compat
