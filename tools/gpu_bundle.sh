@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     --force) FORCE=1; shift ;;
     --no-hdf5) HDF5=0; shift ;;
     --no-ase) ASE=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

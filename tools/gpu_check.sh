@@ -6,7 +6,8 @@
 #
 # usage: bash tools/gpu_check.sh [--stages build,gpu,suite,bench] [--dry-run] [--python PATH]
 #          [--out DIR] [--jobs N] [--build-dir DIR] [--skip-suite] [--skip-bench] [--deadline S]
-#          [--bench-args "ARGS"] [--fallback-libs missing|all] [--no-isolate]
+#          [--bench-args "ARGS"] [--cmake-args "ARGS"] [--ctest-args "ARGS"] [--run-without-gpu]
+#          [--suite-on-gpu] [--fallback-libs missing|all] [--no-isolate]
 #
 #   --stages LIST  what to do, in this order (default build,gpu,suite,bench): build (configure
 #                  and build; incremental), gpu (ctest -L gpu), suite (ctest -LE gpu, every other
@@ -25,6 +26,14 @@
 #                  is left (minus 30 s for the summary), and a stage that cannot start is
 #                  reported as not run (use 560 inside a 600 s device call)
 #   --bench-args   extra arguments for bench/gpu_bench.sh (e.g. "--cpu-rows none --steps 100")
+#   --cmake-args   extra CMake arguments, split at spaces (e.g. "-DCMAKE_EXE_LINKER_FLAGS=...")
+#   --ctest-args   extra ctest arguments for the suite stage, split at spaces (e.g. "-R dist_")
+#   --suite-on-gpu leave the GPU visible to the suite stage (by default it runs with
+#                  CUDA_VISIBLE_DEVICES= : the CPU suite; with the GPU visible, every test that
+#                  trains with device auto trains on it, and the multi-rank tests put their ranks
+#                  on one GPU with NCCL, which NCCL refuses)
+#   --run-without-gpu  run the suite and bench stages even where no CUDA device is visible (a
+#                  test of this script; the bench then needs --bench-args "--device cpu ...")
 #   --fallback-libs  missing (default): link into LD_LIBRARY_PATH only the carried HDF5 run-time
 #                  libraries whose SONAME the system lacks; all: every one (a test of the bundle)
 #   --no-isolate   where /usr holds Debian's yaml-cpp/Kokkos/GTest/HDF5/LibTorch (a development
@@ -48,6 +57,10 @@ BENCH_ARGS=""
 FALLBACK_MODE=missing
 ISOLATE=auto
 DEPS="$ROOT/.gpu-deps"
+EXTRA_CMAKE_ARGS=""
+CTEST_ARGS=""
+NO_GPU_OK=0
+SUITE_ON_GPU=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --stages) STAGES="$2"; shift 2 ;;
@@ -63,7 +76,11 @@ while [ $# -gt 0 ]; do
     --fallback-libs) FALLBACK_MODE="$2"; shift 2 ;;
     --no-isolate) ISOLATE=0; shift ;;
     --deps) DEPS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --cmake-args) EXTRA_CMAKE_ARGS="$2"; shift 2 ;;
+    --ctest-args) CTEST_ARGS="$2"; shift 2 ;;
+    --run-without-gpu) NO_GPU_OK=1; shift ;;
+    --suite-on-gpu) SUITE_ON_GPU=1; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -123,9 +140,9 @@ SMI="$(command -v nvidia-smi || true)"
 [ -z "$SMI" ] && [ -x /usr/local/nvidia/bin/nvidia-smi ] && SMI=/usr/local/nvidia/bin/nvidia-smi
 SMI_TEXT="no nvidia-smi"
 if [ -n "$SMI" ]; then
-  SMI_TEXT="$("$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4)" || CUDA_OK=0
+  SMI_TEXT="$("$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4)"
 fi
-if [ "$CUDA_OK" != 1 ]; then DRY=1; fi
+if [ "$CUDA_OK" != 1 ] && [ "$NO_GPU_OK" = 0 ]; then DRY=1; fi
 # The CUDA toolkit (LibTorch's CMake package looks it up).
 NVCC=""
 for c in "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc \
@@ -146,7 +163,7 @@ CXX_VERSION="$( (c++ --version || g++ --version) 2>/dev/null | head -1)"
 
 {
   echo "date:        $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "host:        $(hostname) ($(uname -m), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), kernel $(uname -r))"
+  echo "host:        $(hostname 2>/dev/null || cat /proc/sys/kernel/hostname) ($(uname -m), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/2^20}' /proc/meminfo), kernel $(uname -r))"
   echo "os:          $( (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") || echo unknown); $(ldd --version 2>/dev/null | head -1)"
   echo "nvidia-smi:  $SMI_TEXT"
   echo "python:      $PY ($("$PY" --version 2>&1))"
@@ -223,6 +240,8 @@ fi
 # Both /usr and / (Debian 12 is merged-/usr: /lib is /usr/lib, and CMake derives the prefix /
 # from /bin on PATH).
 [ "$ISOLATE" = 1 ] && CMAKE_ARGS+=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/")
+# shellcheck disable=SC2206
+[ -n "$EXTRA_CMAKE_ARGS" ] && CMAKE_ARGS+=($EXTRA_CMAKE_ARGS)
 
 # ---------------------------------------------------------------------------------------------
 # Stages
@@ -307,16 +326,17 @@ stage_build() {
     return 1
   fi
   # Every shared library of mlip resolves (with the carried ones on LD_LIBRARY_PATH).
-  ldd "$BUILD/bin/mlip" > "$LOG/ldd-mlip.txt" 2>&1
-  if grep -q "not found" "$LOG/ldd-mlip.txt"; then
-    grep "not found" "$LOG/ldd-mlip.txt"
-    record build "FAILED (unresolved libraries)" $(( $(date +%s) - t0 )) "$(grep 'not found' "$LOG/ldd-mlip.txt" | tr '\n' ' ' | tr '|' '/')"
+  if command -v ldd >/dev/null; then ldd "$BUILD/bin/mlip" > "$LOG/ldd-mlip.txt" 2>&1; else echo "(no ldd)" > "$LOG/ldd-mlip.txt"; fi
+  if grep -q "=> not found" "$LOG/ldd-mlip.txt"; then
+    grep "=> not found" "$LOG/ldd-mlip.txt"
+    record build "FAILED (unresolved libraries)" $(( $(date +%s) - t0 )) "$(grep '=> not found' "$LOG/ldd-mlip.txt" | tr '\n' ' ' | tr '|' '/')"
     return 1
   fi
   "$BUILD/bin/mlip" --version > "$LOG/mlip-version.txt" 2>&1
   local summary
-  summary="$(grep -E "^ *\* (cuda|nccl|hdf5|openmp|mpi|lammps)" "$LOG/configure.log" | sed 's/^ *\* //' | cut -d, -f1 | tr '\n' ';' | sed 's/;$//')"
-  record build ok $(( $(date +%s) - t0 )) "$(head -1 "$LOG/mlip-version.txt"); $(grep -c '' "$LOG/build.log") build log lines; features on: ${summary:-?}"
+  summary="$(sed -n '/following features have been enabled/,/^--/p' "$LOG/configure.log" | grep -E '^ *\* ' |
+             sed 's/^ *\* //' | cut -d, -f1 | tr '\n' ' ' | sed 's/ $//')"
+  record build ok $(( $(date +%s) - t0 )) "$(head -1 "$LOG/mlip-version.txt"); $(grep -c 'Building CXX' "$LOG/build.log") files compiled; features: ${summary:-?}"
   return 0
 }
 
@@ -328,7 +348,12 @@ run_ctest() {
   b=$(budget)
   if [ "$b" -lt 30 ]; then record "$stage" "not run" 0 "deadline"; return 1; fi
   say "ctest $* (log: ctest-$stage.log)"
-  (cd "$BUILD" && timeout -k 15 "$b" ctest "$@") > "$LOG/ctest-$stage.log" 2>&1
+  if [ "$stage" = suite ] && [ "$SUITE_ON_GPU" = 0 ]; then
+    # The CPU suite: device auto means the CPU, as on a machine without a GPU.
+    (cd "$BUILD" && CUDA_VISIBLE_DEVICES= timeout -k 15 "$b" ctest "$@") > "$LOG/ctest-$stage.log" 2>&1
+  else
+    (cd "$BUILD" && timeout -k 15 "$b" ctest "$@") > "$LOG/ctest-$stage.log" 2>&1
+  fi
   rc=$?
   "$PY" - "$LOG/ctest-$stage.log" "$STATE/tests_$stage.md" "$STATE/counts_$stage.txt" <<'EOF'
 import re, sys
@@ -347,7 +372,8 @@ def out_of(num):
 def note(name, num, status):
     lines = out_of(num)
     if not lines:
-        block = re.search(r"Test\s+#%s: %s .*?\n(.*?)(?=^\s*\d+/\d+ Test|\Z)" % (num, re.escape(name)), text, re.S | re.M)
+        block = re.search(r"Test\s+#%s: %s .*?\n(.*?)(?=^\s*(?:Start\s+\d+:|\d+/\d+ Test|\d+%% tests passed)|\Z)"
+                          % (num, re.escape(name)), text, re.S | re.M)
         lines = block.group(1).splitlines() if block else []
     body = "\n".join(lines)
     skipped = re.search(r"\[  SKIPPED \] (\d+) test", body)
@@ -358,13 +384,25 @@ def note(name, num, status):
         why = re.search(r"Skipped\s*\n?(.*)", body)
         bits.append(skipped.group(1) + " skipped" + (": " + why.group(1).strip() if why and why.group(1).strip() else ""))
     if status != "Passed":
+        failed = re.findall(r"^\[  FAILED  \] (\S+)(?: \(\d+ ms\))?$", body, re.M)
+        if failed: bits.append("failed: " + ", ".join(sorted(set(failed))))
+        runs = re.findall(r"^\[ RUN      \] (\S+)", body, re.M)
+        done = set(re.findall(r"^\[ +(?:OK|FAILED|SKIPPED) +\] (\S+) \(", body, re.M))
+        if runs and runs[-1] not in done: bits.append("crashed in " + runs[-1])
         env = None
         if "needs torch, ase and numpy" in body: env = "environment: the test Python lacks ase/torch/numpy"
         elif "No such file or directory" in body and "/usr/bin/python3" in body: env = "environment: no /usr/bin/python3"
         if env: bits.append(env)
-        for pat2 in (r"^.*(?:FAIL|Failure|error|Error|what\(\)).*$",):
-            hit = [l.strip() for l in lines if re.search(pat2, l)]
-            if hit: bits.append(hit[0][:200])
+        # The first FAIL line, else the last line that looks like an error, else the last line.
+        hit = None
+        fails = [l.strip() for l in lines if re.search(r"FAIL:|Failure|\[  FAILED  \]", l)]
+        errors = [l.strip() for l in lines if re.search(r"error|Error|what\(\)|Assertion|tolerance|expected", l)]
+        if fails: hit = fails[0]
+        elif errors: hit = errors[-1]
+        if hit is None:
+            rest = [l.strip() for l in lines if l.strip()]
+            hit = rest[-1] if rest else None
+        if hit: bits.append("log: " + hit[:200])
     return "; ".join(bits).replace("|", "/")
 n_pass = sum(1 for r in rows if r[1] == "Passed")
 n_skip = sum(1 for r in rows if r[1] in ("Skipped", "Not Run") )
@@ -384,7 +422,9 @@ EOF
   if [ "$stage" = gpu ] && [ "$CUDA_OK" = 1 ] && [ "$result" = ok ] && grep -q "SKIPPED \]" "$LOG/ctest-$stage.log"; then
     result="FAILED (CUDA cases skipped although torch sees a device)"
   fi
-  record "$stage" "$result" $(( $(date +%s) - t0 )) "ctest $*: $counts"
+  local how="ctest $*"
+  [ "$stage" = suite ] && [ "$SUITE_ON_GPU" = 0 ] && how="CUDA_VISIBLE_DEVICES= $how"
+  record "$stage" "$result" $(( $(date +%s) - t0 )) "$how: $counts"
   tail -5 "$LOG/ctest-$stage.log"
   [ "$result" = ok ]
 }
@@ -392,28 +432,29 @@ EOF
 stage_bench() {
   local t0=$(date +%s) b rc
   b=$(budget)
-  if [ "$b" -lt 60 ]; then record bench "not run" 0 "deadline"; return 1; fi
+  if [ "$b" -lt 30 ]; then record bench "not run" 0 "deadline"; return 1; fi
   say "bench/gpu_bench.sh $BENCH_ARGS (log: bench.log)"
   rm -rf "$LOG/bench-runs"
   # shellcheck disable=SC2086
   timeout -k 15 "$b" bash "$ROOT/bench/gpu_bench.sh" --build-dir "$BUILD" --python "$PY" --torchrun "$TORCHRUN" \
     --out "$STATE/bench.md" --logs "$LOG/bench-runs" $BENCH_ARGS 2>&1 | tee "$LOG/bench.log"
   rc=${PIPESTATUS[0]}
-  local rows; rows=$(grep -c '^| ' "$LOG/bench.log" || true)
+  local rows; rows=$(grep -cE '^\| (se_e2_a|equivariant) ' "$LOG/bench.log" || true)
   local failed; failed=$(grep -c '| failed |' "$LOG/bench.log" || true)
   if [ $rc = 124 ] || [ $rc = 137 ]; then
     # The table so far (the script writes --out at its end).
-    grep -E '^(#|\||$|[A-Z0-9])' "$LOG/bench.log" > "$STATE/bench.md"
-    record bench "CUT (deadline)" $(( $(date +%s) - t0 )) "$(( rows - 2 )) rows before the cut"
+    cp "$LOG/bench.log" "$STATE/bench.md"
+    record bench "CUT (deadline)" $(( $(date +%s) - t0 )) "$rows rows before the cut"
     return 1
   elif [ $rc != 0 ]; then
     record bench "FAILED (exit $rc)" $(( $(date +%s) - t0 )) "see bench.log"; return 1
   fi
-  record bench ok $(( $(date +%s) - t0 )) "$(( rows - 2 )) rows, $failed failed run(s) (see notes)"
+  record bench ok $(( $(date +%s) - t0 )) "$rows rows, $failed failed run(s) (see notes)"
 }
 
 write_summary() {
   local s="$OUTDIR/summary.md"
+  rm -f "$OUTDIR/summary.md" "$OUTDIR/bench.md" "$OUTDIR/logs.tar.gz"
   {
     echo "# mlip GPU check (tools/gpu_check.sh)"
     echo
@@ -437,14 +478,15 @@ write_summary() {
       echo "Tests that did not pass:"
       echo
       head -2 "$STATE/tests_suite.md"
-      grep -vE '^\| (test|---)' "$STATE/tests_suite.md" | grep -v '| Passed |' || echo "| (none) | | | |"
+      grep -vE '^\| test \||^\|---' "$STATE/tests_suite.md" | grep -v '| Passed |' || echo "| (none) | | | |"
       echo
     fi
     if [ -f "$STATE/bench.md" ]; then echo "## Benchmark"; echo; sed 's/^# /### /' "$STATE/bench.md"; echo; fi
     echo "Logs: logs.tar.gz (configure, build, ctest and benchmark logs; the full suite table is tests_suite.md in it)."
   } > "$s"
   cp "$STATE"/*.md "$STATE/env.txt" "$LOG/" 2>/dev/null
-  tar -czf "$OUTDIR/logs.tar.gz" -C "$STATE" logs 2>/dev/null
+  tar -czf "$OUTDIR/logs.tar.gz" -C "$STATE" logs 2>/dev/null ||
+    (cd "$STATE" && "$PY" -m tarfile -c "$OUTDIR/logs.tar.gz" logs)
   [ -f "$STATE/bench.md" ] && cp "$STATE/bench.md" "$OUTDIR/bench.md"
   echo
   say "summary: $s; logs: $OUTDIR/logs.tar.gz ($(du -h "$OUTDIR/logs.tar.gz" | cut -f1)); $(elapsed) s in all"
@@ -453,6 +495,11 @@ write_summary() {
 IFS=, read -ra stage_list <<<"$STAGES"
 [ "$SKIP_SUITE" = 1 ] && stage_list=("${stage_list[@]/suite}")
 [ "$SKIP_BENCH" = 1 ] && stage_list=("${stage_list[@]/bench}")
+# This call's stages start afresh; the others keep what earlier calls found.
+for st in "${stage_list[@]}"; do
+  [ -n "$st" ] && rm -f "$STATE/stage_$st.md" "$STATE/tests_$st.md" "$STATE/counts_$st.txt"
+  [ "$st" = bench ] && rm -f "$STATE/bench.md"
+done
 BUILD_OK=1
 STOPPED=0
 for st in "${stage_list[@]}"; do
@@ -464,7 +511,8 @@ for st in "${stage_list[@]}"; do
   case "$st" in
     build) stage_build || { BUILD_OK=0; EXIT=1; } ;;
     gpu) run_ctest gpu -L gpu -V --output-on-failure || EXIT=1 ;;
-    suite) run_ctest suite -LE gpu -j "$JOBS" --output-on-failure || EXIT=1 ;;
+    # shellcheck disable=SC2086
+    suite) run_ctest suite -LE gpu -j "$JOBS" --output-on-failure $CTEST_ARGS || EXIT=1 ;;
     bench) stage_bench || EXIT=1 ;;
     *) echo "gpu_check.sh: unknown stage '$st' (build, gpu, suite, bench)" >&2; exit 2 ;;
   esac
@@ -475,8 +523,8 @@ if [ "$DRY" = 1 ]; then
   else
     MSG="--dry-run: stopping here (the GPU tests ran); the rest runs without --dry-run"
   fi
-  for st in suite bench; do
-    [ -f "$STATE/stage_$st.md" ] || record "$st" "not run" 0 "$MSG"
+  for st in "${stage_list[@]}"; do
+    { [ "$st" = suite ] || [ "$st" = bench ]; } && [ "$BUILD_OK" = 1 ] && record "$st" "not run" 0 "$MSG"
   done
 fi
 write_summary

@@ -6,8 +6,10 @@
 #endif
 
 #include "app/cli.h"
+#include "compat/libtorch.h"
 
 int main(int argc, char** argv) {
+  mlip::compat::make_blas_reproducible();
 #if defined(__GLIBC__)
   // Training allocates and frees the same large tensors every step. By default glibc serves
   // them with mmap and unmaps them on free, so every step faults in freshly zeroed pages (a

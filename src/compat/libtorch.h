@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdlib>
 #include <string>
 #if TORCH_VERSION_MAJOR < 2
 #include <c10/util/string_utils.h>
@@ -26,5 +27,13 @@ inline auto optimizer_state_key(const at::Tensor& p) {
   return static_cast<void*>(p.unsafeGetTensorImpl());
 #endif
 }
+
+/// Call first thing in main(), before LibTorch computes anything. pip's LibTorch does its
+/// matrix products with MKL, whose results depend in the last bit on the operands' memory
+/// alignment unless conditional numerical reproducibility is on: a --restart (fresh
+/// allocations) then does not continue bit for bit. MKL_CBWR=AUTO,STRICT (read by MKL when it
+/// starts; a value the user set is kept) makes them reproducible. Debian's LibTorch calls
+/// OpenBLAS, which ignores the variable.
+inline void make_blas_reproducible() { ::setenv("MKL_CBWR", "AUTO,STRICT", /*overwrite=*/0); }
 
 }  // namespace mlip::compat

@@ -102,6 +102,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::mi
   if (!agent_store) o.numWorkers = size_t(env.world_size);
   o.waitWorkers = !agent_store;  // every rank counts itself in; the server waits for all
   o.timeout = timeout;
+  const auto start = std::chrono::steady_clock::now();
   try {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
     if (!agent_store) return tcp;
@@ -110,8 +111,14 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::mi
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (const auto pos = what.find("\nException raised from"); pos != std::string::npos) what.resize(pos);
+    // LibTorch's wording of a timeout differs between versions: say it in mlip's own words.
+    const auto waited = std::chrono::steady_clock::now() - start;
+    const std::string timed_out =
+        waited >= timeout ? " (timed out: no answer within --timeout " +
+                                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) + " s)"
+                          : "";
     throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
-                std::to_string(env.master_port) + " failed: " + what);
+                std::to_string(env.master_port) + " failed" + timed_out + ": " + what);
   }
 }
 
