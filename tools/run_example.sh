@@ -4,21 +4,30 @@
 # it, and tests it on the validation system, printing the RMSEs. Outputs go to
 # examples/water/run/ (ignored by git).
 #
-# usage: tools/run_example.sh [--no-setup] [--build-dir DIR] [--steps N]
+# usage: tools/run_example.sh [--torch debian|pip] [--no-setup] [--build-dir DIR] [--steps N]
+#   --torch pip: the build against pip's PyTorch 2.11.0 LibTorch, in build-cuda/ (README
+#   "Building with CUDA: the pip build"; faster for MD and the equivariant model on the CPU)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="${MLIP_BUILD_DIR:-$ROOT/build}"
+BUILD_DIR="${MLIP_BUILD_DIR:-}"
+TORCH=debian
 SETUP=1
 STEPS=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --torch) TORCH="$2"; shift 2 ;;
     --no-setup) SETUP=0; shift ;;
     --build-dir) BUILD_DIR="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     *) echo "run_example.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-[ "$SETUP" = 0 ] || bash "$ROOT/tools/setup.sh" --build-dir "$BUILD_DIR" --quiet
+case "$TORCH" in
+  debian) BUILD_DIR="${BUILD_DIR:-$ROOT/build}" ;;
+  pip) BUILD_DIR="${BUILD_DIR:-$ROOT/build-cuda}" ;;
+  *) echo "run_example.sh: --torch: expected debian or pip, got '$TORCH'" >&2; exit 2 ;;
+esac
+[ "$SETUP" = 0 ] || bash "$ROOT/tools/setup.sh" --torch "$TORCH" --build-dir "$BUILD_DIR" --quiet
 MLIP="$BUILD_DIR/bin/mlip"
 EX="$ROOT/examples/water"
 RUN="$EX/run"
