@@ -32,28 +32,10 @@ export OMP_NUM_THREADS=1
 echo "build a: $("${MLIP[a]}" --version | head -1) ($(${PY[a]} -c 'import torch; print("Python torch", torch.__version__)'))"
 echo "build b: $("${MLIP[b]}" --version | head -1) ($(${PY[b]} -c 'import torch; print("Python torch", torch.__version__)'))"
 
-"${PY[a]}" "$HERE/../python/make_periodic_system.py" data/train 1
-"${PY[a]}" "$HERE/../python/make_periodic_system.py" data/valid 2
-if [ "$MODEL_TYPE" = equivariant ]; then
-  MODEL='model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 4, l_max: 2, num_layers: 2, correlation: 2, seed: 2}'
-else
-  MODEL='model:
-  type_map: [O, H]
-  descriptor: {type: se_e2_a, sel: [16, 32], rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4, seed: 2}
-  fitting_net: {neuron: [8, 8], seed: 2}'
-fi
-cat > input.yaml <<YAML
-$MODEL
-learning_rate: {start_lr: 0.005, stop_lr: 0.0005, decay_steps: 5}
-loss: {start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1}
-training:
-  training_data: {systems: [data/train], batch_size: 1}
-  numb_steps: 10
-  seed: 1
-  disp_freq: 1
-  save_freq: 5
-  max_ckpt_keep: 5
-YAML
+# shellcheck source=tests/python/small_run.sh
+source "$HERE/../python/small_run.sh"
+small_data "${PY[a]}"
+small_input "$MODEL_TYPE" 1 5
 
 # compare_details <prefix> <prefix>: energies and forces of two `mlip test -d` outputs.
 compare_details() {
