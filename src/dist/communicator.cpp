@@ -86,6 +86,15 @@ class LocalCommunicator final : public Communicator {
   void do_barrier() override {}
 };
 
+/// " (timed out: ...)" when a step that began at `start` failed after waiting `timeout`, else "".
+/// LibTorch's wording of a timeout differs between versions (and between the store and the
+/// process group): say it in mlip's own words.
+std::string timed_out_note(std::chrono::steady_clock::time_point start, std::chrono::milliseconds timeout) {
+  if (std::chrono::steady_clock::now() - start < timeout) return "";
+  return " (timed out: no answer within --timeout " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) + " s)";
+}
+
 /// The rendezvous store of the torchrun protocol: torchrun's agent hosts it when it sets
 /// TORCHELASTIC_USE_AGENT_STORE=True (every rank is a client, keys under
 /// /worker/attempt_<restart count>); otherwise rank 0 hosts it at MASTER_ADDR:MASTER_PORT.
@@ -111,14 +120,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, std::chrono::mi
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (const auto pos = what.find("\nException raised from"); pos != std::string::npos) what.resize(pos);
-    // LibTorch's wording of a timeout differs between versions: say it in mlip's own words.
-    const auto waited = std::chrono::steady_clock::now() - start;
-    const std::string timed_out =
-        waited >= timeout ? " (timed out: no answer within --timeout " +
-                                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) + " s)"
-                          : "";
     throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
-                std::to_string(env.master_port) + " failed" + timed_out + ": " + what);
+                std::to_string(env.master_port) + " failed" + timed_out_note(start, timeout) + ": " + what);
   }
 }
 
@@ -130,6 +133,7 @@ class C10dCommunicator final : public Communicator {
     store_ = make_store(env, timeout_);
     const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
     hosts_store_ = env.rank == 0 && !(agent != nullptr && std::string(agent) == "True");
+    const auto start = std::chrono::steady_clock::now();
     try {
       if (nccl_) {
 #ifdef MLIP_HAVE_NCCL
@@ -156,7 +160,8 @@ class C10dCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       std::string what = e.what();
       if (const auto pos = what.find("\nException raised from"); pos != std::string::npos) what.resize(pos);
-      throw Error("rank " + std::to_string(env.rank) + ": creating the " + backend() + " process group failed: " + what);
+      throw Error("rank " + std::to_string(env.rank) + ": creating the " + backend() + " process group failed" +
+                  timed_out_note(start, timeout_) + ": " + what);
     }
   }
 
