@@ -7,6 +7,7 @@
 #include <ATen/Context.h>
 
 #include <cmath>
+#include <limits>
 
 #include "error.h"
 #include "md/potential.h"
@@ -34,8 +35,8 @@ using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(PotentialTest, Reals);
 
 /// Writes a frozen model of `model_yaml` (the `model:` section) with random statistics, as
-/// `mlip freeze` would, and returns its r_max.
-double write_frozen(const std::string& path, const std::string& model_yaml) {
+/// `mlip freeze` would, and returns its r_max. poisoned: its first parameter holds NaN.
+double write_frozen(const std::string& path, const std::string& model_yaml, bool poisoned = false) {
   const std::string config = "model:\n" + model_yaml;
   auto settings = train::parse_model_settings(config, "test input");
   torch::jit::Module module;
@@ -52,6 +53,7 @@ double write_frozen(const std::string& path, const std::string& model_yaml) {
     module = models::build_equivariant(c);
   }
   for (const auto& p : module.parameters()) p.requires_grad_(false);
+  if (poisoned) (*module.parameters().begin()).fill_(std::numeric_limits<double>::quiet_NaN());
   train::ExtraFiles extra = {{"r_max", std::to_string(settings->cutoff())},
                              {"type_names", "O H"},
                              {"num_types", "2"},
@@ -208,6 +210,38 @@ TEST(Potential, GhostsImagingPresentAtomsAreFolded) {
   atoms.ids = ids.data();
   EXPECT_TRUE(test::contains(test::error_of([&] { with_ids.compute(atoms, false, false, folded); }),
                              "atom id 0 is owned twice"));
+}
+
+TYPED_TEST(PotentialTest, OverlappingAtomsAndNonFiniteEnergiesAreErrors) {
+  // Two atoms on top of each other, and a model whose energy is NaN: errors naming the atoms
+  // (docs/lammps.md "Errors"), on both evaluation paths of both models.
+  test::TempDir dir;
+  const Frame f = test::random_frame(24, true, 7, 8.0, {0.8, -0.6, 0.5}, 0.9, 0.35);
+  std::vector<int64_t> all(size_t(f.natoms()));
+  for (int64_t i = 0; i < f.natoms(); ++i) all[size_t(i)] = i;
+  RankAtoms r = rank_atoms(f, all);
+  for (const std::string& model : {std::string("se"), std::string("eq")}) {
+    const std::string yaml = model == "se" ? se_yaml(TestFixture::precision()) : equivariant_yaml(TestFixture::precision());
+    write_frozen(dir / (model + ".pt"), yaml);
+    write_frozen(dir / (model + "-nan.pt"), yaml, true);
+    for (md::Evaluation path : {md::Evaluation::kAuto, md::Evaluation::kTorchScript}) {
+      SCOPED_TRACE(model + (path == md::Evaluation::kAuto ? " auto" : " torchscript"));
+      md::Results out;
+      md::Potential nan_model(dir / (model + "-nan.pt"), "cpu", path);
+      md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal, r.owner.data()};
+      EXPECT_TRUE(test::contains(test::error_of([&] { nan_model.compute(atoms, false, false, out); }),
+                                 "MD atoms: the model's energy is"));
+      std::vector<double> pos = r.pos;
+      for (int d = 0; d < 3; ++d) pos[size_t(5 * 3 + d)] = pos[size_t(2 * 3 + d)];
+      atoms.positions = pos.data();
+      md::Potential p(dir / (model + ".pt"), "cpu", path);
+      EXPECT_TRUE(test::contains(test::error_of([&] { p.compute(atoms, false, false, out); }),
+                                 "MD atoms: atoms id 2 and id 5 are 0 Å apart, expected at least 0.001 Å"));
+      atoms.positions = r.pos.data();
+      EXPECT_NO_THROW(p.compute(atoms, false, false, out));
+      EXPECT_TRUE(std::isfinite(out.energy));
+    }
+  }
 }
 
 TEST(Potential, RefusesWhatItCannotRun) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "data/overlap.h"
 #include "data/system.h"
 
 namespace mlip::data {
@@ -20,9 +21,6 @@ struct NeighborStat {
   /// Where the smallest distance was found ("system frame F atoms i-j").
   std::string min_where;
 };
-
-/// Distances below this (Å) mean two atoms sit on top of each other.
-constexpr double kOverlapDistance = 1e-3;
 
 /// The sample behind se_e2_a's `sel: auto`: at most this many frames in all (docs/data.md
 /// "Statistics from a sample").

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "data/overlap.h"
 #include "error.h"
 
 namespace mlip::data {
@@ -56,6 +57,30 @@ void check_cell(const System& s, const std::string& frame, const double* b) {
   }
 }
 
+/// Two atoms on top of each other (or one on a periodic image of the other) give every model a
+/// non-finite energy (docs/data.md "Overlapping atoms"): an error naming the atoms in the
+/// file's order.
+void check_no_overlap(const System& s, const std::string& frame, const Frame& fr) {
+  if (fr.coord.empty()) return;
+  const auto overlap = find_overlap(fr.coord.data(), s.natoms(), fr.cell(), s.pbc);
+  if (!overlap) return;
+  auto file_index = [&](int64_t a) { return s.atom_order.empty() ? a : s.atom_order[size_t(a)]; };
+  int64_t i = file_index(overlap->i), j = file_index(overlap->j);
+  std::array<int, 3> shift = overlap->shift;
+  if (i > j) {
+    std::swap(i, j);
+    for (int& c : shift) c = -c;
+  }
+  std::ostringstream m;
+  m << frame << ": atoms " << i << " and " << j << " (counting from 0, in the file's order) are " << overlap->distance
+    << " Å apart";
+  if (shift != std::array<int, 3>{{0, 0, 0}})
+    m << " (atom " << j << " shifted by [" << shift[0] << ", " << shift[1] << ", " << shift[2] << "] cell vectors)";
+  m << ", expected at least " << kOverlapDistance << " Å: atoms on top of each other have no finite energy; "
+    << "remove the frame or correct its positions";
+  throw Error(m.str());
+}
+
 }  // namespace
 
 void validate_frame(const System& s, int64_t index, const Frame& fr) {
@@ -94,6 +119,7 @@ void validate_frame(const System& s, int64_t index, const Frame& fr) {
     }
     check_cell(s, frame, fr.box.data());
   }
+  check_no_overlap(s, frame, fr);
 }
 
 Frame System::frame(int64_t f) const {

@@ -12,6 +12,7 @@
 #include <lammps/error.h>  // by its folder: "error.h" is mlip's own (src/error.h)
 #include "memory.h"
 #include "update.h"
+#include "update.h"
 #include "utils.h"
 
 namespace mlip::md {
@@ -143,7 +144,7 @@ void PairMlip::compute(int eflag, int vflag) {
   try {
     potential_->compute(atoms, eflag_atom != 0, vflag_atom != 0, results_);
   } catch (const std::exception& e) {
-    error->one(FLERR, std::string("pair_style mlip: ") + e.what());
+    error->one(FLERR, "pair_style mlip: step " + std::to_string(update->ntimestep) + ": " + e.what());
   }
   double** f = atom->f;
   for (int i = 0; i < nall; ++i)

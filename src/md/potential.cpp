@@ -5,11 +5,13 @@
 #include <ATen/Context.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <unordered_map>
 
 #include "data/neighbor_list.h"
+#include "data/overlap.h"
 #include "error.h"
 #include "models/deploy_source.h"
 #include "models/model.h"
@@ -31,6 +33,45 @@ std::vector<std::string> split_words(const std::string& s) {
   std::istringstream in(s);
   for (std::string w; in >> w;) out.push_back(w);
   return out;
+}
+
+/// The name of MD atom `row` in messages: its id (LAMMPS' tag) when there are ids.
+std::string atom_name(const LocalAtoms& atoms, int64_t row) {
+  if (atoms.ids != nullptr) return "id " + std::to_string(atoms.ids[row]);
+  return "index " + std::to_string(row);
+}
+
+/// Two MD atoms on top of each other (rows of `atoms`): no model has a finite energy there
+/// (docs/lammps.md "Errors").
+template <typename Real>
+void check_no_overlap(const data::NeighborList<Real>& list, const LocalAtoms& atoms,
+                      const std::vector<int64_t>* row_of_position) {
+  const auto overlap = data::find_overlap(list);
+  if (!overlap) return;
+  auto row = [&](int64_t k) { return row_of_position ? (*row_of_position)[size_t(k)] : k; };
+  auto id = [&](int64_t r) { return atoms.ids != nullptr ? atoms.ids[r] : r; };
+  int64_t first = row(overlap->i), second = row(overlap->j);
+  if (id(first) > id(second)) std::swap(first, second);
+  std::ostringstream m;
+  m << "MD atoms: atoms " << atom_name(atoms, first) << " and " << atom_name(atoms, second)
+    << " are " << overlap->distance << " Å apart, expected at least " << data::kOverlapDistance
+    << " Å: atoms on top of each other have no finite energy (check the data file or the previous steps)";
+  throw Error(m.str());
+}
+
+/// A model's energy and forces must be finite (docs/lammps.md "Errors"): an error naming the
+/// first atom with a non-finite force.
+void check_finite(const LocalAtoms& atoms, const Results& out) {
+  int64_t bad = -1;
+  for (size_t k = 0; k < out.forces.size() && bad < 0; ++k)
+    if (!std::isfinite(out.forces[k])) bad = int64_t(k / 3);
+  if (std::isfinite(out.energy) && bad < 0) return;
+  std::ostringstream m;
+  m << "MD atoms: the model's energy is " << out.energy;
+  if (bad >= 0) m << " and the force on atom " << atom_name(atoms, bad) << " is not finite";
+  m << " (" << atoms.nlocal << " owned atoms, " << atoms.natoms - atoms.nlocal
+    << " ghosts; positions finite, no two atoms overlap): the model fails on this structure";
+  throw Error(m.str());
 }
 
 torch::Device parse_device(const std::string& path, const std::string& device) {
@@ -102,6 +143,7 @@ RankGraph rank_graph(const LocalAtoms& atoms, const std::vector<int64_t>& ids, i
     for (int d = 0; d < 3; ++d) pos[size_t(k * 3 + d)] = Real(atoms.positions[row * 3 + d]);
   }
   const auto nl = builder.build(pos.data(), n, nullptr, {false, false, false}, r_max, order.centres);
+  check_no_overlap(nl, atoms, &order.rows);
   auto offsets = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.offsets);
   auto nbr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
 
@@ -211,6 +253,7 @@ void Potential::Impl::compute_se_e2_a(const LocalAtoms& atoms, bool atomic_energ
   {
     const auto nl = builder<Real>().build(pos.data(), atoms.natoms, nullptr, {false, false, false}, se_config.rcut,
                                           atoms.nlocal);
+    check_no_overlap<Real>(nl, atoms, nullptr);
     packed = models::PackedEnv::from_neighbor_list<Real>(nl, types, se_config);
   }
   types.resize(size_t(atoms.nlocal));
@@ -335,6 +378,7 @@ void Potential::compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_v
     if (f32) impl_->compute_torchscript<float>(atoms, atomic_energy, atom_virial, out);
     else impl_->compute_torchscript<double>(atoms, atomic_energy, atom_virial, out);
   }
+  check_finite(atoms, out);
   ++impl_->timings.calls;
 }
 

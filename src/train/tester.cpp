@@ -116,6 +116,13 @@ int run_test(const TestOptions& options) {
       const double e_pred = out.at("total_energy").toTensor().item<double>();
       auto forces = out.at("forces").toTensor().to(torch::kFloat64).contiguous();
       auto virial = out.at("virial").toTensor().to(torch::kFloat64).reshape({9}).contiguous();
+      if (!std::isfinite(e_pred) || !torch::isfinite(forces).all().item<bool>() ||
+          !torch::isfinite(virial).all().item<bool>()) {
+        std::ostringstream m;
+        m << path << ": system " << sys.name << ": frame " << f << ": the model's prediction is not finite (energy "
+          << (std::isnan(e_pred) ? std::string("NaN") : std::to_string(e_pred)) << "); no errors are reported from a prediction that is NaN or Inf";
+        throw Error(m.str());
+      }
       if (!frame.energy.empty()) {
         const double de = e_pred - frame.energy[0];
         m.e.add(de);

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include "train/device.h"
 #include "train/ema.h"
 #include "train/frame_store.h"
+#include "train/non_finite_guard.h"
 #include "train/output_file.h"
 #include "train/rank_agreement.h"
 #include "train/sampler.h"
@@ -188,6 +190,7 @@ class Trainer {
   std::string printed_warning_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::Adam> optimizer_;
+  std::unique_ptr<NonFiniteGuard> guard_;  // stops at a non-finite loss (made by train_loop)
   std::unique_ptr<Ema> ema_;  // the moving average of the weights (null when ema_decay is 0)
   std::unique_ptr<SystemSampler> sampler_, val_sampler_;
   int64_t start_step_ = 0;
@@ -457,6 +460,9 @@ std::string Trainer::ckpt_path(int64_t step) const {
   return (fs::path(options_.output_dir) / (config_.save_ckpt + "-" + std::to_string(step) + ".pt")).string();
 }
 void Trainer::save_checkpoint(int64_t step) {
+  // Never a checkpoint of non-finite weights (docs/training.md "Non-finite losses").
+  guard_->check_pending();
+  guard_->check_parameters(params_, step);
   // The learning curve up to this step is on disk before the checkpoint that a restart resumes from.
   if (lcurve_) lcurve_->sync();
   ExtraFiles extra = metadata_;
@@ -493,6 +499,7 @@ void Trainer::save_checkpoint(int64_t step) {
   const fs::path dir = options_.output_dir;
   write_file_atomically((dir / "checkpoint").string(), fs::path(path).filename().string() + "\n",
                         "the pointer to the newest checkpoint");
+  guard_->set_newest_checkpoint(path);
   // <save_ckpt>.pt: a link to the newest checkpoint (replaced atomically).
   const fs::path link = dir / (config_.save_ckpt + ".pt");
   const fs::path tmp_link = dir / (config_.save_ckpt + ".pt.tmp-" + std::to_string(::getpid()));
@@ -518,12 +525,48 @@ void Trainer::save_checkpoint(int64_t step) {
     fs::remove(found[k].second, ec);
 }
 
+namespace {
+
+/// A checkpoint's weights belong to its types in its order: they go to an input's model only when
+/// its type map is the same list (docs/training.md "Restarting"). Both are space-separated names.
+void check_same_types(const std::string& path, const std::string& saved, const std::string& input,
+                      const std::string& option) {
+  if (saved == input) return;
+  auto words = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+  };
+  auto listed = [](std::vector<std::string> names) {
+    std::string out = "[";
+    for (size_t k = 0; k < names.size(); ++k) out += (k ? ", " : "") + names[k];
+    return out + "]";
+  };
+  std::vector<std::string> a = words(saved), b = words(input);
+  if (a == b) return;
+  std::string message = option + " " + path + ": the checkpoint was trained with type_map " + listed(a) +
+                        ", the input's model has " + listed(b);
+  auto sorted_a = a, sorted_b = b;
+  std::sort(sorted_a.begin(), sorted_a.end());
+  std::sort(sorted_b.begin(), sorted_b.end());
+  if (sorted_a == sorted_b)
+    message += ": the weights of each type id would serve another element; write model.type_map: " + listed(a) + " in the input (the data's types are matched by name, so only "
+               "the model's order changes)";
+  else
+    message += "; the types of a trained model cannot change: train a new model for " + listed(b);
+  throw Error(message);
+}
+
+}  // namespace
+
 void Trainer::restore(const std::string& given, bool full) {
   const std::string path = resolve_checkpoint(given);
   ExtraFiles extra;
   torch::jit::Module loaded = load_model(path, extra);
   if (extra["model_type"] != config_.model->type)
     throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + config_.model->type);
+  check_same_types(path, extra["type_names"], metadata_["type_names"], full ? "--restart" : "--init-model");
   torch::jit::Module& model = model_->module();
   // Copy weights and statistics into the freshly built model (same architecture required).
   auto mine = model.named_attributes(false);
@@ -796,6 +839,7 @@ int Trainer::train_loop() {
   ahead_ = std::make_unique<SystemSampler>(*sampler_);
   batches_ahead_ = 0;
   if (has_val) val_ahead_ = std::make_unique<SystemSampler>(*val_sampler_);
+  guard_ = std::make_unique<NonFiniteGuard>(device_.is_cpu());
   while (step < c.numb_steps) {
     const double lr = c.learning_rate.at(step);
     for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
@@ -832,6 +876,12 @@ int Trainer::train_loop() {
       trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
       stop = extras[4].item<double>() > 0;  // a device-to-host read every step: the ranks must agree on stopping
     }
+    guard_->after_loss(trn.sums.narrow(0, 0, 1), step + 1, [&] {
+      std::ostringstream b;
+      b << "the batch of system " << train_raw_[batch.system].name << ", frames";
+      for (int64_t f : batch.frames) b << " " << f;
+      return b.str();
+    });
     adam_step(*optimizer_, ema_.get());
     step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (!options_.step_times.empty()) {
@@ -854,7 +904,9 @@ int Trainer::train_loop() {
       if (has_val) {
         AveragedWeights averaged(ema_.get());
         val_rmse = Rmse(validate(pref));
+        guard_->after_validation(val_rmse.loss, step);
       }
+      guard_->check_pending();
       write_lcurve_line(step, lr, trn_rmse, has_val ? &val_rmse : nullptr);
       if (!tty && root()) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -14,22 +14,29 @@ checkpoint = os.path.abspath(checkpoint)
 os.makedirs(work, exist_ok=True)
 atoms = water_frame(water)
 write_data(atoms, os.path.join(work, "conf.data"), ["O", "H"])
+# Atoms on top of each other: id 2 on id 1 in the data file; or put there after 3 steps.
+overlapping = atoms.copy()
+overlapping.positions[1] = overlapping.positions[0]
+write_data(overlapping, os.path.join(work, "overlap.data"), ["O", "H"])
+equivariant = os.path.join(os.path.dirname(model), "eq.pt")
 with open(os.path.join(work, "not_a_model.pt"), "w") as f:
     f.write("this is not a TorchScript archive\n")
 
 
-def script(units="metal", style="atomic", newton="on", pair=f"mlip {model}", coeff="* * O H"):
+def script(units="metal", style="atomic", newton="on", pair=f"mlip {model}", coeff="* * O H", data="conf.data",
+           run="run 0"):
     # The water data file, or for another atom style a small lattice of the same two types.
-    atoms_in = ("read_data conf.data" if style == "atomic" else
+    atoms_in = (f"read_data {data}" if style == "atomic" else
                 "lattice sc 3.0\nregion box block 0 3 0 3 0 3\ncreate_box 2 box\ncreate_atoms 1 box\nmass * 1.0")
     return f"""units {units}
 atom_style {style}
 newton {newton}
+atom_modify map yes
 boundary p p p
 {atoms_in}
 pair_style {pair}
 pair_coeff {coeff}
-run 0
+{run}
 """
 
 
@@ -45,8 +52,15 @@ cases = [
     ("a checkpoint", script(pair=f"mlip {checkpoint}"), "a training checkpoint; MD needs a frozen model"),
     ("bad device", script(pair=f"mlip {model} device gpu"), "expected cpu, cuda or cuda:K, got \"gpu\""),
     ("bad keyword", script(pair=f"mlip {model} dev cpu"), "expected the keyword 'device'"),
+    ("overlapping atoms", script(data=os.path.join(work, "overlap.data")),
+     "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart, expected at least 0.001 Å"),
+    ("overlap after 3 steps", script(run=f"velocity all create 300 1\nfix nve all nve\nrun 3\nset atom 2 x $(x[1]:%.17g) y $(y[1]:%.17g) z $(z[1]:%.17g)\nrun 1"),
+     "step 3: MD atoms: atoms id 1 and id 2 are 0 Å apart"),
     ("no model", script(pair="mlip"), "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K]'"),
 ]
+if os.path.exists(equivariant):  # the TorchScript path (the equivariant model's graph)
+    cases.append(("overlapping atoms, equivariant", script(pair=f"mlip {equivariant}", data=os.path.join(work, "overlap.data")),
+                  "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
 try:
     import torch
     if not torch.cuda.is_available():
@@ -57,7 +71,7 @@ except ImportError:
 failed = []
 for ranks in (1, 2):
     for name, text, expected in cases:
-        if ranks == 2 and name not in ("units real", "element not in the model", "not a model"):
+        if ranks == 2 and name not in ("units real", "element not in the model", "not a model", "overlapping atoms"):
             continue
         folder = os.path.join(work, f"{name.replace(' ', '_')}-np{ranks}")
         os.makedirs(folder, exist_ok=True)
