@@ -424,7 +424,7 @@ int freeze_command(const std::vector<std::string>& args) {
     }
   }
   check_input_path(checkpoint, "the checkpoint");
-  train::check_output_target(output, train::SpecialTarget::kRefuse, "freeze -o " + output, "models");
+  train::check_output_target(output, train::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
   g_doing = "freezing " + checkpoint;
   train::freeze(checkpoint, output);
   std::cout << "froze " << train::resolve_checkpoint(checkpoint) << " into " << output << "\n";
@@ -469,7 +469,9 @@ int lammps_command(const std::vector<std::string>& args) {
   for (const auto& a : args)
     if (a == "-h" || a == "--help") {
       std::cout << kLammpsUsage;
-      if (!md::lammps_available()) std::cout << "\n(this mlip was built without LAMMPS: 'mlip lammps' is not available)\n";
+      // Without LAMMPS the help still comes, then the build's message and exit 1: scripts test
+      // `mlip lammps -h` to learn whether this mlip has LAMMPS (tests/lammps/make_models.sh).
+      if (!md::lammps_available()) return md::run_lammps({});
       return kExitOk;
     }
   const std::string problem = md::lammps_argument_problem(args);
