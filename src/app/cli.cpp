@@ -351,8 +351,8 @@ int train_command(const std::vector<std::string>& args) {
     throw UsageError{"train: --restart and --init-model exclude each other", kTrainUsage};
   const dist::LaunchEnv launch = launch_for(distributed);
   check_input_file(input, "the training input");
-  if (!options.restart.empty()) check_input_path(options.restart, "the checkpoint to restart from");
-  if (!options.init_model.empty()) check_input_path(options.init_model, "the checkpoint to start from");
+  if (!options.restart.empty()) check_checkpoint_path(options.restart, "the checkpoint to restart from");
+  if (!options.init_model.empty()) check_checkpoint_path(options.init_model, "the checkpoint to start from");
   g_doing = "reading the training input " + input;
   // The input and the device come first: --backend auto picks NCCL for ranks on CUDA devices.
   const train::TrainConfig config = train::load_train_config(input);
@@ -423,7 +423,7 @@ int freeze_command(const std::vector<std::string>& args) {
       throw UsageError{"freeze: unknown option '" + a + "'", kFreezeUsage};
     }
   }
-  check_input_path(checkpoint, "the checkpoint");
+  check_checkpoint_path(checkpoint, "the checkpoint");
   train::check_output_target(output, train::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
   g_doing = "freezing " + checkpoint;
   train::freeze(checkpoint, output);
@@ -458,7 +458,7 @@ int test_command(const std::vector<std::string>& args) {
   }
   if (options.model.empty()) throw UsageError{"test: -m <model> is required", kTestUsage};
   if (options.systems.empty()) throw UsageError{"test: -s <system> is required", kTestUsage};
-  check_input_path(options.model, "the model");
+  check_checkpoint_path(options.model, "the model");
   for (const auto& system : options.systems) check_input_path(system, "the system");
   if (!options.detail.empty()) check_test_detail_outputs(options.detail);
   g_doing = "testing " + options.model;

@@ -53,6 +53,16 @@ void check_input_path(const std::string& path, const std::string& holds) {
               "; expected a regular file or a folder)");
 }
 
+void check_checkpoint_path(const std::string& path, const std::string& holds) {
+  check_input_path(path, holds);
+  if (input_kind(path) != train::TargetKind::kFolder) return;
+  const std::string pointer = (fs::path(path) / "checkpoint").string();
+  const train::TargetKind kind = input_kind(pointer);
+  if (kind != train::TargetKind::kAbsent && kind != train::TargetKind::kRegularFile)
+    throw Error(pointer + ": cannot read the pointer to the newest checkpoint (it is " + train::describe(kind) +
+                ", not a regular file)");
+}
+
 void check_training_outputs(const train::TrainConfig& config, const train::TrainOptions& options) {
   using train::check_output_target;
   using train::SpecialTarget;

@@ -27,6 +27,11 @@ void check_input_file(const std::string& path, const std::string& holds,
 /// a data system), is one of the two: a FIFO, a device or a socket is refused, naming the path.
 void check_input_path(const std::string& path, const std::string& holds);
 
+/// Checks a checkpoint or model path (`freeze -c`, `test -m`, `--restart`, `--init-model`) as
+/// check_input_path does, and, for a training folder, its `checkpoint` pointer file: reading a
+/// FIFO there would wait for ever.
+void check_checkpoint_path(const std::string& path, const std::string& holds);
+
 /// Checks every file `mlip train` will write (rank 0) before the training starts: --step-times
 /// (written into as a stream when it is a FIFO or a character device), and in the output folder
 /// the learning curve, the `checkpoint` pointer, the `<save_ckpt>.pt` link and the existing

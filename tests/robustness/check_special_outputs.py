@@ -189,5 +189,10 @@ refused(run("neighbor-stat", "-s", "input.fifo", timeout=60), "input.fifo: canno
         what="neighbor-stat -s <fifo>")
 refused(run("train", "input.yaml", "-o", "restarted", "--restart", "/dev/zero", timeout=60),
         "/dev/zero: cannot read the checkpoint to restart from", what="train --restart /dev/zero")
+os.makedirs("pointer_run")
+os.mkfifo("pointer_run/checkpoint")
+refused(run("test", "-m", "pointer_run", "-s", f"{data}/valid", timeout=60),
+        "pointer_run/checkpoint: cannot read the pointer to the newest checkpoint (it is a FIFO",
+        what="test -m <folder whose pointer is a FIFO>")
 still_char_device("/dev/null", "the whole test")
 print("ok: every special-file case holds")
