@@ -2,6 +2,8 @@
 
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 
@@ -79,6 +81,69 @@ TEST(Cli, NeighborStatOnAnExtxyzFile) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("mlip: error: "), std::string::npos);
   EXPECT_NE(missing.err.find("nothing_here"), std::string::npos);
+}
+
+TEST(Cli, NeighborStatRefusesARadiusWhoseListCannotFitInMemory) {
+  mlip::test::TempDir dir;
+  // Two water molecules in a periodic 6 Å cube.
+  mlip::test::write_text(dir / "w.xyz",
+                         "6\n"
+                         "Lattice=\"6 0 0 0 6 0 0 0 6\" Properties=species:S:1:pos:R:3:forces:R:3 energy=-10.0 "
+                         "pbc=\"T T T\"\n"
+                         "O 0.0 0.0 0.0 0 0 0\n"
+                         "H 0.9572 0.0 0.0 0 0 0\n"
+                         "H -0.24 0.9266 0.0 0 0 0\n"
+                         "O 3.0 0.0 0.0 0 0 0\n"
+                         "H 3.9572 0.0 0.0 0 0 0\n"
+                         "H 2.76 0.9266 0.0 0 0 0\n");
+  auto fine = run_command(kMlip + " neighbor-stat -s " + dir.path() + "/w.xyz -r 5 -t O H");
+  EXPECT_EQ(fine.exit_code, 0) << fine.err;
+  // 6^2 x (1.61 x 10^5 / 6)^3 pairs: about 7e14, tens of PiB: refused before any allocation.
+  auto huge = run_command(kMlip + " neighbor-stat -s " + dir.path() + "/w.xyz -r 100000 -t O H");
+  EXPECT_EQ(huge.exit_code, 1);
+  EXPECT_NE(huge.err.find("mlip: error: -r 100000: the neighbour list of"), std::string::npos) << huge.err;
+  EXPECT_NE(huge.err.find("of memory;"), std::string::npos) << huge.err;
+  EXPECT_EQ(huge.err.find("Kokkos"), std::string::npos) << huge.err;
+  EXPECT_EQ(huge.err.find("Traceback"), std::string::npos) << huge.err;
+}
+
+TEST(Cli, InputsThatAreNotRegularFilesAreRefusedNamingThem) {
+  mlip::test::TempDir dir;
+  auto zero = run_command(kMlip + " train /dev/zero");
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_NE(zero.err.find("mlip: error: /dev/zero: cannot read the training input (it is a character device"),
+            std::string::npos)
+      << zero.err;
+  auto folder = run_command(kMlip + " train " + dir.path());
+  EXPECT_EQ(folder.exit_code, 1);
+  EXPECT_NE(folder.err.find(dir.path() + ": cannot read the training input (it is a folder"), std::string::npos)
+      << folder.err;
+  auto model = run_command(kMlip + " freeze -c /dev/zero -o " + dir.path() + "/m.pt");
+  EXPECT_EQ(model.exit_code, 1);
+  EXPECT_NE(model.err.find("/dev/zero: cannot read the checkpoint (it is a character device"), std::string::npos)
+      << model.err;
+}
+
+TEST(Cli, LammpsHelpAndArgumentsInMlipsWords) {
+  auto help = run_command(kMlip + " lammps --help");
+  // Exit 0; in a build without LAMMPS, the help, then that message and exit 1.
+  const bool has_lammps = help.err.find("built without LAMMPS") == std::string::npos;
+  EXPECT_EQ(help.exit_code, has_lammps ? 0 : 1) << help.err;
+  EXPECT_NE(help.out.find("usage: mlip lammps"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("pair_style mlip"), std::string::npos) << help.out;
+  EXPECT_EQ((help.out + help.err).find("Invalid command-line argument"), std::string::npos);
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {" --bogus", "unknown option '--bogus'"},
+           {" -in", "-in: expected 1 value, got 0"},
+           {" in.lammps", "unexpected argument 'in.lammps'"},
+           {" -var x -log none", "-var: expected 2 values, got 1"}}) {
+    SCOPED_TRACE(args);
+    auto r = run_command(kMlip + " lammps" + args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("mlip: lammps: " + message), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("usage: mlip lammps"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("Invalid command-line argument"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <limits>
 #include <sstream>
 
+#include "app/command_paths.h"
 #include "compat/libtorch.h"
 #include "data/kokkos_runtime.h"
 #include "data/load.h"
@@ -42,6 +43,10 @@ struct UsageError {
   std::string message;
   std::string usage;
 };
+
+/// What the command is doing, for a message that has nothing else to name ("out of memory while
+/// reading the training input in.yaml").
+std::string g_doing;
 
 const char* kMainUsage =
     "usage: mlip [--help] [--version] <command> [<args>]\n"
@@ -107,6 +112,10 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
     }
   }
   if (systems.empty()) throw UsageError{"neighbor-stat: -s <system> is required", kNeighborStatUsage};
+  for (const auto& system : systems) check_input_path(system, "the system");
+  std::ostringstream radius;
+  radius << rcut;
+  g_doing = "scanning neighbours within -r " + radius.str() + " Å";
 
   // Streamed: every frame is scanned, one at a time (docs/data.md).
   auto data = data::load_systems(systems, type_map, "", data::Loading::kStreamed);
@@ -116,7 +125,7 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
             << atoms << " atoms, rcut " << rcut << " Å, type_map [";
   for (std::size_t t = 0; t < type_map.size(); ++t) std::cout << (t ? ", " : "") << type_map[t];
   std::cout << "]\n";
-  auto stat = data::neighbor_stat(data, int(type_map.size()), rcut);
+  auto stat = data::neighbor_stat(data, int(type_map.size()), rcut, -1, "-r");
   std::cout << std::setprecision(6) << std::fixed;
   if (std::isfinite(stat.min_distance))
     std::cout << "min_nbor_dist: " << stat.min_distance << "   (" << stat.min_where << ")\n";
@@ -186,6 +195,29 @@ const char* kTestUsage =
     "  -d, --detail <prefix>    write <prefix>.e.out, .e_peratom.out, .f.out (and .v.out)\n"
     "  -h, --help               show this help\n";
 
+const char* kLammpsUsage =
+    "usage: mlip lammps [-in <script>] [<LAMMPS option> ...]\n"
+    "\n"
+    "Runs LAMMPS (the library this mlip was built with) with the pair style 'mlip' added, so that\n"
+    "a model written by 'mlip freeze' runs in an input script (docs/lammps.md):\n"
+    "  pair_style mlip frozen_model.pt [device cpu|cuda|cuda:K]\n"
+    "  pair_coeff * * O H\n"
+    "Under mpirun every rank runs it: mpirun -np 4 mlip lammps -in in.lammps\n"
+    "\n"
+    "options (those of LAMMPS' lmp, long or short form):\n"
+    "  -in, -i <script>            input script (default: standard input)\n"
+    "  -var, -v <name> <value> ... define a variable\n"
+    "  -log, -l <file|none>        log file (default: log.lammps)\n"
+    "  -screen, -sc <file|none>    where the screen output goes\n"
+    "  -echo, -e <style>           echo the input: none, screen, log or both\n"
+    "  -partition, -p <spec> ...   several partitions of the ranks\n"
+    "  -plog, -pl / -pscreen, -ps <name>   log and screen files of the partitions\n"
+    "  -suffix, -sf / -package, -pk / -kokkos, -k <args>   accelerator packages\n"
+    "  -nocite, -nc   -nonbuf, -nb   -skiprun, -sr   -cite, -c <file>   -mpicolor, -m <color>\n"
+    "  -reorder, -ro <args>   -restart2data, -r2data <args>   -restart2dump, -r2dump <args>   -mdi <flags>\n"
+    "  -help                       LAMMPS' own help (its styles and settings)\n"
+    "  -h, --help                  show this help\n";
+
 /// Writes one error line to standard error after flushing standard output, in a single
 /// write: under mpirun the ranks' stdout and stderr are forwarded in chunks, and a line
 /// written piece by piece (std::cerr is unbuffered) could be split by another stream's text.
@@ -208,8 +240,16 @@ std::string library_error_text(const std::exception& e) {
   }
   if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e))
     return std::string("LibTorch: ") + torch_error->what_without_backtrace();
-  if (dynamic_cast<const std::bad_alloc*>(&e)) return "out of memory";
-  return e.what();
+  const std::string what = e.what();
+  const bool kokkos_allocation = what.find("Kokkos") != std::string::npos && what.find("allocat") != std::string::npos;
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr || kokkos_allocation)
+    return "out of memory" + (g_doing.empty() ? std::string() : " while " + g_doing);
+  // Kokkos appends a traceback note ("Traceback functionality not available"): not for users.
+  std::istringstream lines(what);
+  std::string line, kept;
+  while (std::getline(lines, line))
+    if (line.find("Traceback") == std::string::npos && !line.empty()) kept += (kept.empty() ? "" : "\n") + line;
+  return kept.empty() ? "unexpected error in a library" : kept;
 }
 
 std::string take_value(const std::vector<std::string>& args, std::size_t& i, const char* usage) {
@@ -310,6 +350,10 @@ int train_command(const std::vector<std::string>& args) {
   if (!options.restart.empty() && !options.init_model.empty())
     throw UsageError{"train: --restart and --init-model exclude each other", kTrainUsage};
   const dist::LaunchEnv launch = launch_for(distributed);
+  check_input_file(input, "the training input");
+  if (!options.restart.empty()) check_checkpoint_path(options.restart, "the checkpoint to restart from");
+  if (!options.init_model.empty()) check_checkpoint_path(options.init_model, "the checkpoint to start from");
+  g_doing = "reading the training input " + input;
   // The input and the device come first: --backend auto picks NCCL for ranks on CUDA devices.
   const train::TrainConfig config = train::load_train_config(input);
   const c10::Device device = options.device.empty()
@@ -340,6 +384,9 @@ int train_command(const std::vector<std::string>& args) {
   options.comm = comm.get();
   options.launch = &launch;
   try {
+    // Rank 0 writes every file: its paths are checked before any work (docs/robustness.md).
+    if (rank == 0) check_training_outputs(config, options);
+    g_doing = "training";
     const int code = train::train(config, options);
     std::cout.rdbuf(saved);
     return code;
@@ -376,6 +423,9 @@ int freeze_command(const std::vector<std::string>& args) {
       throw UsageError{"freeze: unknown option '" + a + "'", kFreezeUsage};
     }
   }
+  check_checkpoint_path(checkpoint, "the checkpoint");
+  train::check_output_target(output, train::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
+  g_doing = "freezing " + checkpoint;
   train::freeze(checkpoint, output);
   std::cout << "froze " << train::resolve_checkpoint(checkpoint) << " into " << output << "\n";
   return kExitOk;
@@ -408,7 +458,33 @@ int test_command(const std::vector<std::string>& args) {
   }
   if (options.model.empty()) throw UsageError{"test: -m <model> is required", kTestUsage};
   if (options.systems.empty()) throw UsageError{"test: -s <system> is required", kTestUsage};
+  check_checkpoint_path(options.model, "the model");
+  for (const auto& system : options.systems) check_input_path(system, "the system");
+  if (!options.detail.empty()) check_test_detail_outputs(options.detail);
+  g_doing = "testing " + options.model;
   return train::run_test(options);
+}
+
+int lammps_command(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    if (a == "-h" || a == "--help") {
+      std::cout << kLammpsUsage;
+      // Without LAMMPS the help still comes, then the build's message and exit 1: scripts test
+      // `mlip lammps -h` to learn whether this mlip has LAMMPS (tests/lammps/make_models.sh).
+      if (!md::lammps_available()) return md::run_lammps({});
+      return kExitOk;
+    }
+  const std::string problem = md::lammps_argument_problem(args);
+  if (!problem.empty()) throw UsageError{problem, kLammpsUsage};
+  const std::string script = md::lammps_input_script(args);
+  if (!script.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(script, ec))
+      throw Error(script + ": cannot read the LAMMPS input script (" + std::strerror(ENOENT) + ")");
+    check_input_file(script, "the LAMMPS input script");
+  }
+  g_doing = "running LAMMPS";
+  return md::run_lammps(args);
 }
 
 }  // namespace
@@ -432,7 +508,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (cmd == "train") return train_command(rest);
     if (cmd == "freeze") return freeze_command(rest);
     if (cmd == "test") return test_command(rest);
-    if (cmd == "lammps") return md::run_lammps(rest);
+    if (cmd == "lammps") return lammps_command(rest);
     if (!cmd.empty() && cmd[0] == '-') throw UsageError{"unknown option '" + cmd + "'", kMainUsage};
     throw UsageError{"unknown command '" + cmd + "'", kMainUsage};
   } catch (const UsageError& e) {
@@ -444,6 +520,9 @@ int run_cli(const std::vector<std::string>& args) {
   } catch (const std::exception& e) {
     // A library's exception that no boundary caught: still a clean message and exit code.
     print_error_line("mlip: error: " + library_error_text(e));
+    return kExitError;
+  } catch (...) {
+    print_error_line("mlip: error: unexpected error" + (g_doing.empty() ? std::string() : " while " + g_doing));
     return kExitError;
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -337,7 +338,17 @@ template <class V>
 auto rows(V& buffer, int64_t n, const char* label) {
   if (int64_t(buffer.extent(0)) < n) {
     buffer = V();  // release the old buffer before allocating the new one
-    buffer = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), size_t(n + n / 8));
+    const size_t length = size_t(n + n / 8);
+    try {
+      buffer = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), length);
+    } catch (const std::exception&) {
+      // Kokkos' text (its allocator's name, "Traceback functionality not available") is not for users.
+      const double bytes = double(length) * double(sizeof(typename V::value_type)) * (V::rank == 2 ? 3.0 : 1.0);
+      std::ostringstream msg;
+      msg << "neighbour list: out of memory: cannot allocate " << std::setprecision(3) << bytes / double(1 << 30)
+          << " GiB for '" << label << "' (" << n << " rows)";
+      throw Error(msg.str());
+    }
     advise_huge_pages(buffer);
   }
   // The same View type as the buffer (contiguous rows keep the layout; no runtime strides).

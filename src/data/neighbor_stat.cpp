@@ -1,13 +1,94 @@
 #include "data/neighbor_stat.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
 #include <limits>
+#include <new>
 #include <sstream>
 
 #include "data/neighbor_list.h"
 #include "error.h"
 
 namespace mlip::data {
+namespace {
+
+using Vec3 = std::array<double, 3>;
+
+Vec3 cross(const Vec3& a, const Vec3& b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
+double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+double norm(const Vec3& a) { return std::sqrt(dot(a, a)); }
+
+std::string bytes_in_words(double bytes) {
+  std::ostringstream text;
+  text.precision(1);
+  text << std::fixed;
+  if (bytes >= std::pow(1024.0, 5)) text << std::scientific << bytes / std::pow(1024.0, 5) << " PiB";
+  else if (bytes >= 1024.0 * 1024 * 1024 * 1024) text << bytes / (1024.0 * 1024 * 1024 * 1024) << " TiB";
+  else if (bytes >= 1024.0 * 1024 * 1024) text << bytes / (1024.0 * 1024 * 1024) << " GiB";
+  else text << bytes / (1024.0 * 1024) << " MiB";
+  return text.str();
+}
+
+/// Whether an exception is an allocation failure: std::bad_alloc, or Kokkos' runtime error that
+/// wraps one ("Kokkos failed to allocate memory ...").
+bool is_allocation_failure(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
+  const std::string what = e.what();
+  return what.find("Kokkos") != std::string::npos && what.find("allocat") != std::string::npos;
+}
+
+}  // namespace
+
+double estimate_neighbor_pairs(const double* positions, int64_t natoms, const double* cell,
+                               std::array<bool, 3> pbc, double rcut) {
+  if (natoms <= 1) return 0.0;
+  // The three directions: the cell's when it has a non-singular one, else x, y, z.
+  std::array<Vec3, 3> a{};
+  bool use_cell = cell != nullptr;
+  if (use_cell) {
+    for (int d = 0; d < 3; ++d) a[size_t(d)] = {cell[3 * d], cell[3 * d + 1], cell[3 * d + 2]};
+    use_cell = std::abs(dot(a[0], cross(a[1], a[2]))) > 1e-12;
+  }
+  if (!use_cell) {
+    if (pbc[0] || pbc[1] || pbc[2]) return 0.0;
+    a = {Vec3{1, 0, 0}, Vec3{0, 1, 0}, Vec3{0, 0, 1}};
+  }
+  const double volume = std::abs(dot(a[0], cross(a[1], a[2])));
+  const double reach = std::cbrt(4.0 * M_PI / 3.0) * rcut;  // the side of a cube as large as the sphere
+  double fraction = 1.0;
+  for (int d = 0; d < 3; ++d) {
+    const Vec3 normal = cross(a[size_t((d + 1) % 3)], a[size_t((d + 2) % 3)]);
+    if (pbc[size_t(d)]) {
+      fraction *= reach / (volume / norm(normal));  // thickness of the cell across this direction
+    } else {
+      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+      const Vec3 unit = {normal[0] / norm(normal), normal[1] / norm(normal), normal[2] / norm(normal)};
+      for (int64_t i = 0; i < natoms; ++i) {
+        const double x = dot(unit, Vec3{positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]});
+        lo = std::min(lo, x), hi = std::max(hi, x);
+      }
+      fraction *= std::min(1.0, reach / std::max(hi - lo, 1e-300));
+    }
+  }
+  return double(natoms) * double(natoms) * fraction;
+}
+
+double available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0.0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024.0;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
+}
 
 std::vector<int64_t> evenly_spaced_frames(int64_t nframes, int64_t take) {
   std::vector<int64_t> out;
@@ -23,7 +104,8 @@ std::vector<int64_t> evenly_spaced_frames(int64_t nframes, int64_t take) {
   return out;
 }
 
-NeighborStat neighbor_stat(const std::vector<System>& systems, int ntypes, double rcut, int64_t max_frames) {
+NeighborStat neighbor_stat(const std::vector<System>& systems, int ntypes, double rcut, int64_t max_frames,
+                           const std::string& rcut_name) {
   const int64_t per_system =
       max_frames < 0 ? -1 : std::max<int64_t>(1, max_frames / std::max<int64_t>(1, int64_t(systems.size())));
   NeighborStat stat;
@@ -40,7 +122,36 @@ NeighborStat neighbor_stat(const std::vector<System>& systems, int ntypes, doubl
       }
     for (int64_t f : evenly_spaced_frames(sys.nframes, per_system)) {
       const Frame frame = sys.frame(f);
-      auto nl = build_neighbor_list<double>(frame.coord.data(), n, frame.cell(), sys.pbc, rcut);
+      // Refused before allocating: a radius far beyond the data's (a typo, 6000 for 6) would
+      // otherwise take all the memory first.
+      const double pairs = estimate_neighbor_pairs(frame.coord.data(), n, frame.cell(), sys.pbc, rcut);
+      const double needed = pairs * kNeighborPairBytes + double(n) * 8.0;
+      const double available = available_memory_bytes();
+      auto radius_text = [&] {
+        std::ostringstream text;
+        text << rcut_name << " " << rcut << ": ";
+        return text.str();
+      };
+      if (available > 0.0 && needed > available) {
+        std::ostringstream msg;
+        std::ostringstream pair_count;
+        pair_count << std::scientific << std::setprecision(2) << pairs;
+        msg << radius_text() << "the neighbour list of " << sys.name << " frame " << f << " (" << n << " atoms, about "
+            << pair_count.str() << " pairs within " << rcut << " Å) would need about " << bytes_in_words(needed) << " of memory; " << bytes_in_words(available)
+            << " are available. Is the radius right (in Å)?";
+        throw Error(msg.str());
+      }
+      NeighborList<double> nl;
+      try {
+        nl = build_neighbor_list<double>(frame.coord.data(), n, frame.cell(), sys.pbc, rcut);
+      } catch (const Error& e) {
+        throw Error(radius_text() + sys.name + " frame " + std::to_string(f) + ": " + e.what());
+      } catch (const std::exception& e) {
+        if (!is_allocation_failure(e)) throw;
+        throw Error(radius_text() + "out of memory while building the neighbour list of " + sys.name + " frame " +
+                    std::to_string(f) + " (" + std::to_string(n) + " atoms; estimated " + bytes_in_words(needed) +
+                    "); is the radius right (in Å)?");
+      }
       auto offsets = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.offsets);
       auto neighbor = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.neighbor);
       auto dist = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), nl.distance);

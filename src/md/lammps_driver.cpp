@@ -1,5 +1,6 @@
 #include "md/lammps_driver.h"
 
+#include <cctype>
 #include <iostream>
 
 #ifdef MLIP_HAVE_LAMMPS
@@ -18,6 +19,67 @@
 #endif
 
 namespace mlip::md {
+namespace {
+
+/// One `lmp` command-line switch: its long and short names, the fewest values it takes, and
+/// whether more may follow (every word up to the next switch).
+struct LammpsSwitch {
+  const char* name;
+  const char* short_name;
+  int values;
+  bool more;
+};
+
+// LAMMPS' src/lammps.cpp (version 20220106, Debian's).
+constexpr LammpsSwitch kLammpsSwitches[] = {
+    {"-cite", "-c", 1, false},         {"-echo", "-e", 1, false},           {"-help", "-help", 0, false},
+    {"-in", "-i", 1, false},           {"-kokkos", "-k", 1, true},          {"-log", "-l", 1, false},
+    {"-mdi", "-mdi", 1, false},        {"-mpicolor", "-m", 1, false},       {"-nocite", "-nc", 0, false},
+    {"-nonbuf", "-nb", 0, false},      {"-package", "-pk", 1, true},        {"-partition", "-p", 1, true},
+    {"-plog", "-pl", 1, false},        {"-pscreen", "-ps", 1, false},       {"-reorder", "-ro", 2, false},
+    {"-restart2data", "-r2data", 2, true}, {"-restart2dump", "-r2dump", 4, true}, {"-screen", "-sc", 1, false},
+    {"-skiprun", "-sr", 0, false},     {"-suffix", "-sf", 1, true},         {"-var", "-v", 2, true},
+};
+
+/// A word LAMMPS takes as a switch: '-' and a letter ("-5" is a value), or a GNU-style "--name".
+bool looks_like_switch(const std::string& word) {
+  return word.size() > 1 && word[0] == '-' && (std::isalpha(static_cast<unsigned char>(word[1])) || word[1] == '-');
+}
+
+const LammpsSwitch* find_switch(const std::string& word) {
+  for (const auto& s : kLammpsSwitches)
+    if (word == s.name || word == s.short_name) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string lammps_argument_problem(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size();) {
+    const std::string& word = args[i];
+    const LammpsSwitch* s = looks_like_switch(word) ? find_switch(word) : nullptr;
+    if (s == nullptr) {
+      if (looks_like_switch(word)) return "lammps: unknown option '" + word + "'";
+      return "lammps: unexpected argument '" + word + "' (an input script is given with -in <file>)";
+    }
+    size_t taken = 0;
+    while (i + 1 + taken < args.size() && !looks_like_switch(args[i + 1 + taken]) &&
+           (taken < size_t(s->values) || s->more))
+      ++taken;
+    if (taken < size_t(s->values))
+      return "lammps: " + word + ": expected " + std::to_string(s->values) + (s->values == 1 ? " value" : " values") +
+             ", got " + std::to_string(taken);
+    i += 1 + taken;
+  }
+  return "";
+}
+
+std::string lammps_input_script(const std::vector<std::string>& args) {
+  std::string script;
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "-in" || args[i] == "-i") script = args[i + 1];
+  return script;
+}
 
 #ifdef MLIP_HAVE_LAMMPS
 

@@ -39,7 +39,66 @@ std::string process_name(const std::string& pid) {
   return name;
 }
 
+/// Whether `folder` (canonical) is a system folder whose entries mlip must never rename over:
+/// /dev (its links /dev/stdout, /dev/fd) and /proc; /dev/shm is ordinary scratch space.
+bool is_system_folder(const std::string& folder) {
+  auto under = [&](const std::string& root) { return folder == root || folder.rfind(root + "/", 0) == 0; };
+  return (under("/dev") && !under("/dev/shm")) || under("/proc");
+}
+
 }  // namespace
+
+TargetKind output_target_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return TargetKind::kAbsent;
+  if (S_ISDIR(st.st_mode)) return TargetKind::kFolder;
+  if (S_ISCHR(st.st_mode)) return TargetKind::kCharacterDevice;
+  if (S_ISBLK(st.st_mode)) return TargetKind::kBlockDevice;
+  if (S_ISFIFO(st.st_mode)) return TargetKind::kFifo;
+  if (S_ISSOCK(st.st_mode)) return TargetKind::kSocket;
+  if (!S_ISREG(st.st_mode)) return TargetKind::kOther;
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(fs::path(folder_of(path)), ec);
+  if (!ec && is_system_folder(folder.string())) return TargetKind::kProcessFile;
+  return TargetKind::kRegularFile;
+}
+
+std::string describe(TargetKind kind) {
+  switch (kind) {
+    case TargetKind::kAbsent: return "absent";
+    case TargetKind::kRegularFile: return "a regular file";
+    case TargetKind::kProcessFile: return "a file reached through a link in /dev or /proc";
+    case TargetKind::kFolder: return "a folder";
+    case TargetKind::kCharacterDevice: return "a character device";
+    case TargetKind::kBlockDevice: return "a block device";
+    case TargetKind::kFifo: return "a FIFO";
+    case TargetKind::kSocket: return "a socket";
+    case TargetKind::kOther: return "not a regular file";
+  }
+  return "not a regular file";
+}
+
+bool check_output_target(const std::string& path, SpecialTarget special, const std::string& given,
+                         const std::string& holds) {
+  const TargetKind kind = output_target_kind(path);
+  switch (kind) {
+    case TargetKind::kAbsent:
+    case TargetKind::kRegularFile:
+      return false;
+    case TargetKind::kFolder:
+      throw Error(given + ": cannot write " + holds + " (a folder of that name exists; expected a file path)");
+    case TargetKind::kCharacterDevice:
+    case TargetKind::kFifo:
+    case TargetKind::kProcessFile:
+      if (special == SpecialTarget::kStream) return true;
+      throw Error(given + ": is " + describe(kind) + ", not a regular file; mlip writes " + holds +
+                  " to regular files only");
+    default:
+      break;
+  }
+  throw Error(given + ": is " + describe(kind) + "; mlip writes " + holds + " to regular files" +
+              (special == SpecialTarget::kStream ? ", FIFOs and character devices only" : " only"));
+}
 
 std::string system_reason(int errnum) { return std::strerror(errnum); }
 
@@ -57,14 +116,18 @@ int write_fully(int fd, std::string_view bytes) noexcept {
   return 0;
 }
 
-OutputFile::OutputFile(std::string path, Mode mode, std::string what)
-    : path_(std::move(path)), what_(std::move(what)), mode_(mode) {
-  std::error_code ec;
-  if (fs::is_directory(path_, ec))
-    throw Error(path_ + ": cannot write " + what_ + " (a folder of that name exists; expected a file path)");
-  if (mode_ == Mode::kReplace) {
+OutputFile::OutputFile(std::string path, Mode mode, std::string what, SpecialTarget special)
+    : path_(std::move(path)), what_(std::move(what)), mode_(mode), special_(special) {
+  streaming_ = check_output_target(path_, special_, path_, what_);
+  if (streaming_) {
+    // Written into as it is: a FIFO blocks here until a reader opens it, as `cmd > fifo` does.
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC);
+  } else if (mode_ == Mode::kReplace) {
     temporary_ = path_ + ".tmp-" + std::to_string(::getpid());
-    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // A file of that name (this process id's) can only be a leftover: never open a FIFO or a
+    // device planted there.
+    ::unlink(temporary_.c_str());
+    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   } else {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   }
@@ -101,15 +164,24 @@ void OutputFile::commit() {
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) fail("cannot write", errno);
-  if (mode_ == Mode::kReplace) {
+  if (mode_ == Mode::kReplace && !streaming_) {
+    // The target may have changed since the file was opened: still never rename over a special file.
+    const TargetKind now = output_target_kind(path_);
+    if (now != TargetKind::kAbsent && now != TargetKind::kRegularFile) {
+      ::unlink(temporary_.c_str());
+      temporary_.clear();
+      throw Error(path_ + ": cannot write " + what_ + " (it became " + describe(now) +
+                  " while being written; mlip renames only onto regular files)");
+    }
     if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail("cannot write", errno);
     temporary_.clear();
     sync_folder(folder_of(path_));
   }
 }
 
-void write_file_atomically(const std::string& path, std::string_view bytes, const std::string& what) {
-  OutputFile file(path, OutputFile::Mode::kReplace, what);
+void write_file_atomically(const std::string& path, std::string_view bytes, const std::string& what,
+                           SpecialTarget special) {
+  OutputFile file(path, OutputFile::Mode::kReplace, what, special);
   file.write(bytes);
   file.commit();
 }

@@ -80,10 +80,12 @@ int run_test(const TestOptions& options) {
   std::unique_ptr<OutputFile> fe, fea, ff, fv;
   if (!options.detail.empty()) {
     using Mode = OutputFile::Mode;
+    // A FIFO or a character device is written into as a stream (docs/robustness.md "Special files").
+    constexpr SpecialTarget kStream = SpecialTarget::kStream;
     remove_stale_temporaries(std::filesystem::path(options.detail).parent_path().string());
-    fe = std::make_unique<OutputFile>(options.detail + ".e.out", Mode::kReplace, "the energy detail file");
-    fea = std::make_unique<OutputFile>(options.detail + ".e_peratom.out", Mode::kReplace, "the energy detail file");
-    ff = std::make_unique<OutputFile>(options.detail + ".f.out", Mode::kReplace, "the force detail file");
+    fe = std::make_unique<OutputFile>(options.detail + ".e.out", Mode::kReplace, "the energy detail file", kStream);
+    fea = std::make_unique<OutputFile>(options.detail + ".e_peratom.out", Mode::kReplace, "the energy detail file", kStream);
+    ff = std::make_unique<OutputFile>(options.detail + ".f.out", Mode::kReplace, "the force detail file", kStream);
     fe->write("# data_e pred_e\n");
     fea->write("# data_e pred_e\n");
     ff->write("# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n");
@@ -158,7 +160,7 @@ int run_test(const TestOptions& options) {
         if (!options.detail.empty()) {
           if (!fv) {
             fv = std::make_unique<OutputFile>(options.detail + ".v.out", OutputFile::Mode::kReplace,
-                                              "the virial detail file");
+                                              "the virial detail file", SpecialTarget::kStream);
             fv->write("# data_vxx data_vxy data_vxz data_vyx data_vyy data_vyz data_vzx data_vzy data_vzz pred_vxx pred_vxy "
                       "pred_vxz pred_vyx pred_vyy pred_vyz pred_vzx pred_vzy pred_vzz\n");
           }

@@ -503,6 +503,7 @@ void Trainer::save_checkpoint(int64_t step) {
   // <save_ckpt>.pt: a link to the newest checkpoint (replaced atomically).
   const fs::path link = dir / (config_.save_ckpt + ".pt");
   const fs::path tmp_link = dir / (config_.save_ckpt + ".pt.tmp-" + std::to_string(::getpid()));
+  check_output_target(link.string(), SpecialTarget::kRefuse, link.string(), "the link to the newest checkpoint");
   std::error_code ec;
   fs::remove(tmp_link, ec);
   fs::create_symlink(fs::path(path).filename(), tmp_link, ec);
@@ -797,7 +798,7 @@ void Trainer::write_step_times(const std::vector<std::array<double, 2>>& step_ms
   for (size_t k = 0; k < step_ms.size(); ++k)
     text += std::to_string(start_step_ + int64_t(k) + 1) + " " + std::to_string(step_ms[k][0]) + " " +
             std::to_string(step_ms[k][1]) + "\n";
-  write_file_atomically(options_.step_times, text, "the step times");
+  write_file_atomically(options_.step_times, text, "the step times", SpecialTarget::kStream);  // a FIFO: streamed
 }
 
 /// Batches asked for ahead of the current one (docs/data.md "Prefetch").

@@ -1,0 +1,98 @@
+#include "app/command_paths.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "error.h"
+#include "train/output_file.h"
+
+namespace fs = std::filesystem;
+
+namespace mlip::app {
+namespace {
+
+std::string size_in_words(std::uintmax_t bytes) {
+  char text[64];
+  if (bytes >= (std::uintmax_t(1) << 30)) std::snprintf(text, sizeof text, "%.1f GiB", double(bytes) / double(1 << 30));
+  else std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / double(1 << 20));
+  return text;
+}
+
+/// The kind of an existing input (following links), or nullptr-like kAbsent when stat fails.
+train::TargetKind input_kind(const std::string& path) {
+  const train::TargetKind kind = train::output_target_kind(path);
+  // For reading, a file reached through /dev or /proc (/dev/stdin from a file) is a file.
+  return kind == train::TargetKind::kProcessFile ? train::TargetKind::kRegularFile : kind;
+}
+
+}  // namespace
+
+void check_input_file(const std::string& path, const std::string& holds, std::uintmax_t max_bytes) {
+  const train::TargetKind kind = input_kind(path);
+  if (kind == train::TargetKind::kAbsent) return;
+  if (kind == train::TargetKind::kFolder)
+    throw Error(path + ": cannot read " + holds + " (it is a folder; expected a file)");
+  if (kind != train::TargetKind::kRegularFile)
+    throw Error(path + ": cannot read " + holds + " (it is " + train::describe(kind) +
+                ", not a regular file; mlip reads input files from regular files only)");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && std::uintmax_t(st.st_size) > max_bytes)
+    throw Error(path + ": cannot read " + holds + " (it is " + size_in_words(std::uintmax_t(st.st_size)) +
+                "; " + holds + " is read whole and may be at most " + size_in_words(max_bytes) +
+                ": is this the right file?)");
+}
+
+void check_input_path(const std::string& path, const std::string& holds) {
+  const train::TargetKind kind = input_kind(path);
+  if (kind == train::TargetKind::kAbsent || kind == train::TargetKind::kRegularFile ||
+      kind == train::TargetKind::kFolder)
+    return;
+  throw Error(path + ": cannot read " + holds + " (it is " + train::describe(kind) +
+              "; expected a regular file or a folder)");
+}
+
+void check_checkpoint_path(const std::string& path, const std::string& holds) {
+  check_input_path(path, holds);
+  if (input_kind(path) != train::TargetKind::kFolder) return;
+  const std::string pointer = (fs::path(path) / "checkpoint").string();
+  const train::TargetKind kind = input_kind(pointer);
+  if (kind != train::TargetKind::kAbsent && kind != train::TargetKind::kRegularFile)
+    throw Error(pointer + ": cannot read the pointer to the newest checkpoint (it is " + train::describe(kind) +
+                ", not a regular file)");
+}
+
+void check_training_outputs(const train::TrainConfig& config, const train::TrainOptions& options) {
+  using train::check_output_target;
+  using train::SpecialTarget;
+  if (!options.step_times.empty())
+    check_output_target(options.step_times, SpecialTarget::kStream, "--step-times " + options.step_times,
+                        "the step times");
+  const fs::path dir = options.output_dir.empty() ? fs::path(".") : fs::path(options.output_dir);
+  const std::string lcurve = (dir / config.disp_file).string();
+  check_output_target(lcurve, SpecialTarget::kRefuse, lcurve, "the learning curve");
+  const std::string pointer = (dir / "checkpoint").string();
+  check_output_target(pointer, SpecialTarget::kRefuse, pointer, "the pointer to the newest checkpoint");
+  const std::string link = (dir / (config.save_ckpt + ".pt")).string();
+  check_output_target(link, SpecialTarget::kRefuse, link, "the link to the newest checkpoint");
+  // The checkpoints of an earlier run in that folder, which this one may write again.
+  const fs::path stem = dir / config.save_ckpt;
+  const std::string prefix = stem.filename().string() + "-";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(stem.parent_path().empty() ? fs::path(".") : stem.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > prefix.size() + 3 && name.rfind(prefix, 0) == 0 && name.substr(name.size() - 3) == ".pt")
+      check_output_target(entry.path().string(), SpecialTarget::kRefuse, entry.path().string(), "checkpoints");
+  }
+}
+
+void check_test_detail_outputs(const std::string& prefix) {
+  for (const char* suffix : {".e.out", ".e_peratom.out", ".f.out", ".v.out"}) {
+    const std::string path = prefix + suffix;
+    train::check_output_target(path, train::SpecialTarget::kStream, "-d " + prefix + ": " + path,
+                               "test detail files");
+  }
+}
+
+}  // namespace mlip::app
