@@ -642,7 +642,7 @@ TEST(StreamedChanges, FilesChangedInPlaceAreNamedErrors) {
   msg = error_of([&] { s2.frame(0); });
   EXPECT_TRUE(contains(msg, tmp2 / "sys: frame 0 (row 0 of ")) << msg;
   EXPECT_TRUE(contains(msg, energy + ": changed since it was opened at start (modified ")) << msg;
-  EXPECT_TRUE(contains(msg, "-> 2033-05-18 03:33:20.000 UTC)")) << msg;
+  EXPECT_TRUE(contains(msg, "-> 2033-05-18 03:33:20.000000000 UTC)")) << msg;
 }
 
 TEST(StreamedChanges, AFifoIsRefusedAtStartAndWhenItReplacesAFile) {

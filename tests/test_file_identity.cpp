@@ -89,7 +89,7 @@ TEST(FileIdentity, ChangesAreNamed) {
   write_text(path, "ABCDEFGHIJKLM");
   set_mtime(path, 1700000060);
   msg = error_of([&] { OpenedFile f(path, third); });
-  EXPECT_TRUE(contains(msg, "(modified 2023-11-14 22:13:20.000 UTC -> 2023-11-14 22:14:20.000 UTC)")) << msg;
+  EXPECT_TRUE(contains(msg, "(modified 2023-11-14 22:13:20.000000000 UTC -> 2023-11-14 22:14:20.000000000 UTC)")) << msg;
 
   // Replaced by a FIFO: refused without blocking, saying what it now is.
   fs::remove(path);

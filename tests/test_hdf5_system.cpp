@@ -112,6 +112,24 @@ class Writer {
     H5Pclose(create);
     H5Sclose(space);
   }
+  /// A float64 dataset of shape `dims` stored in chunks of shape `chunk`, of which only the
+  /// first `rows` rows of `values` are written.
+  void chunked_floats(const std::string& path, const std::vector<hsize_t>& dims, const std::vector<hsize_t>& chunk,
+                      const std::vector<double>& values, hsize_t rows) {
+    hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+    hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(create, int(chunk.size()), chunk.data());
+    hid_t d = H5Dcreate2(file_, path.c_str(), H5T_IEEE_F64LE, space, lcpl(), create, H5P_DEFAULT);
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    count[0] = rows;
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    hid_t memory = H5Screate_simple(int(count.size()), count.data(), nullptr);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, memory, space, H5P_DEFAULT, values.data());
+    H5Sclose(memory);
+    H5Dclose(d);
+    H5Pclose(create);
+    H5Sclose(space);
+  }
   /// A hard link `link` to the object at `target`.
   void hard_link(const std::string& target, const std::string& link) {
     H5Lcreate_hard(file_, target.c_str(), file_, link.c_str(), H5P_DEFAULT, H5P_DEFAULT);
@@ -408,6 +426,27 @@ TEST(Hdf5System, ShapesDeclaredBeyondTheFileAreNamedErrors) {
       << msg;
   msg = error_of([&] { mlip::data::open_hdf5_systems(p, "/types", {"O", "H"}); });
   EXPECT_TRUE(contains(msg, p + "#/types/type.raw: declares shape [1000000000000]")) << msg;
+
+  // Chunked data with every chunk written reads as it was written; with a chunk missing (a
+  // frame never written) it is refused.
+  mlip::test::write_system(tmp / "npy", 2, 4, 3, 1);
+  const System npy = mlip::data::read_deepmd_system(tmp / "npy", {"O", "H"});
+  const std::string q = tmp / "chunked.hdf5";
+  {
+    Writer w(q);
+    for (const char* group : {"/whole", "/partial"}) {
+      const std::string g = group;
+      w.ints(g + "/type.raw", {0, 0, 1, 1, 1, 1});
+      w.ints(g + "/nopbc", {1});
+      w.chunked_floats(g + "/set.000/coord.npy", {3, 18}, {1, 18}, npy.coord, g == "/whole" ? 3 : 2);
+    }
+  }
+  const std::vector<System> whole = mlip::data::open_hdf5_systems(q, "/whole", {"O", "H"});
+  EXPECT_EQ(whole[0].frame(2).coord, npy.frame(2).coord);
+  msg = error_of([&] { mlip::data::open_hdf5_systems(q, "/partial", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, q + "#/partial/set.000/coord.npy: declares shape [3, 18] (432 bytes of float64) in 3 "
+                            "chunks, but only 2 of them are stored in the file"))
+      << msg;
 }
 
 TEST(Hdf5System, GroupsThatLinkToThemselvesAreNamedErrors) {

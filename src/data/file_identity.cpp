@@ -32,7 +32,8 @@ void require_regular(const std::string& path, const FileIdentity& id) {
                 ", expected a regular file (mlip reads data files more than once, at any offset)");
 }
 
-/// "2026-11-26 00:12:01.250 UTC".
+/// "2026-11-26 00:12:01.250000000 UTC" (to the nanosecond: two writes within a millisecond
+/// differ).
 std::string time_text(int64_t ns) {
   const time_t seconds = time_t(ns / 1000000000);
   struct tm utc {};
@@ -40,7 +41,7 @@ std::string time_text(int64_t ns) {
   char text[64];
   std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &utc);
   char fraction[16];
-  std::snprintf(fraction, sizeof fraction, ".%03d", int((ns % 1000000000) / 1000000));
+  std::snprintf(fraction, sizeof fraction, ".%09d", int(ns % 1000000000));
   return std::string(text) + fraction + " UTC";
 }
 
@@ -79,7 +80,10 @@ FileIdentity identity_of(int fd, const std::string& path) {
 }
 
 OpenedFile::OpenedFile(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, for ever.
+  // A special file is refused before it is opened (opening a device may do something), and
+  // O_NONBLOCK covers one swapped in between: opening a FIFO for reading would otherwise wait
+  // for a writer, for ever.
+  regular_file_identity(path);
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
   try {
@@ -92,6 +96,8 @@ OpenedFile::OpenedFile(const std::string& path) {
 }
 
 OpenedFile::OpenedFile(const std::string& path, const FileIdentity& at_start) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) check_unchanged(path, at_start, from_stat(st));
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0)
     throw Error(path + ": cannot open file (" + std::strerror(errno) +

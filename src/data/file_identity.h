@@ -32,9 +32,10 @@ struct FileIdentity {
 /// missing or is not a regular file (a FIFO, a device, a socket, a folder).
 FileIdentity regular_file_identity(const std::string& path);
 
-/// A file opened read-only for one read of a streamed file, closed when the object dies. The
-/// open does not block on a FIFO (O_NONBLOCK), and the identity is that of the descriptor
-/// actually opened (fstat), not of whatever the path names a moment later.
+/// A file opened read-only for one read of a streamed file, closed when the object dies. A
+/// special file is refused before it is opened (stat), the open does not block on a FIFO
+/// swapped in meanwhile (O_NONBLOCK), and the identity is that of the descriptor actually
+/// opened (fstat), not of whatever the path names a moment later.
 class OpenedFile {
  public:
   /// Opens `path`; throws mlip::Error naming it when it cannot be opened or is not a regular
@@ -59,7 +60,7 @@ FileIdentity identity_of(int fd, const std::string& path);
 
 /// Throws mlip::Error naming `path` and what differs when `now` is not `at_start`, e.g.
 /// `set.000/coord.npy: changed since it was opened at start (size 1234 -> 5678 bytes, modified
-/// 2026-11-26 00:12:01.250 -> 2026-11-26 00:14:33.000 UTC); ...`.
+/// 2026-11-26 00:12:01.250000000 UTC -> 2026-11-26 00:14:33.000000000 UTC); ...`.
 void check_unchanged(const std::string& path, const FileIdentity& at_start, const FileIdentity& now);
 
 /// "a FIFO", "a folder", "a character device", ...: what a file of `kind` (st_mode & S_IFMT) is.
