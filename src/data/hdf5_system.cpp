@@ -67,7 +67,7 @@ std::string where(const std::string& file, const std::string& object) { return f
 /// HDF5 opens it (it would block).
 Handle open_file(const std::string& file, const FileIdentity* at_start = nullptr, FileIdentity* identity = nullptr) {
   silence_hdf5();
-  if (!std::filesystem::exists(file)) throw Error(file + ": no such file");
+  if (at_start == nullptr && !std::filesystem::exists(file)) throw Error(file + ": no such file");
   // First a descriptor of mlip's own, opened without blocking: a file that is not the one seen
   // at start, or not a regular file (a FIFO would block HDF5's open), is refused here.
   const FileIdentity on_disk =
