@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -548,4 +551,145 @@ TEST(WaterData, LoadsDataOneWithTwoSets) {
   EXPECT_EQ(empty_map, (std::vector<std::string>{"O", "H"}));
   ASSERT_GE(all.size(), 2u);
   EXPECT_EQ(all[1].name, dir);
+}
+
+// ---- Files that change under a streamed system (docs/data.md "Files that change during
+// training"): every change is an error naming the file and the frame, before any value of it
+// is used; special files are refused at start, and never block.
+
+namespace {
+
+/// A .npy of float32 values (the header as numpy writes it), for a file rewritten with
+/// another dtype.
+void write_npy_float32(const std::string& path, const std::vector<int64_t>& shape, const std::vector<double>& values) {
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < shape.size(); ++i) dict += (i ? ", " : "") + std::to_string(shape[i]);
+  dict += shape.size() == 1 ? ",), }" : "), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += char(dict.size() & 0xff);
+  bytes += char(dict.size() >> 8);
+  bytes += dict;
+  for (double v : values) {
+    const float f = float(v);
+    bytes.append(reinterpret_cast<const char*>(&f), 4);
+  }
+  write_text(path, bytes);
+}
+
+/// Puts `make(temporary path)`'s file in place of `path` as a copy moved over it would.
+void replace_file(const std::string& path, const std::function<void(const std::string&)>& make) {
+  const std::string tmp = path + ".new";
+  make(tmp);
+  fs::rename(tmp, path);
+}
+
+/// A streamed system of 3 atoms and 4 frames in tmp/sys, frame 1 read once.
+System streamed_system(const TempDir& tmp) {
+  write_text(tmp / "sys/type.raw", "0 1 1\n");
+  write_set(tmp / "sys", "set.000", 4, 3, 0);
+  System s = mlip::data::open_deepmd_system(tmp / "sys", {"O", "H"});
+  const std::vector<double> all = seq(36, 0);
+  EXPECT_EQ(s.frame(1).coord, std::vector<double>(all.begin() + 9, all.begin() + 18));
+  return s;
+}
+
+}  // namespace
+
+TEST(StreamedChanges, ReplacedFilesAreNamedErrorsWithTheFrame) {
+  struct Case {
+    const char* what;
+    std::function<void(const std::string&)> make;  // writes the new coord.npy
+    const char* change;                            // what the message says changed
+  };
+  const std::vector<Case> cases = {
+      {"same shape, other values", [](const std::string& p) { write_npy(p, {4, 9}, seq(36, 7)); },
+       "replaced by another file"},
+      {"more frames", [](const std::string& p) { write_npy(p, {6, 9}, seq(54, 0)); }, "size 416 -> 560 bytes"},
+      {"other dtype", [](const std::string& p) { write_npy_float32(p, {4, 9}, seq(36, 0)); }, "size 416 -> 272 bytes"},
+      {"garbage", [](const std::string& p) { write_text(p, std::string(416, '\x7f')); }, "replaced by another file"},
+  };
+  for (const Case& c : cases) {
+    TempDir tmp;
+    const System s = streamed_system(tmp);
+    const std::string coord = tmp / "sys/set.000/coord.npy";
+    replace_file(coord, c.make);
+    const std::string msg = error_of([&] { s.frame(2); });
+    EXPECT_TRUE(contains(msg, tmp / "sys: frame 2 (row 2 of " + tmp / "sys/set.000): " + coord +
+                                  ": changed since it was opened at start ("))
+        << c.what << ": " << msg;
+    EXPECT_TRUE(contains(msg, c.change)) << c.what << ": " << msg;
+  }
+}
+
+TEST(StreamedChanges, FilesChangedInPlaceAreNamedErrors) {
+  TempDir tmp;
+  const System s = streamed_system(tmp);
+  // Cut short in place (the same file, fewer bytes): once the frame's bytes were past its end.
+  const std::string force = tmp / "sys/set.000/force.npy";
+  fs::resize_file(force, 200);
+  std::string msg = error_of([&] { s.frame(3); });
+  EXPECT_TRUE(contains(msg, tmp / "sys: frame 3 (row 3 of ")) << msg;
+  EXPECT_TRUE(contains(msg, force + ": changed since it was opened at start (size 416 -> 200 bytes")) << msg;
+  // Rewritten in place with the same size, later.
+  TempDir tmp2;
+  const System s2 = streamed_system(tmp2);
+  const std::string energy = tmp2 / "sys/set.000/energy.npy";
+  write_npy(energy, {4}, seq(4, 5));
+  const struct timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, energy.c_str(), later, 0), 0);
+  msg = error_of([&] { s2.frame(0); });
+  EXPECT_TRUE(contains(msg, tmp2 / "sys: frame 0 (row 0 of ")) << msg;
+  EXPECT_TRUE(contains(msg, energy + ": changed since it was opened at start (modified ")) << msg;
+  EXPECT_TRUE(contains(msg, "-> 2033-05-18 03:33:20.000000000 UTC)")) << msg;
+}
+
+TEST(StreamedChanges, AFifoIsRefusedAtStartAndWhenItReplacesAFile) {
+  TempDir tmp;
+  const System s = streamed_system(tmp);
+  const std::string box = tmp / "sys/set.000/box.npy";
+  fs::remove(box);
+  ASSERT_EQ(mkfifo(box.c_str(), 0600), 0);
+  // No writer ever opens the FIFO: a read that opened it blocking would hang here.
+  std::string msg = error_of([&] { s.frame(1); });
+  EXPECT_TRUE(contains(msg, tmp / "sys: frame 1 (row 1 of ")) << msg;
+  EXPECT_TRUE(contains(msg, box + ": changed since it was opened at start (now a FIFO (named pipe), was a regular "
+                                  "file)"))
+      << msg;
+  // At start: the .npy, type.raw and type_map.raw.
+  msg = error_of([&] { mlip::data::open_deepmd_system(tmp / "sys", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, box + ": is a FIFO (named pipe), expected a regular file")) << msg;
+  fs::remove(box);
+  fs::remove(tmp / "sys/type.raw");
+  ASSERT_EQ(mkfifo((tmp / "sys/type.raw").c_str(), 0600), 0);
+  msg = error_of([&] { mlip::data::open_deepmd_system(tmp / "sys", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, tmp / "sys/type.raw: is a FIFO (named pipe), expected a regular file")) << msg;
+  fs::remove(tmp / "sys/type.raw");  // (writing into the FIFO would wait for a reader)
+  write_text(tmp / "sys/type.raw", "0 1 1\n");
+  ASSERT_EQ(mkfifo((tmp / "sys/type_map.raw").c_str(), 0600), 0);
+  msg = error_of([&] { mlip::data::open_deepmd_system(tmp / "sys", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, tmp / "sys/type_map.raw: is a FIFO (named pipe), expected a regular file")) << msg;
+}
+
+TEST(StreamedChanges, ANonFiniteValueNamesTheFileRowOfItsFrame) {
+  TempDir tmp;
+  write_text(tmp / "sys/type.raw", "0 1 1\n");
+  write_set(tmp / "sys", "set.000", 2, 3, 0);
+  write_set(tmp / "sys", "set.001", 2, 3, 10);
+  std::vector<double> coord = seq(18, 10);
+  coord[9 + 4] = std::numeric_limits<double>::quiet_NaN();  // row 1 of set.001, atom 1, y
+  write_npy(tmp / "sys/set.001/coord.npy", {2, 9}, coord);
+  const System s = mlip::data::open_deepmd_system(tmp / "sys", {"O", "H"});
+  const std::string msg = error_of([&] { s.frame(3); });
+  EXPECT_TRUE(contains(msg, "system " + tmp / "sys: frame 3, atom 1: coordinate y is NaN, expected a finite number "
+                                               "(frame 3 is row 1 of " + tmp / "sys/set.001)"))
+      << msg;
+}
+
+TEST(StreamedChanges, AFrameBeyondTheSystemIsNamed) {
+  TempDir tmp;
+  const System s = streamed_system(tmp);
+  const std::string msg = error_of([&] { s.reader->read(4); });
+  EXPECT_TRUE(contains(msg, tmp / "sys: frame 4: beyond the system's 4 frames")) << msg;
 }

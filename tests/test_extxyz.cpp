@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -287,4 +290,34 @@ TEST(Extxyz, Errors) {
   // Missing file.
   std::string msg = error_of([&] { read_extxyz(tmp / "none.xyz", {}); });
   EXPECT_TRUE(contains(msg, tmp / "none.xyz" + ": cannot open")) << msg;
+}
+
+// ---- A streamed extended XYZ file that changes (docs/data.md "Files that change during
+// training").
+
+TEST(Extxyz, StreamedFileChangedIsAnErrorNamingTheFrame) {
+  TempDir tmp;
+  const std::string path = tmp / "w.xyz";
+  write_text(path, water_frame(0) + water_frame(1) + water_frame(2));
+  std::vector<System> systems = mlip::data::open_extxyz(path, {"O", "H"});
+  ASSERT_EQ(systems.size(), 1u);
+  const System& s = systems[0];
+  EXPECT_EQ(s.frame(1).energy, std::vector<double>{-15.0});
+  // Replaced by a file of other values (the same size), then by one with a frame more.
+  write_text(path + ".new", water_frame(3) + water_frame(4) + water_frame(5));
+  std::filesystem::rename(path + ".new", path);
+  std::string msg = error_of([&] { s.frame(2); });
+  EXPECT_TRUE(contains(msg, s.name + ": frame 2 (line 11 of " + path + "): " + path +
+                                ": changed since it was opened at start (replaced by another file"))
+      << msg;
+  // A FIFO in its place: refused, never waited on.
+  std::filesystem::remove(path);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  msg = error_of([&] { s.frame(0); });
+  EXPECT_TRUE(contains(msg, s.name + ": frame 0 (line 1 of " + path + "): " + path +
+                                ": changed since it was opened at start (now a FIFO"))
+      << msg;
+  // And at start.
+  msg = error_of([&] { mlip::data::open_extxyz(path, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, path + ": is a FIFO (named pipe), expected a regular file")) << msg;
 }

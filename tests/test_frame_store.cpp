@@ -126,11 +126,14 @@ TEST(FrameStore, CachedFramesAreNotWaitedForAndTheLeastRecentlyUsedGoFirst) {
 
 TEST(FrameStore, AWorkersErrorReachesTheCaller) {
   Fixture fx;
-  // Frame 1 gets a NaN coordinate after the headers were read: the error comes when it is made.
+  // Frame 1 holds a NaN coordinate; the streamed system reads only the headers at open, so the
+  // error comes when the frame is made (by a worker) and must reach the caller of get().
   const std::string coord = fx.dir / "sys/set.000/coord.npy";
   auto array = mlip::data::read_npy(coord);
   array.values[size_t(array.shape[1]) + 4] = std::nan("");
   mlip::data::write_npy(coord, array.shape, array.values);
+  std::vector<std::string> type_map{"O", "H"};
+  fx.systems = mlip::data::load_systems({fx.dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
   mlip::train::FrameStore store(*fx.model, torch::kCPU, {-1, 1, nullptr});
   const int set = store.add_set(fx.systems);
   store.prefetch(set, 0, {0, 1, 2});

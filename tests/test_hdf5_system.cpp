@@ -3,7 +3,10 @@
 // the same lcurve as from the npy folders.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -70,6 +73,70 @@ class Writer {
     H5Dclose(d);
     H5Sclose(space);
     H5Tclose(type);
+  }
+  /// Variable-length UTF-8 strings, as h5py writes a list of str: one per element, or one scalar
+  /// string (scalar true, values of size 1).
+  void utf8_strings(const std::string& path, const std::vector<std::string>& values, bool scalar = false) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    const hsize_t n = values.size();
+    hid_t space = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr);
+    hid_t d = H5Dcreate2(file_, path.c_str(), type, space, lcpl(), H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<const char*> pointers;
+    for (const std::string& v : values) pointers.push_back(v.c_str());
+    H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data());
+    H5Dclose(d);
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+  /// A string dataset of shape [0] (fixed length, or variable-length UTF-8).
+  void no_strings(const std::string& path, bool variable) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, variable ? H5T_VARIABLE : 4);
+    const hsize_t n = 0;
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    H5Dclose(H5Dcreate2(file_, path.c_str(), type, space, lcpl(), H5P_DEFAULT, H5P_DEFAULT));
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+  /// A float64 dataset of shape `dims` declared and never written: contiguous (chunk empty) or
+  /// in chunks of shape `chunk`.
+  void unwritten(const std::string& path, const std::vector<hsize_t>& dims, const std::vector<hsize_t>& chunk) {
+    hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+    hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+    if (!chunk.empty()) H5Pset_chunk(create, int(chunk.size()), chunk.data());
+    hid_t d = H5Dcreate2(file_, path.c_str(), H5T_IEEE_F64LE, space, lcpl(), create, H5P_DEFAULT);
+    EXPECT_GE(d, 0) << path;
+    H5Dclose(d);
+    H5Pclose(create);
+    H5Sclose(space);
+  }
+  /// A float64 dataset of shape `dims` stored in chunks of shape `chunk`, of which only the
+  /// first `rows` rows of `values` are written.
+  void chunked_floats(const std::string& path, const std::vector<hsize_t>& dims, const std::vector<hsize_t>& chunk,
+                      const std::vector<double>& values, hsize_t rows) {
+    hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+    hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(create, int(chunk.size()), chunk.data());
+    hid_t d = H5Dcreate2(file_, path.c_str(), H5T_IEEE_F64LE, space, lcpl(), create, H5P_DEFAULT);
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    count[0] = rows;
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    hid_t memory = H5Screate_simple(int(count.size()), count.data(), nullptr);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, memory, space, H5P_DEFAULT, values.data());
+    H5Sclose(memory);
+    H5Dclose(d);
+    H5Pclose(create);
+    H5Sclose(space);
+  }
+  /// A hard link `link` to the object at `target`.
+  void hard_link(const std::string& target, const std::string& link) {
+    H5Lcreate_hard(file_, target.c_str(), file_, link.c_str(), H5P_DEFAULT, H5P_DEFAULT);
+  }
+  /// A soft link `link` to the path `target`.
+  void soft_link(const std::string& target, const std::string& link) {
+    H5Lcreate_soft(target.c_str(), file_, link.c_str(), H5P_DEFAULT, H5P_DEFAULT);
   }
   /// A system group from an in-memory system: its frames split over `sets` set.* groups.
   void system(const std::string& group, const System& s, int sets, bool single = false) {
@@ -260,6 +327,189 @@ TEST(Hdf5System, TrainingFromTheTwinGivesTheSameLcurve) {
   };
   EXPECT_FALSE(read("npy/lcurve.out").empty());
   EXPECT_EQ(read("hdf5/lcurve.out"), read("npy/lcurve.out"));
+}
+
+// ---- HDF5 cases that failed badly (issue 27, docs/data.md "HDF5 systems"): each works or is an
+// error naming the file and the object.
+
+/// A system of 2 O and 4 H (type.raw and type_map.raw written by `types`) with the frames of
+/// `s`, at `group`.
+void system_with_types(Writer& w, const std::string& group, const System& s,
+                       const std::function<void(Writer&)>& types) {
+  types(w);
+  w.ints(group + "/nopbc", {1});
+  const hsize_t n3 = hsize_t(s.natoms()) * 3;
+  w.floats(group + "/set.000/coord.npy", {hsize_t(s.nframes), n3}, s.coord);
+  w.floats(group + "/set.000/energy.npy", {hsize_t(s.nframes)}, s.energy);
+  w.floats(group + "/set.000/force.npy", {hsize_t(s.nframes), n3}, s.force);
+}
+
+TEST(Hdf5System, VariableLengthUtf8StringsAreRead) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "npy", 2, 4, 3, 1);
+  const System npy = mlip::data::read_deepmd_system(tmp / "npy", {"O", "H"});
+  ASSERT_EQ(npy.types, (std::vector<int>{0, 0, 1, 1, 1, 1}));
+  // type_map.raw as h5py writes a list of str (names in the other order, so that reading them
+  // wrong would show); type.raw as one UTF-8 string, and as one string per atom.
+  const std::string p = tmp / "utf8.hdf5";
+  {
+    Writer w(p);
+    system_with_types(w, "/one", npy, [](Writer& w) {
+      w.utf8_strings("/one/type_map.raw", {"H", "O"});
+      w.utf8_strings("/one/type.raw", {"1 1 0 0 0 0"}, true);
+    });
+    system_with_types(w, "/per_atom", npy, [](Writer& w) {
+      w.utf8_strings("/per_atom/type_map.raw", {"H", "O"});
+      w.utf8_strings("/per_atom/type.raw", {"1", "1", "0", "0", "0", "0"});
+    });
+  }
+  for (const char* group : {"/one", "/per_atom"}) {
+    std::vector<System> systems;
+    ASSERT_NO_THROW(systems = mlip::data::open_hdf5_systems(p, group, {"O", "H"})) << group;
+    ASSERT_EQ(systems.size(), 1u);
+    EXPECT_EQ(systems[0].types, npy.types) << group;
+    EXPECT_EQ(systems[0].frame(2).coord, npy.frame(2).coord) << group;
+  }
+  // Without a model type_map, the file's own names in its order.
+  const std::vector<System> own = mlip::data::open_hdf5_systems(p, "/one", {});
+  EXPECT_EQ(own[0].type_map, (std::vector<std::string>{"H", "O"}));
+  EXPECT_EQ(own[0].types, (std::vector<int>{1, 1, 0, 0, 0, 0}));
+}
+
+TEST(Hdf5System, EmptyStringDatasetsAreNamedErrors) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "npy", 2, 4, 3, 1);
+  const System npy = mlip::data::read_deepmd_system(tmp / "npy", {"O", "H"});
+  const std::string p = tmp / "empty.hdf5";
+  {
+    Writer w(p);
+    system_with_types(w, "/fixed", npy, [](Writer& w) { w.no_strings("/fixed/type.raw", false); });
+    system_with_types(w, "/variable", npy, [](Writer& w) { w.no_strings("/variable/type.raw", true); });
+    system_with_types(w, "/map", npy, [](Writer& w) {
+      w.ints("/map/type.raw", {0, 0, 1, 1, 1, 1});
+      w.no_strings("/map/type_map.raw", true);
+    });
+  }
+  for (const char* group : {"/fixed", "/variable"}) {
+    const std::string msg = error_of([&] { mlip::data::open_hdf5_systems(p, group, {"O", "H"}); });
+    EXPECT_TRUE(contains(msg, p + "#" + group + "/type.raw: expected text of integer type ids (one per atom), got an "
+                              "empty string dataset (shape [0])"))
+        << msg;
+  }
+  const std::string msg = error_of([&] { mlip::data::open_hdf5_systems(p, "/map", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, p + "#/map/type.raw: type id 1 is out of range for " + p + "#/map/type_map.raw which "
+                            "names 0 types"))
+      << msg;
+}
+
+TEST(Hdf5System, ShapesDeclaredBeyondTheFileAreNamedErrors) {
+  TempDir tmp;
+  const std::string p = tmp / "huge.hdf5";
+  const hsize_t frames = 1000000000000ull;  // 10^12 frames of 2 atoms: 48 TB
+  {
+    Writer w(p);
+    w.ints("/contiguous/type.raw", {0, 1});
+    w.ints("/contiguous/nopbc", {1});
+    w.unwritten("/contiguous/set.000/coord.npy", {frames, 6}, {});
+    w.ints("/chunked/type.raw", {0, 1});
+    w.ints("/chunked/nopbc", {1});
+    w.unwritten("/chunked/set.000/coord.npy", {frames, 6}, {1000, 6});
+    w.unwritten("/types/type.raw", {frames}, {4096});
+  }
+  std::string msg = error_of([&] { mlip::data::open_hdf5_systems(p, "/contiguous", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, p + "#/contiguous/set.000/coord.npy: declares shape [1000000000000, 6] (48000000000000 "
+                            "bytes of float64) but none of it is stored in the file; the file has "))
+      << msg;
+  msg = error_of([&] { mlip::data::open_hdf5_systems(p, "/chunked", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, p + "#/chunked/set.000/coord.npy: declares shape [1000000000000, 6] (48000000000000 "
+                            "bytes of float64) in 1000000000 chunks, but only 0 of them are stored in the file"))
+      << msg;
+  msg = error_of([&] { mlip::data::open_hdf5_systems(p, "/types", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, p + "#/types/type.raw: declares shape [1000000000000]")) << msg;
+
+  // Chunked data with every chunk written reads as it was written; with a chunk missing (a
+  // frame never written) it is refused.
+  mlip::test::write_system(tmp / "npy", 2, 4, 3, 1);
+  const System npy = mlip::data::read_deepmd_system(tmp / "npy", {"O", "H"});
+  const std::string q = tmp / "chunked.hdf5";
+  {
+    Writer w(q);
+    for (const char* group : {"/whole", "/partial"}) {
+      const std::string g = group;
+      w.ints(g + "/type.raw", {0, 0, 1, 1, 1, 1});
+      w.ints(g + "/nopbc", {1});
+      w.chunked_floats(g + "/set.000/coord.npy", {3, 18}, {1, 18}, npy.coord, g == "/whole" ? 3 : 2);
+    }
+  }
+  const std::vector<System> whole = mlip::data::open_hdf5_systems(q, "/whole", {"O", "H"});
+  EXPECT_EQ(whole[0].frame(2).coord, npy.frame(2).coord);
+  msg = error_of([&] { mlip::data::open_hdf5_systems(q, "/partial", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, q + "#/partial/set.000/coord.npy: declares shape [3, 18] (432 bytes of float64) in 3 "
+                            "chunks, but only 2 of them are stored in the file"))
+      << msg;
+}
+
+TEST(Hdf5System, GroupsThatLinkToThemselvesAreNamedErrors) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "npy", 2, 4, 3, 1);
+  const System npy = mlip::data::read_deepmd_system(tmp / "npy", {"O", "H"});
+  const std::string p = tmp / "loop.hdf5";
+  {
+    Writer w(p);
+    w.system("/z/sys", npy, 1);
+    w.group("/a/b");
+    w.hard_link("/a", "/a/b/up");      // /a/b/up is /a
+    w.hard_link("/a", "/a/b/up2");     // twice: without the check, 2^depth paths
+    w.group("/s");
+    w.soft_link("/s", "/s/self");      // by name
+  }
+  std::string msg = error_of([&] { mlip::data::open_hdf5_systems(p, "", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, p + "#/a/b/up: is the group /a again (a link to a group that holds it: a cycle)")) << msg;
+  msg = error_of([&] { mlip::data::open_hdf5_systems(p, "/s", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, p + "#/s/self: is the group /s again")) << msg;
+  // The system beside them is read when asked for.
+  EXPECT_EQ(mlip::data::open_hdf5_systems(p, "/z", {"O", "H"}).size(), 1u);
+}
+
+TEST(Hdf5System, AGroupOfAFolderIsANamedError) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "folder.hdf5", 2, 4, 3, 1);
+  std::vector<std::string> type_map;
+  const std::string msg = error_of([&] { mlip::data::load_systems({tmp / "folder.hdf5#/sub"}, type_map); });
+  EXPECT_TRUE(contains(msg, tmp / "folder.hdf5: is a folder, not an HDF5 file, so '#/sub' (a group inside an HDF5 "
+                                  "file) selects nothing"))
+      << msg;
+  // Without '#', the folder is the DeePMD system it is.
+  EXPECT_EQ(mlip::data::load_systems({tmp / "folder.hdf5"}, type_map).size(), 1u);
+}
+
+TEST(Hdf5System, StreamedFileChangedIsAnErrorNamingTheFrame) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "npy", 2, 4, 4, 1);
+  const System npy = mlip::data::read_deepmd_system(tmp / "npy", {"O", "H"});
+  const std::string p = tmp / "data.hdf5";
+  { Writer w(p); w.system("/s", npy, 2); }
+  const std::vector<System> systems = mlip::data::open_hdf5_systems(p, "", {"O", "H"});
+  ASSERT_EQ(systems.size(), 1u);
+  const System& s = systems[0];
+  EXPECT_EQ(s.frame(3).coord, npy.frame(3).coord);
+  // Replaced by a file of the same structure and other values.
+  mlip::test::write_system(tmp / "npy2", 2, 4, 4, 7);
+  { Writer w(p + ".new"); w.system("/s", mlip::data::read_deepmd_system(tmp / "npy2", {"O", "H"}), 2); }
+  std::filesystem::rename(p + ".new", p);
+  std::string msg = error_of([&] { s.frame(3); });
+  EXPECT_TRUE(contains(msg, p + "#/s: frame 3 (row 1 of " + p + "#/s/set.001): " + p +
+                                ": changed since it was opened at start (replaced by another file"))
+      << msg;
+  // Replaced by a FIFO: refused, never waited on; and refused at start.
+  std::filesystem::remove(p);
+  ASSERT_EQ(mkfifo(p.c_str(), 0600), 0);
+  msg = error_of([&] { s.frame(0); });
+  EXPECT_TRUE(contains(msg, p + "#/s: frame 0 (row 0 of " + p + "#/s/set.000): " + p +
+                                ": changed since it was opened at start (now a FIFO"))
+      << msg;
+  msg = error_of([&] { mlip::data::open_hdf5_systems(p, "", {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, p + ": is a FIFO (named pipe), expected a regular file")) << msg;
 }
 
 #else

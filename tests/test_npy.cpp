@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -309,4 +311,30 @@ TEST(Npy, NumpyReadsWrittenFiles) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out,
             "float64 (2, 3) [[1.5, -2.25, 3.0], [4.125, -5.5, 6.0]] (3,) [1.0, 2.0, 3.0]\n");
+}
+
+TEST(Npy, AFifoIsRefusedWithoutBlocking) {
+  TempDir tmp;
+  ASSERT_EQ(mkfifo((tmp / "f.npy").c_str(), 0600), 0);
+  // No writer ever opens the FIFO: reading its magic bytes would wait for ever.
+  std::string msg = error_of(tmp / "f.npy");
+  EXPECT_NE(msg.find(tmp / "f.npy" + ": is a FIFO (named pipe), expected a regular file"), std::string::npos) << msg;
+}
+
+TEST(Npy, RowsOfAFileChangedSinceItWasOpenedAreRefused) {
+  TempDir tmp;
+  write_npy(tmp / "a.npy", {2, 3}, {1, 2, 3, 4, 5, 6});
+  const mlip::data::NpyFile file = mlip::data::open_npy(tmp / "a.npy");
+  EXPECT_EQ(mlip::data::read_npy_rows(file, 1, 1), (std::vector<double>{4, 5, 6}));
+  write_npy(tmp / "a.npy", {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});  // in place, a row more
+  std::string msg;
+  try {
+    mlip::data::read_npy_rows(file, 1, 1);
+    msg = "(no error)";
+  } catch (const mlip::Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find(tmp / "a.npy" + ": changed since it was opened at start (size 176 -> 200 bytes"),
+            std::string::npos)
+      << msg;
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/file_identity.h"
 #include "data/npy.h"
 #include "error.h"
 
@@ -26,6 +27,7 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 std::vector<std::string> read_tokens(const std::string& path) {
+  regular_file_identity(path);  // a FIFO would block the read below
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
   std::vector<std::string> tokens;
@@ -109,6 +111,7 @@ std::vector<double> read_frames(const NpyFile& a, int64_t first, int64_t count, 
 /// The arrays of one set.* folder.
 struct SetFiles {
   int64_t nframes = 0;
+  std::string dir;  ///< the set.* folder, for messages
   NpyFile coord, box, energy, force, virial;
   bool has_box = false;
 };
@@ -116,25 +119,46 @@ struct SetFiles {
 /// Reads the frames of a DeePMD npy system: each frame from the set that holds it.
 class NpyFrameReader : public FrameReader {
  public:
-  NpyFrameReader(std::vector<SetFiles> sets, int64_t natoms, bool energy, bool force, bool virial)
-      : sets_(std::move(sets)), natoms_(natoms), energy_(energy), force_(force), virial_(virial) {}
+  NpyFrameReader(std::string dir, std::vector<SetFiles> sets, int64_t natoms, bool energy, bool force, bool virial)
+      : dir_(std::move(dir)), sets_(std::move(sets)), natoms_(natoms), energy_(energy), force_(force),
+        virial_(virial) {}
 
   Frame read(int64_t frame) const override {
-    size_t s = 0;
-    int64_t f = frame;
-    while (s < sets_.size() && f >= sets_[s].nframes) f -= sets_[s++].nframes;
-    if (s == sets_.size()) throw Error("frame " + std::to_string(frame) + " is beyond the system's frames");
-    const SetFiles& set = sets_[s];
-    Frame out;
-    out.coord = read_frames(set.coord, f, 1, 3 * natoms_);
-    if (set.has_box) out.box = read_frames(set.box, f, 1, 9);
-    if (energy_) out.energy = read_frames(set.energy, f, 1, 1);
-    if (force_) out.force = read_frames(set.force, f, 1, 3 * natoms_);
-    if (virial_) out.virial = read_frames(set.virial, f, 1, 9);
-    return out;
+    return read_naming_frame(dir_, frame, where(frame), [&] {
+      const auto [s, f] = locate(frame);
+      if (s == sets_.size()) throw Error("beyond the system's " + std::to_string(total()) + " frames");
+      const SetFiles& set = sets_[s];
+      Frame out;
+      out.coord = read_frames(set.coord, f, 1, 3 * natoms_);
+      if (set.has_box) out.box = read_frames(set.box, f, 1, 9);
+      if (energy_) out.energy = read_frames(set.energy, f, 1, 1);
+      if (force_) out.force = read_frames(set.force, f, 1, 3 * natoms_);
+      if (virial_) out.virial = read_frames(set.virial, f, 1, 9);
+      return out;
+    });
+  }
+
+  std::string where(int64_t frame) const override {
+    const auto [s, f] = locate(frame);
+    if (s == sets_.size()) return "";
+    return "row " + std::to_string(f) + " of " + sets_[s].dir;
   }
 
  private:
+  /// The set holding `frame` (sets_.size() when none does) and the frame's row in it.
+  std::pair<size_t, int64_t> locate(int64_t frame) const {
+    size_t s = 0;
+    int64_t f = frame;
+    while (s < sets_.size() && f >= sets_[s].nframes) f -= sets_[s++].nframes;
+    return {s, f};
+  }
+  int64_t total() const {
+    int64_t n = 0;
+    for (const SetFiles& set : sets_) n += set.nframes;
+    return n;
+  }
+
+  std::string dir_;
   std::vector<SetFiles> sets_;
   int64_t natoms_;
   bool energy_, force_, virial_;
@@ -252,6 +276,7 @@ System open_deepmd_system(const std::string& dir, const std::vector<std::string>
       throw Error(coord_path + ": not found (every set.* folder needs coord.npy)");
     }
     SetFiles sf;
+    sf.dir = set_dir;
     int64_t nf = -1;
     sf.coord = open_frames(coord_path, nf, 3 * natoms, "3*natoms, " + natoms_note);
     if (!nopbc) {
@@ -281,7 +306,7 @@ System open_deepmd_system(const std::string& dir, const std::vector<std::string>
   }
   sys.has_cell = !nopbc;
   sys.has_energy = has_energy, sys.has_force = has_force, sys.has_virial = has_virial;
-  sys.reader = std::make_shared<NpyFrameReader>(std::move(files), natoms, has_energy, has_force, has_virial);
+  sys.reader = std::make_shared<NpyFrameReader>(dir, std::move(files), natoms, has_energy, has_force, has_virial);
   return sys;
 }
 

@@ -12,6 +12,9 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
+#include "data/file_identity.h"
 #include "error.h"
 
 namespace mlip::data {
@@ -408,11 +411,33 @@ void frame_types(const XyzFrame& f, const std::map<std::string, int>& index, con
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return types[size_t(x)] < types[size_t(y)]; });
 }
 
-/// The frame at `place`, parsed again from the file.
-XyzFrame read_frame_at(const std::string& path, const FramePlace& place) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
-  in.seekg(place.offset);
+/// The frame at `place`, parsed again from the file, which must still be the file recorded as
+/// `identity` when it was opened (check_unchanged).
+XyzFrame read_frame_at(const std::string& path, const FileIdentity& identity, const FramePlace& place) {
+  const OpenedFile file(path, identity);
+  // The frame's text: its count line, comment line and atom lines, read from its offset in
+  // chunks until they are all in (or the file ends: read_frame then says what is missing).
+  std::string text;
+  int64_t natoms = -1;  // from the count line, once read; 0 when it is not a number
+  int64_t newlines = 0;
+  std::vector<char> chunk(size_t(1) << 16);
+  off_t at = off_t(place.offset);
+  while (natoms < 0 || newlines < natoms + 2) {
+    const ssize_t got = ::pread(file.fd(), chunk.data(), chunk.size(), at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(path + ": cannot read at byte " + std::to_string(at) + " (" + std::strerror(errno) + ")");
+    if (got == 0) break;
+    newlines += std::count(chunk.begin(), chunk.begin() + got, '\n');
+    text.append(chunk.data(), size_t(got));
+    at += got;
+    const size_t end = text.find('\n');
+    if (natoms < 0 && end != std::string::npos) {
+      const std::string t = trim(text.substr(0, end));
+      const bool number = !t.empty() && t.size() <= 12 && t.find_first_not_of("0123456789") == std::string::npos;
+      natoms = number ? std::stoll(t) : 0;
+    }
+  }
+  std::istringstream in(text);
   std::string line;
   if (!std::getline(in, line)) throw Error(path + ":" + std::to_string(place.line) + ": cannot read the frame (file changed since it was opened?)");
   const std::string t = trim(line);
@@ -426,13 +451,29 @@ XyzFrame read_frame_at(const std::string& path, const FramePlace& place) {
 /// Reads the frames of one composition of an extended XYZ file when asked for.
 class ExtxyzFrameReader : public FrameReader {
  public:
-  ExtxyzFrameReader(std::string path, std::vector<std::string> names, std::vector<FramePlace> places, bool virial)
-      : path_(std::move(path)), names_(std::move(names)), places_(std::move(places)), virial_(virial) {
+  ExtxyzFrameReader(std::string system, std::string path, FileIdentity identity, std::vector<std::string> names,
+                    std::vector<FramePlace> places, bool virial)
+      : system_(std::move(system)), path_(std::move(path)), identity_(identity), names_(std::move(names)),
+        places_(std::move(places)), virial_(virial) {
     for (size_t i = 0; i < names_.size(); ++i) index_.emplace(names_[i], static_cast<int>(i));
   }
 
   data::Frame read(int64_t frame) const override {
-    const XyzFrame f = read_frame_at(path_, places_[size_t(frame)]);
+    return read_naming_frame(system_, frame, where(frame), [&] {
+      if (frame < 0 || frame >= int64_t(places_.size()))
+        throw Error("beyond the system's " + std::to_string(places_.size()) + " frames");
+      return read_at(places_[size_t(frame)]);
+    });
+  }
+
+  std::string where(int64_t frame) const override {
+    if (frame < 0 || frame >= int64_t(places_.size())) return "";
+    return "line " + std::to_string(places_[size_t(frame)].line) + " of " + path_;
+  }
+
+ private:
+  data::Frame read_at(const FramePlace& place) const {
+    const XyzFrame f = read_frame_at(path_, identity_, place);
     std::vector<int> types;
     std::vector<int64_t> order;
     frame_types(f, index_, names_, path_, types, order);
@@ -452,7 +493,9 @@ class ExtxyzFrameReader : public FrameReader {
   }
 
  private:
+  std::string system_;  ///< the system's name, for messages
   std::string path_;
+  FileIdentity identity_;  ///< the file as open_extxyz read it
   std::vector<std::string> names_;
   std::map<std::string, int> index_;
   std::vector<FramePlace> places_;
@@ -462,6 +505,7 @@ class ExtxyzFrameReader : public FrameReader {
 }  // namespace
 
 std::vector<System> open_extxyz(const std::string& path, const std::vector<std::string>& type_map) {
+  const FileIdentity identity = OpenedFile(path).identity();  // refuses a FIFO without blocking on it
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
 
@@ -538,7 +582,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
       auto it = index.find(e);
       if (it == index.end()) {
         // Parse the frame again for the message naming the first atom of that element.
-        const XyzFrame fr = read_frame_at(path, f.place);
+        const XyzFrame fr = read_frame_at(path, identity, f.place);
         std::vector<int> types;
         std::vector<int64_t> order;
         frame_types(fr, index, names, path, types, order);
@@ -577,8 +621,11 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
     places[g->second].push_back(f.place);
     ++s.nframes;
   }
+  // A file written while the pass above read it would be read on as another.
+  check_unchanged(path, identity, regular_file_identity(path));
   for (size_t k = 0; k < systems.size(); ++k)
-    systems[k].reader = std::make_shared<ExtxyzFrameReader>(path, names, std::move(places[k]), systems[k].has_virial);
+    systems[k].reader = std::make_shared<ExtxyzFrameReader>(systems[k].name, path, identity, names,
+                                                            std::move(places[k]), systems[k].has_virial);
   return systems;
 }
 

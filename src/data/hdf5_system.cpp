@@ -8,12 +8,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iomanip>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <cstring>
 #include <sstream>
 
 #include "data/deepmd_system.h"
+#include "data/file_identity.h"
 #include "data/npy.h"
 
 namespace mlip::data {
@@ -58,13 +61,30 @@ std::string join_path(const std::string& group, const std::string& name) {
 /// "file.hdf5#/group/name": how messages name a dataset or group.
 std::string where(const std::string& file, const std::string& object) { return file + "#" + object; }
 
-Handle open_file(const std::string& file) {
+/// Opens `file` read-only. `at_start`: the file as it was first opened (nullptr at that first
+/// open); a file that is no longer that one is an error naming it (check_unchanged). `identity`
+/// receives the identity of the descriptor HDF5 opened. A FIFO or device is refused before
+/// HDF5 opens it (it would block).
+Handle open_file(const std::string& file, const FileIdentity* at_start = nullptr, FileIdentity* identity = nullptr) {
   silence_hdf5();
-  if (!std::filesystem::exists(file)) throw Error(file + ": no such file");
-  if (H5Fis_hdf5(file.c_str()) <= 0)
+  if (at_start == nullptr && !std::filesystem::exists(file)) throw Error(file + ": no such file");
+  // First a descriptor of mlip's own, opened without blocking: a file that is not the one seen
+  // at start, or not a regular file (a FIFO would block HDF5's open), is refused here.
+  const FileIdentity on_disk =
+      at_start != nullptr ? OpenedFile(file, *at_start).identity() : OpenedFile(file).identity();
+  if (at_start == nullptr && H5Fis_hdf5(file.c_str()) <= 0)
     throw Error(file + ": not an HDF5 file (no HDF5 signature; truncated or another format?)");
   Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!f.valid()) throw Error(file + ": cannot open as HDF5 (damaged or truncated file?)");
+  // The file HDF5 opened may not be the one stat saw a moment before: ask its descriptor.
+  FileIdentity opened = on_disk;
+  Handle access(H5Fget_access_plist(f.get()), H5Pclose);
+  void* handle = nullptr;
+  if (access.valid() && H5Pget_driver(access.get()) == H5FD_SEC2 &&
+      H5Fget_vfd_handle(f.get(), H5P_DEFAULT, &handle) >= 0 && handle != nullptr)
+    opened = identity_of(*static_cast<int*>(handle), file);
+  if (at_start != nullptr) check_unchanged(file, *at_start, opened);
+  if (identity != nullptr) *identity = opened;
   return f;
 }
 
@@ -113,6 +133,71 @@ struct DatasetInfo {
   size_t type_size = 0;
 };
 
+std::string dtype_name(const DatasetInfo& info) {
+  switch (info.type_class) {
+    case H5T_FLOAT: return "float" + std::to_string(8 * info.type_size);
+    case H5T_INTEGER: return "int" + std::to_string(8 * info.type_size);
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    default: return "class " + std::to_string(int(info.type_class));
+  }
+}
+
+/// The data a dataset declares must be in the file (checked before anything is allocated for
+/// it): a truncated file holds the header but not the values, and a shape declared far beyond
+/// what was written (never-written storage reads as fill values) would be read as data or make
+/// mlip allocate for frames that do not exist. Contiguous data must end within the file;
+/// chunked data must have every chunk stored (compressed chunks are taken as they are).
+void check_stored(hid_t d, const std::string& file_name, const std::string& path, const DatasetInfo& info,
+                  const std::vector<hsize_t>& dims) {
+  const std::string name = where(file_name, path);
+  hsize_t count = 1;
+  bool overflow = false;
+  for (hsize_t x : dims) {
+    if (x != 0 && count > std::numeric_limits<hsize_t>::max() / 16 / x) overflow = true;
+    count *= x;
+  }
+  if (overflow) throw Error(name + ": declared shape " + shape_string(info.shape) + " is too large");
+  if (count == 0) return;
+  const hsize_t needed = count * info.type_size;
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(file_name, ec);
+  const std::string file_note = ec ? "" : "; the file has " + std::to_string(file_size) + " bytes";
+  const std::string declared = name + ": declares shape " + shape_string(info.shape) + " (" +
+                               std::to_string(needed) + " bytes of " + dtype_name(info) + ")";
+  Handle plist(H5Dget_create_plist(d), H5Pclose);
+  if (!plist.valid()) throw Error(name + ": cannot read how its data is stored (damaged file?)");
+  if (H5Pget_external_count(plist.get()) > 0) return;  // in other files, which HDF5 reads itself
+  const H5D_layout_t layout = H5Pget_layout(plist.get());
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t offset = H5Dget_offset(d);
+    if (offset == HADDR_UNDEF)
+      throw Error(declared + " but none of it is stored in the file" + file_note +
+                  " (written without its data, or damaged?)");
+    if (!ec && offset + needed > file_size)
+      throw Error(name + ": truncated: its " + std::to_string(needed) + " bytes of data end at byte " +
+                  std::to_string(offset + needed) + " but the file has " + std::to_string(file_size) + " bytes");
+  } else if (layout == H5D_CHUNKED) {
+    const int rank = int(dims.size());
+    std::vector<hsize_t> chunk(dims.size(), 1);
+    if (rank == 0 || H5Pget_chunk(plist.get(), rank, chunk.data()) != rank)
+      throw Error(name + ": cannot read its chunk shape (damaged file?)");
+    double expected = 1;  // chunks that cover the shape (a double: a declared shape may be absurd)
+    for (int k = 0; k < rank; ++k) expected *= double((dims[size_t(k)] + chunk[size_t(k)] - 1) / std::max<hsize_t>(chunk[size_t(k)], 1));
+    // Chunks stored (none at all when nothing was ever written: no chunk index either).
+    hsize_t stored = 0;
+    Handle space(H5Dget_space(d), H5Sclose);
+    if (H5Dget_storage_size(d) > 0 && H5Dget_num_chunks(d, space.get(), &stored) < 0)
+      throw Error(name + ": cannot count its stored chunks (damaged file?)");
+    if (double(stored) < expected) {
+      std::ostringstream m;
+      m << declared << " in " << std::setprecision(15) << expected << " chunks, but only " << stored
+        << " of them are stored in the file" << file_note << " (written without all its data, or damaged?)";
+      throw Error(m.str());
+    }
+  }
+}
+
 DatasetInfo inspect(hid_t file, const std::string& file_name, const std::string& path) {
   Handle d(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!d.valid()) throw Error(where(file_name, path) + ": not a dataset (expected a dataset as dpdata writes it)");
@@ -123,33 +208,15 @@ DatasetInfo inspect(hid_t file, const std::string& file_name, const std::string&
   if (nd < 0) throw Error(where(file_name, path) + ": cannot read its shape (damaged file?)");
   std::vector<hsize_t> dims(static_cast<size_t>(nd));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  // An empty (null) dataspace holds no value: shape [0].
+  if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) dims = {0};
   for (hsize_t x : dims) info.shape.push_back(int64_t(x));
   info.type_class = H5Tget_class(type.get());
   info.type_size = H5Tget_size(type.get());
-  // The data must be in the file: a truncated file holds the header but not the values.
-  const haddr_t offset = H5Dget_offset(d.get());
-  hsize_t count = 1;
-  for (hsize_t x : dims) count *= x;
-  const hsize_t needed = count * info.type_size;
-  if (offset != HADDR_UNDEF && info.type_class != H5T_STRING) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(file_name, ec);
-    if (!ec && offset + needed > size)
-      throw Error(where(file_name, path) + ": truncated: its " + std::to_string(needed) + " bytes of data end at byte " +
-                  std::to_string(offset + needed) + " but the file has " + std::to_string(size) + " bytes");
-  }
+  check_stored(d.get(), file_name, path, info, dims);
   return info;
 }
 
-std::string dtype_name(const DatasetInfo& info) {
-  switch (info.type_class) {
-    case H5T_FLOAT: return "float" + std::to_string(8 * info.type_size);
-    case H5T_INTEGER: return "int" + std::to_string(8 * info.type_size);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    default: return "class " + std::to_string(int(info.type_class));
-  }
-}
 
 void expect_float(const DatasetInfo& info, const std::string& name) {
   if (info.type_class != H5T_FLOAT || (info.type_size != 4 && info.type_size != 8))
@@ -181,30 +248,33 @@ std::vector<double> read_rows(hid_t file, const std::string& file_name, const st
   return out;
 }
 
-/// A string dataset's strings (fixed or variable length; a scalar gives one string).
+/// A string dataset's strings (fixed or variable length, ASCII or UTF-8; a scalar gives one
+/// string; an empty dataset none).
 std::vector<std::string> read_strings(hid_t file, const std::string& file_name, const std::string& path) {
   const std::string name = where(file_name, path);
+  const DatasetInfo info = inspect(file, file_name, path);  // the strings are in the file
+  if (info.type_class != H5T_STRING) throw Error(name + ": expected strings, got " + dtype_name(info));
   Handle d(H5Dopen2(file, path.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!d.valid()) throw Error(name + ": not a dataset");
   Handle type(H5Dget_type(d.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING) throw Error(name + ": expected strings");
   Handle space(H5Dget_space(d.get()), H5Sclose);
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   std::vector<std::string> out;
-  if (n <= 0) return out;
+  if (n <= 0 || H5Sget_simple_extent_type(space.get()) == H5S_NULL) return out;
   if (H5Tis_variable_str(type.get()) > 0) {
+    // The memory type must name the file's character set: HDF5 converts no UTF-8 to ASCII.
     Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(memory_type.get(), H5T_VARIABLE);
+    H5Tset_cset(memory_type.get(), H5Tget_cset(type.get()));
     std::vector<char*> values(static_cast<size_t>(n), nullptr);
     if (H5Dread(d.get(), memory_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
-      throw Error(name + ": cannot read (damaged file?)");
+      throw Error(name + ": cannot read its variable-length strings (damaged file?)");
     for (char* v : values) out.emplace_back(v != nullptr ? v : "");
     H5Dvlen_reclaim(memory_type.get(), space.get(), H5P_DEFAULT, values.data());
   } else {
     const size_t size = H5Tget_size(type.get());
     std::vector<char> buffer(size_t(n) * size);
     if (H5Dread(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
-      throw Error(name + ": cannot read (damaged file?)");
+      throw Error(name + ": cannot read its strings (damaged file?)");
     for (hssize_t k = 0; k < n; ++k) {
       const char* begin = buffer.data() + size_t(k) * size;
       out.emplace_back(begin, strnlen(begin, size));
@@ -233,7 +303,14 @@ std::vector<int> read_type_ids(hid_t file, const std::string& file_name, const s
       ids.push_back(int(values[a]));
     }
   } else if (info.type_class == H5T_STRING) {
-    std::istringstream in(read_strings(file, file_name, path).front());
+    // Text of integers: one string, or one string per atom (or any split of the text).
+    const std::vector<std::string> strings = read_strings(file, file_name, path);
+    if (strings.empty())
+      throw Error(name + ": expected text of integer type ids (one per atom), got an empty string dataset (shape " +
+                  shape_string(info.shape) + ")");
+    std::string text;
+    for (const std::string& part : strings) text += part + " ";
+    std::istringstream in(text);
     std::string tok;
     while (in >> tok) {
       if (tok.size() > 9 || tok.find_first_not_of("0123456789") != std::string::npos)
@@ -267,42 +344,60 @@ struct SetDatasets {
 /// kept between calls) and reads each array's rows of that frame.
 class Hdf5FrameReader : public FrameReader {
  public:
-  Hdf5FrameReader(std::string file, std::vector<SetDatasets> sets, int64_t natoms, bool has_box, bool energy,
-                  bool force, bool virial)
-      : file_(std::move(file)), sets_(std::move(sets)), natoms_(natoms), has_box_(has_box), energy_(energy),
-        force_(force), virial_(virial) {}
+  Hdf5FrameReader(std::string system, std::string file, FileIdentity identity, std::vector<SetDatasets> sets,
+                  int64_t natoms, bool has_box, bool energy, bool force, bool virial)
+      : system_(std::move(system)), file_(std::move(file)), identity_(identity), sets_(std::move(sets)),
+        natoms_(natoms), has_box_(has_box), energy_(energy), force_(force), virial_(virial) {}
 
   Frame read(int64_t frame) const override {
-    size_t s = 0;
-    int64_t f = frame;
-    while (s < sets_.size() && f >= sets_[s].nframes) f -= sets_[s++].nframes;
-    if (s == sets_.size()) throw Error(file_ + ": frame " + std::to_string(frame) + " is beyond the system's frames");
-    const SetDatasets& set = sets_[s];
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
-    Handle h = open_file(file_);
-    auto rows = [&](const char* name, const std::vector<int64_t>& shape, int64_t per_frame) {
-      // A single frame stored flat, or a 0-d energy: the whole dataset is the frame.
-      if (shape.size() <= 1 && per_frame != 1) return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, shape.empty() ? 1 : shape[0]);
-      if (shape.empty()) return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, 1);
-      return read_rows(h.get(), file_, join_path(set.group, name), shape, f, 1);
-    };
-    Frame out;
-    out.coord = rows("coord.npy", set.coord, 3 * natoms_);
-    if (has_box_) out.box = rows("box.npy", set.box, 9);
-    if (energy_) out.energy = rows("energy.npy", set.energy, 1);
-    if (force_) out.force = rows("force.npy", set.force, 3 * natoms_);
-    if (virial_) out.virial = rows("virial.npy", set.virial, 9);
-    return out;
+    return read_naming_frame(system_, frame, where(frame), [&] {
+      const auto [s, f] = locate(frame);
+      if (s == sets_.size()) throw Error("beyond the system's frames");
+      const SetDatasets& set = sets_[s];
+      std::lock_guard<std::mutex> lock(hdf5_mutex());
+      Handle h = open_file(file_, &identity_);
+      auto rows = [&](const char* name, const std::vector<int64_t>& shape, int64_t per_frame) {
+        // A single frame stored flat, or a 0-d energy: the whole dataset is the frame.
+        if (shape.size() <= 1 && per_frame != 1)
+          return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, shape.empty() ? 1 : shape[0]);
+        if (shape.empty()) return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, 1);
+        return read_rows(h.get(), file_, join_path(set.group, name), shape, f, 1);
+      };
+      Frame out;
+      out.coord = rows("coord.npy", set.coord, 3 * natoms_);
+      if (has_box_) out.box = rows("box.npy", set.box, 9);
+      if (energy_) out.energy = rows("energy.npy", set.energy, 1);
+      if (force_) out.force = rows("force.npy", set.force, 3 * natoms_);
+      if (virial_) out.virial = rows("virial.npy", set.virial, 9);
+      return out;
+    });
+  }
+
+  std::string where(int64_t frame) const override {
+    const auto [s, f] = locate(frame);
+    if (s == sets_.size()) return "";
+    return "row " + std::to_string(f) + " of " + data::where(file_, sets_[s].group);
   }
 
  private:
+  /// The set holding `frame` (sets_.size() when none does) and the frame's row in it.
+  std::pair<size_t, int64_t> locate(int64_t frame) const {
+    size_t s = 0;
+    int64_t f = frame;
+    while (s < sets_.size() && f >= sets_[s].nframes) f -= sets_[s++].nframes;
+    return {s, f};
+  }
+
+  std::string system_;     ///< the system's name, for messages
   std::string file_;
+  FileIdentity identity_;  ///< the file as it was when the system was opened
   std::vector<SetDatasets> sets_;
   int64_t natoms_;
   bool has_box_, energy_, force_, virial_;
 };
 
-System open_system(hid_t h, const std::string& file, const std::string& group, const std::vector<std::string>& type_map) {
+System open_system(hid_t h, const std::string& file, const FileIdentity& identity, const std::string& group,
+                   const std::vector<std::string>& type_map) {
   System sys;
   sys.name = where(file, group);
   const std::string type_path = join_path(group, "type.raw");
@@ -369,21 +464,50 @@ System open_system(hid_t h, const std::string& file, const std::string& group, c
   }
   sys.has_cell = !nopbc;
   sys.has_energy = has_energy, sys.has_force = has_force, sys.has_virial = has_virial;
-  sys.reader = std::make_shared<Hdf5FrameReader>(file, std::move(datasets), natoms, !nopbc, has_energy, has_force,
-                                                 has_virial);
+  sys.reader = std::make_shared<Hdf5FrameReader>(sys.name, file, identity, std::move(datasets), natoms, !nopbc,
+                                                 has_energy, has_force, has_virial);
   return sys;
 }
 
+/// What tells HDF5 objects apart within one file (its address; a token since HDF5 1.12): two
+/// paths to one group give the same key.
+std::string object_key(hid_t file, const std::string& path) {
+  H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+  if (H5Oget_info_by_name3(file, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return path;
+  return std::string(reinterpret_cast<const char*>(&info.token), sizeof info.token);
+#else
+  if (H5Oget_info_by_name(file, path.c_str(), &info, H5P_DEFAULT) < 0) return path;
+  return std::string(reinterpret_cast<const char*>(&info.addr), sizeof info.addr);
+#endif
+}
+
+/// A group on the way down from where the search started: its path and object_key.
+struct Ancestor {
+  std::string path, key;
+};
+
 /// Groups at or under `group` that hold type.raw, in name order (a system's own groups are not
-/// searched further).
-void find_systems(hid_t h, const std::string& group, int depth, std::vector<std::string>& out) {
+/// searched further). A link back to a group on the way down (a group that holds itself, by a
+/// hard or soft link) is an error: the groups would go on for ever.
+void find_systems(hid_t h, const std::string& file, const std::string& group, std::vector<Ancestor>& path,
+                  std::vector<std::string>& out) {
   if (link_exists(h, join_path(group, "type.raw"))) {
     out.push_back(group);
     return;
   }
-  if (depth > 32) return;
+  const std::string key = object_key(h, group);
+  for (const Ancestor& a : path)
+    if (a.key == key)
+      throw Error(where(file, group) + ": is the group " + a.path +
+                  " again (a link to a group that holds it: a cycle); expected groups that form a tree");
+  if (path.size() > 64)
+    throw Error(where(file, group) + ": groups nested more than 64 deep; expected system groups (type.raw, set.*) "
+                "at most 64 groups below the root");
+  path.push_back({group, key});
   for (const std::string& c : children(h, group))
-    if (is_group(h, join_path(group, c))) find_systems(h, join_path(group, c), depth + 1, out);
+    if (is_group(h, join_path(group, c))) find_systems(h, file, join_path(group, c), path, out);
+  path.pop_back();
 }
 
 }  // namespace
@@ -396,15 +520,17 @@ std::vector<System> open_hdf5_systems(const std::string& file, const std::string
   if (group[0] != '/') group = "/" + group;
   while (group.size() > 1 && group.back() == '/') group.pop_back();
   std::lock_guard<std::mutex> lock(hdf5_mutex());
-  Handle h = open_file(file);
+  FileIdentity identity;
+  Handle h = open_file(file, nullptr, &identity);
   if (!is_group(h.get(), group))
     throw Error(where(file, group) + ": no such group in the file (expected a group holding type.raw and set.*)");
   std::vector<std::string> groups;
-  find_systems(h.get(), group, 0, groups);
+  std::vector<Ancestor> ancestors;
+  find_systems(h.get(), file, group, ancestors, groups);
   if (groups.empty())
     throw Error(where(file, group) + ": no DeePMD system found: no type.raw in this group or any group under it");
   std::vector<System> systems;
-  for (const std::string& g : groups) systems.push_back(open_system(h.get(), file, g, type_map));
+  for (const std::string& g : groups) systems.push_back(open_system(h.get(), file, identity, g, type_map));
   return systems;
 }
 

@@ -121,6 +121,12 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
                   "; expected a DeePMD system folder (with type.raw), a folder of them, or an "
                   ".xyz/.extxyz or .hdf5 file");
     }
+    if (!hdf5_group.empty() && !fs::is_regular_file(p)) {
+      // "x.hdf5#/group" selects a group inside an HDF5 file; a folder has none to select.
+      throw Error(ps + ": is " + std::string(fs::is_directory(p) ? "a folder" : "not a regular file") +
+                  ", not an HDF5 file, so '#" + hdf5_group + "' (a group inside an HDF5 file) selects nothing" +
+                  origin + "; give the folder without '#...', or the HDF5 file");
+    }
     if (fs::is_directory(p)) {
       std::vector<std::string> dirs;
       if (fs::exists(p / "type.raw")) {

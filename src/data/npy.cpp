@@ -1,7 +1,5 @@
 #include "data/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -209,15 +207,9 @@ int64_t NpyArray::size() const {
 }
 
 NpyFile open_npy(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw Error(path + ": cannot read file (" + std::strerror(errno) + ")");
-  const uint64_t file_size = uint64_t(st.st_size);
+  const OpenedFile opened(path);
+  const int fd = opened.fd();
+  const uint64_t file_size = uint64_t(opened.identity().size);
   unsigned char pre[12] = {};
   const ssize_t got = ::pread(fd, pre, sizeof pre, 0);
   if (got < 0) throw Error(path + ": cannot read file (" + std::strerror(errno) + ")");
@@ -268,6 +260,7 @@ NpyFile open_npy(const std::string& path) {
 
   NpyFile file;
   file.path = path;
+  file.identity = opened.identity();
   file.shape = h.shape;
   file.dtype = d;
   file.fortran_order = h.fortran_order;
@@ -311,12 +304,8 @@ std::vector<double> read_npy_rows(const NpyFile& file, int64_t first, int64_t co
                 ") are outside the array's " + std::to_string(file.rows()) + " rows");
   std::vector<double> values(size_t(count * row));
   if (values.empty()) return values;
-  const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(file.path + ": cannot open file (" + std::strerror(errno) + ")");
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const OpenedFile opened(file.path, file.identity);
+  const int fd = opened.fd();
   const int item = file.itemsize;
   std::vector<unsigned char> bytes(size_t(count) * size_t(item));
   auto read_at = [&](unsigned char* to, size_t nbytes, uint64_t offset) {
@@ -326,7 +315,7 @@ std::vector<double> read_npy_rows(const NpyFile& file, int64_t first, int64_t co
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0)
         throw Error(file.path + ": cannot read " + std::to_string(nbytes) + " bytes at offset " +
-                    std::to_string(offset) + (r < 0 ? " (" + std::string(std::strerror(errno)) + ")" : " (file shortened since it was opened)"));
+                    std::to_string(offset) + (r < 0 ? " (" + std::string(std::strerror(errno)) + ")" : " (the file ends there)"));
       done += size_t(r);
     }
   };

@@ -1,6 +1,7 @@
 #include "data/system.h"
 
 #include <cmath>
+#include <new>
 #include <sstream>
 
 #include "data/overlap.h"
@@ -122,6 +123,21 @@ void validate_frame(const System& s, int64_t index, const Frame& fr) {
   check_no_overlap(s, frame, fr);
 }
 
+Frame read_naming_frame(const std::string& source, int64_t frame, const std::string& place,
+                        const std::function<Frame()>& read) {
+  const auto named = [&](const std::string& message) {
+    return Error(source + ": frame " + std::to_string(frame) + (place.empty() ? "" : " (" + place + ")") + ": " +
+                 message);
+  };
+  try {
+    return read();
+  } catch (const std::bad_alloc&) {
+    throw named("out of memory while reading the frame");
+  } catch (const std::exception& e) {
+    throw named(e.what());
+  }
+}
+
 Frame System::frame(int64_t f) const {
   if (f < 0 || f >= nframes) throw Error(name + ": frame " + std::to_string(f) + " out of range [0, " +
                                          std::to_string(nframes) + ")");
@@ -140,6 +156,10 @@ Frame System::frame(int64_t f) const {
   }
   if (!reader) throw Error(name + ": has neither frames in memory nor a reader");
   out = reader->read(f);
+  if (out.coord.size() != size_t(natoms()) * 3 || (!out.force.empty() && out.force.size() != out.coord.size()))
+    throw Error(name + ": frame " + std::to_string(f) + (reader->where(f).empty() ? "" : " (" + reader->where(f) + ")") +
+                ": read " + std::to_string(out.coord.size() / 3) + " atoms, expected " + std::to_string(natoms()) +
+                " (file changed since it was opened?)");
   if (!atom_order.empty()) {
     auto permute = [&](std::vector<double>& v) {
       if (v.empty()) return;
@@ -151,7 +171,13 @@ Frame System::frame(int64_t f) const {
     permute(out.coord);
     permute(out.force);
   }
-  validate_frame(*this, f, out);
+  try {
+    validate_frame(*this, f, out);
+  } catch (const Error& e) {
+    const std::string place = reader->where(f);
+    if (place.empty()) throw;
+    throw Error(std::string(e.what()) + " (frame " + std::to_string(f) + " is " + place + ")");
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,9 +33,23 @@ class FrameReader {
  public:
   virtual ~FrameReader() = default;
   /// Frame `frame` (0 <= frame < nframes), atoms in the order of the reader's system. Throws
-  /// mlip::Error naming the file when it cannot be read (a file changed since it was opened).
+  /// mlip::Error naming the file and the frame when it cannot be read (a file changed since it
+  /// was opened: docs/data.md "Files that change during training").
   virtual Frame read(int64_t frame) const = 0;
+  /// Where frame `frame` is stored, for messages: "row 12 of data/water/set.000", "line 57 of
+  /// x.xyz"; "" when the reader cannot tell.
+  virtual std::string where(int64_t frame) const {
+    (void)frame;
+    return "";
+  }
 };
+
+/// Runs `read` (the work of a FrameReader::read) and turns whatever it throws into an
+/// mlip::Error that names the frame and where it is stored:
+/// "<source>: frame <frame> (<place>): <the message>", e.g. "data/water: frame 12 (row 12 of
+/// data/water/set.000): data/water/set.000/coord.npy: changed since it was opened at start (...)".
+Frame read_naming_frame(const std::string& source, int64_t frame, const std::string& place,
+                        const std::function<Frame()>& read);
 
 /// Frames that share one atom count and one per-atom type order (a DeePMD "system").
 /// Either in memory (the arrays below hold every frame) or streamed (the arrays are empty and
@@ -79,7 +94,8 @@ struct System {
   const double* frame_box(int64_t f) const { return box.empty() ? nullptr : box.data() + f * 9; }
 
   /// Frame f: a copy from memory, or read through `reader` and checked for non-finite values
-  /// (validate_frame). Thread-safe.
+  /// (validate_frame; a streamed frame's message then also says where the frame is stored).
+  /// Thread-safe.
   Frame frame(int64_t f) const;
   /// Reads every frame through `reader` into the arrays (a streamed system becomes an in-memory
   /// one).
