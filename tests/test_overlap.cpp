@@ -4,9 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
 
+#include "data/kokkos_runtime.h"
 #include "data/system.h"
 #include "error.h"
 #include "test_util.h"
@@ -59,6 +64,33 @@ TEST(Overlap, FoundExactlyWhenBruteForceFindsOne) {
       if (periodic) EXPECT_EQ(o->shift, (std::array<int, 3>{{0, -1, 0}}));
     }
   }
+}
+
+TEST(Overlap, SafeBesideOtherThreadsBuildingNeighbourLists) {
+  // The trainer's workers check frames while others build a model's neighbour list (under
+  // data::kokkos_mutex); Kokkos' Serial space shares its reduction scratch between threads.
+  Frame f = mlip::test::random_frame(60, true, 9, 8.0, {0.5, 0.2, -0.3}, 0.8, 0.4);
+  for (int k = 0; k < 3; ++k) f.pos[size_t(30 * 3 + k)] = f.pos[size_t(12 * 3 + k)] + (k == 1 ? 2e-4 : 0.0);
+  const auto expected = mlip::data::find_overlap(f.pos.data(), f.natoms(), f.cell.data(), f.pbc);
+  ASSERT_TRUE(expected);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&] {
+      for (int r = 0; r < 40; ++r) {
+        const auto o = mlip::data::find_overlap(f.pos.data(), f.natoms(), f.cell.data(), f.pbc);
+        if (!o || o->i != expected->i || o->j != expected->j || o->distance != expected->distance) ++wrong;
+      }
+    });
+  threads.emplace_back([&] {
+    for (int r = 0; r < 40; ++r) {
+      std::lock_guard<std::mutex> lock(mlip::data::kokkos_mutex());
+      const auto list = mlip::data::build_neighbor_list<double>(f.pos.data(), f.natoms(), f.cell.data(), f.pbc, 4.0);
+      if (list.npairs() == 0) ++wrong;
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(Overlap, ValidateFrameNamesSystemFrameAndAtomsInTheFilesOrder) {

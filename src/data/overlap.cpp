@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
+
+#include "data/kokkos_runtime.h"
 
 namespace mlip::data {
 
@@ -44,6 +47,9 @@ template std::optional<Overlap> find_overlap<double>(const NeighborList<double>&
 std::optional<Overlap> find_overlap(const double* positions, int64_t natoms, const double* cell,
                                     std::array<bool, 3> pbc) {
   if (natoms < 2 && cell == nullptr) return std::nullopt;
+  // Frames are read and checked on the trainer's worker threads, beside models building their
+  // lists: one Kokkos user at a time (data/kokkos_runtime.h).
+  std::lock_guard<std::mutex> lock(kokkos_mutex());
   const NeighborList<double> list = build_neighbor_list<double>(positions, natoms, cell, pbc, kOverlapDistance);
   std::optional<Overlap> o = find_overlap(list, kOverlapDistance);
   if (o && o->i > o->j) {  // the list holds both i->j and j->i: name the lower index first

@@ -25,11 +25,13 @@ struct Overlap {
 /// included, or nothing. positions: host [natoms, 3] Å; cell: host [9] (rows are the cell
 /// vectors) or nullptr without periodic directions. O(natoms): a neighbour list with the overlap
 /// distance as its cutoff (its bins grow for sparse systems, so memory stays linear).
+/// Thread-safe: it holds data::kokkos_mutex() (the caller must not).
 std::optional<Overlap> find_overlap(const double* positions, int64_t natoms, const double* cell,
                                     std::array<bool, 3> pbc);
 
 /// The closest pair of a neighbour list closer than `threshold` Å, or nothing: a scan over the
-/// list's pairs (where the list lives), for a caller that built the list anyway (MD).
+/// list's pairs (where the list lives), for a caller that built the list anyway (MD). Launches
+/// a Kokkos kernel: a caller on several threads holds data::kokkos_mutex().
 template <typename Real>
 std::optional<Overlap> find_overlap(const NeighborList<Real>& list, double threshold = kOverlapDistance);
 

@@ -56,7 +56,13 @@ std::shared_ptr<const PreparedFrame> FrameStore::make(const Key& key) {
   const data::System& system = (*sets_[size_t(std::get<0>(key))])[std::get<1>(key)];
   const data::Frame frame = system.frame(std::get<2>(key));
   auto out = std::make_shared<PreparedFrame>();
-  out->input = model_.prepare_frame(system, frame);
+  try {
+    out->input = model_.prepare_frame(system, frame);
+  } catch (const std::exception& e) {
+    // Reading names the file and frame itself (data::System::frame); what the model finds in a
+    // frame's values (a neighbour list that cannot be built) must name them too.
+    throw Error("system " + system.name + ": frame " + std::to_string(std::get<2>(key)) + ": " + e.what());
+  }
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   auto to_tensor = [&](const std::vector<double>& v) { return torch::tensor(v, f64).to(device_); };
   if (!frame.energy.empty()) out->energy = to_tensor(frame.energy);
