@@ -344,6 +344,20 @@ void system_with_types(Writer& w, const std::string& group, const System& s,
   w.floats(group + "/set.000/force.npy", {hsize_t(s.nframes), n3}, s.force);
 }
 
+/// `mlip neighbor-stat -s <system>` through the real CLI, under a time limit (a cycle must not
+/// hang it): exit 1 and `needle` in the message, or exit 0 when needle is empty.
+void expect_cli(const std::string& system, const std::string& needle) {
+  const auto r = mlip::test::run_command("timeout 120 " + std::string(MLIP_EXE) + " neighbor-stat -s '" + system +
+                                         "' -r 3 -t O H");
+  if (needle.empty()) {
+    EXPECT_EQ(r.exit_code, 0) << system << "\n" << r.out << r.err;
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 1) << system << "\n" << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "mlip: error: ")) << r.err;
+  EXPECT_TRUE(contains(r.err, needle)) << r.err;
+}
+
 TEST(Hdf5System, VariableLengthUtf8StringsAreRead) {
   TempDir tmp;
   mlip::test::write_system(tmp / "npy", 2, 4, 3, 1);
@@ -374,6 +388,8 @@ TEST(Hdf5System, VariableLengthUtf8StringsAreRead) {
   const std::vector<System> own = mlip::data::open_hdf5_systems(p, "/one", {});
   EXPECT_EQ(own[0].type_map, (std::vector<std::string>{"H", "O"}));
   EXPECT_EQ(own[0].types, (std::vector<int>{1, 1, 0, 0, 0, 0}));
+  expect_cli(p + "#/one", "");
+  expect_cli(p + "#/per_atom", "");
 }
 
 TEST(Hdf5System, EmptyStringDatasetsAreNamedErrors) {
@@ -400,6 +416,7 @@ TEST(Hdf5System, EmptyStringDatasetsAreNamedErrors) {
   EXPECT_TRUE(contains(msg, p + "#/map/type.raw: type id 1 is out of range for " + p + "#/map/type_map.raw which "
                             "names 0 types"))
       << msg;
+  expect_cli(p + "#/fixed", p + "#/fixed/type.raw: expected text of integer type ids (one per atom), got an empty string dataset");
 }
 
 TEST(Hdf5System, ShapesDeclaredBeyondTheFileAreNamedErrors) {
@@ -426,6 +443,7 @@ TEST(Hdf5System, ShapesDeclaredBeyondTheFileAreNamedErrors) {
       << msg;
   msg = error_of([&] { mlip::data::open_hdf5_systems(p, "/types", {"O", "H"}); });
   EXPECT_TRUE(contains(msg, p + "#/types/type.raw: declares shape [1000000000000]")) << msg;
+  expect_cli(p + "#/chunked", p + "#/chunked/set.000/coord.npy: declares shape [1000000000000, 6]");
 
   // Chunked data with every chunk written reads as it was written; with a chunk missing (a
   // frame never written) it is refused.
@@ -469,6 +487,8 @@ TEST(Hdf5System, GroupsThatLinkToThemselvesAreNamedErrors) {
   EXPECT_TRUE(contains(msg, p + "#/s/self: is the group /s again")) << msg;
   // The system beside them is read when asked for.
   EXPECT_EQ(mlip::data::open_hdf5_systems(p, "/z", {"O", "H"}).size(), 1u);
+  expect_cli(p, p + "#/a/b/up: is the group /a again");
+  expect_cli(p + "#/z", "");
 }
 
 TEST(Hdf5System, AGroupOfAFolderIsANamedError) {
@@ -481,6 +501,7 @@ TEST(Hdf5System, AGroupOfAFolderIsANamedError) {
       << msg;
   // Without '#', the folder is the DeePMD system it is.
   EXPECT_EQ(mlip::data::load_systems({tmp / "folder.hdf5"}, type_map).size(), 1u);
+  expect_cli(tmp / "folder.hdf5#/sub", "folder.hdf5: is a folder, not an HDF5 file");
 }
 
 TEST(Hdf5System, StreamedFileChangedIsAnErrorNamingTheFrame) {
