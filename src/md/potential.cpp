@@ -28,13 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::vector<std::string> split_words(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
 /// The name of MD atom `row` in messages: its id (LAMMPS' tag) when there are ids.
 std::string atom_name(const LocalAtoms& atoms, int64_t row) {
   if (atoms.ids != nullptr) return "id " + std::to_string(atoms.ids[row]);
@@ -222,7 +215,7 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
       module.run_method("deploy_interface").toInt() < models::kDeployInterface)
     throw Error(path + ": frozen by an older mlip whose models cannot leave ghost atoms out of the energy; freeze "
                 "it again (mlip freeze) from a checkpoint trained with this version");
-  type_names = split_words(extra["type_names"]);
+  type_names = train::stored_type_names(extra);
   model_type = extra["model_type"];
   dtype_name = extra["model_dtype"];
   if (dtype_name != "float64" && dtype_name != "float32")

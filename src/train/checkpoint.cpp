@@ -128,6 +128,15 @@ std::string resolve_checkpoint(const std::string& given) {
   throw Error(given + ": no such checkpoint (expected a checkpoint file, e.g. model.ckpt-1000.pt, or a training folder)");
 }
 
+std::vector<std::string> stored_type_names(const ExtraFiles& extra) {
+  std::vector<std::string> names;
+  const auto it = extra.find("type_names");
+  if (it == extra.end()) return names;
+  std::istringstream in(it->second);
+  for (std::string name; in >> name;) names.push_back(name);
+  return names;
+}
+
 torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
   const std::string archive = read_whole_file(path);
   std::string stored, actual;

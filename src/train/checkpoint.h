@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace mlip::train {
 
@@ -31,6 +32,10 @@ std::string resolve_checkpoint(const std::string& given);
 /// the file when it is not a model of this project, has no checksum, or its contents do not
 /// match its checksum (damaged).
 torch::jit::Module load_model(const std::string& path, ExtraFiles& extra);
+
+/// The model's type names as a checkpoint or frozen model stores them (the `type_names` extra
+/// file: names separated by spaces), in type-id order; empty when absent.
+std::vector<std::string> stored_type_names(const ExtraFiles& extra);
 
 /// `mlip freeze`: the checkpoint's module with the docs/deploy.md metadata, without training
 /// state. Refuses an output that is the checkpoint itself.

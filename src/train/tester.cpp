@@ -34,13 +34,6 @@ struct Metrics {
   int64_t frames = 0;
 };
 
-std::vector<std::string> split_words(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
 void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
   if (energy) {
     std::printf("Energy MAE         : %e eV\n", m.e.mae());
@@ -67,12 +60,12 @@ int run_test(const TestOptions& options) {
   const std::string path = resolve_checkpoint(options.model);
   torch::jit::Module model = load_model(path, extra);
   model.eval();
-  std::vector<std::string> type_map = split_words(extra["type_names"]);
+  std::vector<std::string> type_map = stored_type_names(extra);
   const double rcut = std::stod(extra["r_max"]);
   const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
   // Streamed: frames are read one at a time, so memory does not grow with the set (docs/data.md).
   auto systems = data::load_systems(options.systems, type_map, "", data::Loading::kStreamed);
-  if (type_map.size() != split_words(extra["type_names"]).size())
+  if (type_map.size() != stored_type_names(extra).size())
     throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
 
   // Detail files: written beside their old versions and renamed over them at the end, so a

@@ -529,33 +529,25 @@ void Trainer::save_checkpoint(int64_t step) {
 namespace {
 
 /// A checkpoint's weights belong to its types in its order: they go to an input's model only when
-/// its type map is the same list (docs/training.md "Restarting"). Both are space-separated names.
-void check_same_types(const std::string& path, const std::string& saved, const std::string& input,
-                      const std::string& option) {
+/// its type map is the same list (docs/training.md "Restarting").
+void check_same_types(const std::string& path, const std::vector<std::string>& saved,
+                      const std::vector<std::string>& input, const std::string& option) {
   if (saved == input) return;
-  auto words = [](const std::string& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string w; in >> w;) out.push_back(w);
-    return out;
-  };
-  auto listed = [](std::vector<std::string> names) {
+  auto listed = [](const std::vector<std::string>& names) {
     std::string out = "[";
     for (size_t k = 0; k < names.size(); ++k) out += (k ? ", " : "") + names[k];
     return out + "]";
   };
-  std::vector<std::string> a = words(saved), b = words(input);
-  if (a == b) return;
-  std::string message = option + " " + path + ": the checkpoint was trained with type_map " + listed(a) +
-                        ", the input's model has " + listed(b);
-  auto sorted_a = a, sorted_b = b;
-  std::sort(sorted_a.begin(), sorted_a.end());
-  std::sort(sorted_b.begin(), sorted_b.end());
-  if (sorted_a == sorted_b)
-    message += ": the weights of each type id would serve another element; write model.type_map: " + listed(a) + " in the input (the data's types are matched by name, so only "
-               "the model's order changes)";
+  std::string message = option + " " + path + ": the checkpoint was trained with type_map " + listed(saved) +
+                        ", the input's model has " + listed(input);
+  auto saved_sorted = saved, input_sorted = input;
+  std::sort(saved_sorted.begin(), saved_sorted.end());
+  std::sort(input_sorted.begin(), input_sorted.end());
+  if (saved_sorted == input_sorted)
+    message += ": the weights of each type id would serve another element; write model.type_map: " + listed(saved) +
+               " in the input (the data's types are matched by name, so only the model's order changes)";
   else
-    message += "; the types of a trained model cannot change: train a new model for " + listed(b);
+    message += "; the types of a trained model cannot change: train a new model for " + listed(input);
   throw Error(message);
 }
 
@@ -567,7 +559,7 @@ void Trainer::restore(const std::string& given, bool full) {
   torch::jit::Module loaded = load_model(path, extra);
   if (extra["model_type"] != config_.model->type)
     throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + config_.model->type);
-  check_same_types(path, extra["type_names"], metadata_["type_names"], full ? "--restart" : "--init-model");
+  check_same_types(path, stored_type_names(extra), config_.model->type_map, full ? "--restart" : "--init-model");
   torch::jit::Module& model = model_->module();
   // Copy weights and statistics into the freshly built model (same architecture required).
   auto mine = model.named_attributes(false);
