@@ -58,18 +58,23 @@ TEST(Cli, DistributedOptionsAreChecked) {
       << r.err;
 }
 
+/// An extended XYZ frame of two water molecules 3 Å apart along x; `cell` holds the comment
+/// line's Lattice and pbc keys.
+std::string two_waters(const std::string& cell) {
+  return "6\n"
+         "Properties=species:S:1:pos:R:3:forces:R:3 energy=-10.0 " + cell + "\n"
+         "O 0.0 0.0 0.0 0 0 0\n"
+         "H 0.9572 0.0 0.0 0 0 0\n"
+         "H -0.24 0.9266 0.0 0 0 0\n"
+         "O 3.0 0.0 0.0 0 0 0\n"
+         "H 3.9572 0.0 0.0 0 0 0\n"
+         "H 2.76 0.9266 0.0 0 0 0\n";
+}
+
 TEST(Cli, NeighborStatOnAnExtxyzFile) {
   mlip::test::TempDir dir;
   // Two water molecules, non-periodic.
-  mlip::test::write_text(dir / "w.xyz",
-                         "6\n"
-                         "Properties=species:S:1:pos:R:3:forces:R:3 energy=-10.0 pbc=\"F F F\"\n"
-                         "O 0.0 0.0 0.0 0 0 0\n"
-                         "H 0.9572 0.0 0.0 0 0 0\n"
-                         "H -0.24 0.9266 0.0 0 0 0\n"
-                         "O 3.0 0.0 0.0 0 0 0\n"
-                         "H 3.9572 0.0 0.0 0 0 0\n"
-                         "H 2.76 0.9266 0.0 0 0 0\n");
+  mlip::test::write_text(dir / "w.xyz", two_waters("pbc=\"F F F\""));
   auto r = run_command(kMlip + " neighbor-stat -s " + dir.path() + "/w.xyz -r 2.5 -t O H");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The closest pair is the second O-H of the first molecule: |(-0.24, 0.9266, 0)| = 0.957177 Å.
@@ -86,16 +91,7 @@ TEST(Cli, NeighborStatOnAnExtxyzFile) {
 TEST(Cli, NeighborStatRefusesARadiusWhoseListCannotFitInMemory) {
   mlip::test::TempDir dir;
   // Two water molecules in a periodic 6 Å cube.
-  mlip::test::write_text(dir / "w.xyz",
-                         "6\n"
-                         "Lattice=\"6 0 0 0 6 0 0 0 6\" Properties=species:S:1:pos:R:3:forces:R:3 energy=-10.0 "
-                         "pbc=\"T T T\"\n"
-                         "O 0.0 0.0 0.0 0 0 0\n"
-                         "H 0.9572 0.0 0.0 0 0 0\n"
-                         "H -0.24 0.9266 0.0 0 0 0\n"
-                         "O 3.0 0.0 0.0 0 0 0\n"
-                         "H 3.9572 0.0 0.0 0 0 0\n"
-                         "H 2.76 0.9266 0.0 0 0 0\n");
+  mlip::test::write_text(dir / "w.xyz", two_waters("Lattice=\"6 0 0 0 6 0 0 0 6\" pbc=\"T T T\""));
   auto fine = run_command(kMlip + " neighbor-stat -s " + dir.path() + "/w.xyz -r 5 -t O H");
   EXPECT_EQ(fine.exit_code, 0) << fine.err;
   // 6^2 x (1.61 x 10^5 / 6)^3 pairs: about 7e14, tens of PiB: refused before any allocation.
