@@ -192,7 +192,7 @@ $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname 2>/dev/null || cat /proc/sys/kern
 
 Water example (examples/water/data: $FRAMES training frames of 96 atoms). ms per training step (forward, backward,
 all-reduce, Adam: the \`--step-times\` column), median and 10th-90th percentile over the timed steps
-(after a warm-up of one epoch plus 20 steps$([ "$QUICK" = 1 ] && echo '; --quick: 2 warm-up steps')); frames/s = ranks x batch / median;
+(after a warm-up of one epoch plus 20 steps$([ "$QUICK" = 1 ] && echo '; --quick: 2 warm-up steps' || true)); frames/s = ranks x batch / median;
 start = seconds from the start to the end of step 1 (data, statistics, model, device); peak GPU MiB =
 nvidia-smi memory.used during the run minus before it (CUDA contexts included).
 "

@@ -535,7 +535,7 @@ TEST(WaterData, LoadsDataOneWithTwoSets) {
 
   // Cross-check the frame count and one value with numpy when available.
   auto r = mlip::test::run_command(
-      "/usr/bin/python3 -c \"import numpy as np, glob; "
+      std::string(MLIP_TEST_PYTHON) + " -c \"import numpy as np, glob; "
       "fs = sorted(glob.glob('" + dir + "/set.*/coord.npy')); "
       "print(sum(np.load(f).shape[0] for f in fs), repr(float(np.load(fs[-1])[-1, -1])))\"");
   if (r.exit_code == 0) {

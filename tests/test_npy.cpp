@@ -199,9 +199,9 @@ TEST(Npy, MatchesNumpyWrittenFiles) {
       "np.save('" + (tmp / "be4.npy") + "', a.astype('>f4')); "
       "np.save('" + (tmp / "fo.npy") + "', np.asfortranarray(a)); "
       "np.save('" + (tmp / "fobe.npy") + "', np.asfortranarray(a).astype('>f8', order='F'))";
-  auto r = mlip::test::run_command("/usr/bin/python3 -c \"" + script + "\"");
+  auto r = mlip::test::run_command(std::string(MLIP_TEST_PYTHON) + " -c \"" + script + "\"");
   if (r.exit_code == 127 || r.err.find("No module named") != std::string::npos) {
-    GTEST_SKIP() << "/usr/bin/python3 with numpy not available: " << r.err;
+    GTEST_SKIP() << MLIP_TEST_PYTHON << " with numpy not available: " << r.err;
   }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<double> expected;
@@ -304,9 +304,9 @@ TEST(Npy, NumpyReadsWrittenFiles) {
   const std::string script = "import numpy as np; a = np.load('" + (tmp / "w.npy") +
                              "'); b = np.load('" + (tmp / "w1.npy") +
                              "'); print(a.dtype, a.shape, a.tolist(), b.shape, b.tolist())";
-  auto r = mlip::test::run_command("/usr/bin/python3 -c \"" + script + "\"");
+  auto r = mlip::test::run_command(std::string(MLIP_TEST_PYTHON) + " -c \"" + script + "\"");
   if (r.exit_code == 127 || r.err.find("No module named") != std::string::npos) {
-    GTEST_SKIP() << "/usr/bin/python3 with numpy not available: " << r.err;
+    GTEST_SKIP() << MLIP_TEST_PYTHON << " with numpy not available: " << r.err;
   }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out,

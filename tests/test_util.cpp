@@ -3,6 +3,8 @@
 #include "data/npy.h"
 #include "error.h"
 
+#include <ftw.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,9 +27,15 @@ TempDir::TempDir() {
   path_ = templ;
 }
 
+namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+}  // namespace
+
 TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
+  // nftw, not std::filesystem::remove_all: pip's LibTorch exports a broken copy of the latter
+  // that a test binary may bind to where the link order cannot be controlled
+  // (docs/gpu_check.md "std::filesystem and pip's LibTorch"). Depth first, links not followed.
+  ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 void write_text(const std::string& path, const std::string& text) {

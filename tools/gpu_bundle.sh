@@ -47,7 +47,9 @@ if [ "$(id -u)" != 0 ]; then command -v sudo >/dev/null && SUDO=sudo || die "nee
 # What mlip's build needs (README.md, tools/setup.sh), without MPI and LAMMPS. Only the parts that
 # are used: libhdf5-dev's other dependencies (Fortran, C++, high-level, the compiler wrappers) are
 # not needed for find_package(HDF5 COMPONENTS C).
-CORE=(libyaml-cpp-dev libyaml-cpp0.7 libtrilinos-kokkos-dev libtrilinos-kokkos-13.2 libgtest-dev)
+# libgloo-dev: Gloo's headers only, which LibTorch's ProcessGroupGloo.hpp includes and pip's
+# LibTorch does not ship (Gloo itself is linked into libtorch_cpu.so; CMakeLists.txt finds them).
+CORE=(libyaml-cpp-dev libyaml-cpp0.7 libtrilinos-kokkos-dev libtrilinos-kokkos-13.2 libgtest-dev libgloo-dev)
 [ "$HDF5" = 1 ] && CORE+=(libhdf5-dev libhdf5-103-1)
 # What every glibc system with a C++ compiler has (and must not be replaced).
 BASE_RE='^(libc6|libgcc-s1|gcc-[0-9]+-base|libstdc\+\+6|libcrypt1|debconf|dpkg|perl-base|libselinux1|libpcre2-8-0)$'
@@ -109,7 +111,7 @@ LIB="$R/lib/x86_64-linux-gnu"
 # and containers, pkg-config's gmock files.
 rm -rf "$DEST/root/usr/share" "$DEST/root/usr/src"
 # (GoogleTest is static only: libgtest.a and libgtest_main.a stay.)
-rm -f "$LIB"/libhdf5*.a "$LIB"/libyaml-cpp.a
+rm -f "$LIB"/libhdf5*.a "$LIB"/libyaml-cpp.a "$DEST/root/usr/lib"/libgloo*
 find "$DEST/root" -xtype l -delete  # dangling links (Fortran, C++, high-level HDF5; gtest's source link)
 # Debian's Kokkos config (Trilinos 13.2) names /usr/lib/include, mpicxx and /usr/lib/.../libdl.a:
 # it is broken wherever it is (cmake/MlipKokkos.cmake). Without it the project's fallback finds

@@ -246,6 +246,27 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Stages
 # ---------------------------------------------------------------------------------------------
+# record_toolchain: the C++ compiler CMake used (a wrapper script is printed: the first GPU
+# machine's /opt/gcc/bin/g++ linked executables without libstdc++ among their own libraries, so
+# that they bound pip LibTorch's copies of std::filesystem), how it links, and where mlip's and a
+# test's std::filesystem calls land (tests/test_std_binding.cpp; docs/gpu_check.md).
+record_toolchain() {
+  local cxx
+  cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")"
+  echo "CXX (environment): ${CXX:-unset}; CMAKE_CXX_COMPILER: $cxx"
+  ls -la "$cxx" 2>&1; readlink -f "$cxx" 2>&1
+  if [ -f "$cxx" ] && head -c 2 "$cxx" | grep -q '#!'; then echo "--- $cxx is a script:"; head -80 "$cxx"; echo "---"; fi
+  echo "libstdc++ it names: $("$cxx" -print-file-name=libstdc++.so.6 2>&1)"
+  echo "link options: $(grep -m1 -o 'push-state[^ ]* [^ ]*' "$BUILD/build.ninja" 2>/dev/null || echo '?')"
+  echo "--- a trivial link, verbose:"
+  local tmp; tmp="$(mktemp -d)"
+  printf '#include <filesystem>\nint main() { return std::filesystem::exists("/") ? 0 : 1; }\n' > "$tmp/t.cpp"
+  "$cxx" -v -Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state "$tmp/t.cpp" -o "$tmp/t" 2>&1 | grep -E 'collect2|/ld ' | tr ' ' '\n' | grep -nE 'stdc|as-needed|state|static|\.o$' | head -40
+  rm -rf "$tmp"
+  echo "--- NEEDED of bin/mlip:"; readelf -d "$BUILD/bin/mlip" 2>&1 | grep NEEDED
+  echo "--- NEEDED of tests/test_std_binding:"; readelf -d "$BUILD/tests/test_std_binding" 2>&1 | grep NEEDED
+}
+
 stage_build() {
   local t0=$(date +%s) b rc
   b=$(budget)
@@ -333,6 +354,7 @@ stage_build() {
     return 1
   fi
   "$BUILD/bin/mlip" --version > "$LOG/mlip-version.txt" 2>&1
+  record_toolchain > "$LOG/toolchain.txt" 2>&1
   local summary
   summary="$(sed -n '/following features have been enabled/,/^--/p' "$LOG/configure.log" | grep -E '^ *\* ' |
              sed 's/^ *\* //' | cut -d, -f1 | tr '\n' ' ' | sed 's/ $//')"

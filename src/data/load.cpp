@@ -55,25 +55,32 @@ std::string resolve_path(const std::string& given, const std::string& base_dir) 
   return s;
 }
 
+/// Adds to `found` the folders below `dir` (following links) that hold type.raw, not looking
+/// inside those (a system's set.* folders hold no further systems) nor deeper than 32 levels
+/// below the root (a guard against symbolic-link cycles). Written with the plain directory
+/// iterator: pip's LibTorch exports its own, broken copies of libstdc++'s recursive iterator and
+/// remove_all (docs/gpu_check.md "std::filesystem and pip's LibTorch"), which a build whose
+/// link order cannot be controlled may call.
+void add_system_dirs(const fs::path& root, const fs::path& dir, int depth, std::vector<std::string>& found) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  if (ec) throw Error(root.string() + ": cannot list folder " + dir.string() + " (" + ec.message() + ")");
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) throw Error(root.string() + ": cannot list folder " + dir.string() + " (" + ec.message() + ")");
+    std::error_code type_ec;
+    if (!it->is_directory(type_ec)) continue;  // follows links; a dangling link is no folder
+    if (fs::exists(it->path() / "type.raw", type_ec)) {
+      found.push_back(it->path().string());
+    } else if (depth < 32) {
+      add_system_dirs(root, it->path(), depth + 1, found);
+    }
+  }
+}
+
 /// Folders under `root` (recursively, following links, sorted) that hold type.raw.
 std::vector<std::string> find_system_dirs(const fs::path& root) {
   std::vector<std::string> found;
-  std::error_code ec;
-  fs::recursive_directory_iterator it(
-      root, fs::directory_options::follow_directory_symlink |
-                fs::directory_options::skip_permission_denied,
-      ec);
-  if (ec) throw Error(root.string() + ": cannot list folder (" + ec.message() + ")");
-  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) throw Error(root.string() + ": cannot list folder (" + ec.message() + ")");
-    if (!it->is_directory()) continue;
-    if (fs::exists(it->path() / "type.raw")) {
-      found.push_back(it->path().string());
-      it.disable_recursion_pending();  // a system's set.* folders hold no further systems
-    } else if (it.depth() > 32) {
-      it.disable_recursion_pending();  // guards against symlink cycles
-    }
-  }
+  add_system_dirs(root, root, 0, found);
   std::sort(found.begin(), found.end());
   return found;
 }

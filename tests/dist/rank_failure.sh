@@ -85,7 +85,7 @@ survivor_exits midrun 1 60
 grep -q "the failure started at rank 0: .*model.ckpt-" midrun/out1.txt ||
   { cat midrun/out1.txt; fail "rank 1 does not name rank 0's failure in the middle of training"; }
 # Under mpirun (MPI backend), a silent rank also ends the job after --timeout.
-if command -v mpirun > /dev/null; then
+if [ "${MLIP_HAVE_MPI:-ON}" = ON ] && command -v mpirun > /dev/null; then
   mkdir -p mpistop
   "${MPIRUN[@]}" -np 2 "$MLIP" train input.yaml -o mpistop --timeout 5 > mpistop/out.txt 2>&1 &
   mpid=$!

@@ -50,11 +50,11 @@ expect_error(run(mlip, "test", "-m", "frozen.pt", "-s", f"{data}/valid", "-d", "
              what="test -d <missing folder>")
 
 # ---- checksums
-names = subprocess.run(["/usr/bin/python3", "-c", "import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).namelist())",
+names = subprocess.run([sys.executable, "-c", "import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).namelist())",
                         "frozen.pt"], capture_output=True, text=True).stdout
 if "extra/checksum" not in names:
     fail("the frozen model has no extra/checksum: " + names)
-plain = subprocess.run(["/usr/bin/python3", "-c",
+plain = subprocess.run([sys.executable, "-c",
                         "import sys, torch; m = torch.jit.load(sys.argv[1]); print(sum(p.numel() for p in m.parameters()))",
                         "frozen.pt"], capture_output=True, text=True)
 if plain.returncode != 0:

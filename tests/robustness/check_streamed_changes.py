@@ -49,7 +49,7 @@ def checkpoints(folder):
 def write_frames(path, frames, shift):
     """Writes coord.npy of the example's shape with `frames` frames, values shifted by `shift` Å
     (float64, C order, as numpy writes it)."""
-    subprocess.run(["/usr/bin/python3", "-c",
+    subprocess.run([sys.executable, "-c",
                     "import sys, numpy as np; a = np.load(sys.argv[1]); n = int(sys.argv[3]); "
                     "b = np.resize(a, (n, a.shape[1])) + float(sys.argv[4]); np.save(sys.argv[2], b)",
                     path, path + ".new.npy", str(frames), str(shift)], check=True)

@@ -38,7 +38,7 @@ YAML
 # same_tensors <a.pt> <b.pt>: every stored tensor record and the raw weights equal byte for byte
 # (the optimiser's state is keyed by addresses, and the checksum covers it, so those differ).
 same_tensors() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+  "${MLIP_TEST_PYTHON:-/usr/bin/python3}" - "$1" "$2" <<'PY'
 import sys, zipfile
 a, b = (zipfile.ZipFile(p) for p in sys.argv[1:3])
 def records(z):
