@@ -149,4 +149,81 @@ TYPED_TEST(EquivariantTrainingPath, EqualsAutogradThroughThePairVectors) {
   }
 }
 
+// A batch of frames is one call of the energy function (docs/equivariant.md "A batch in one
+// call"): its energies, forces, virials and parameter gradients equal those of each frame alone
+// (the gradients summed over the frames), for frames of different edge counts.
+TYPED_TEST(EquivariantTrainingPath, ABatchEqualsItsFramesOneByOne) {
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  const std::string precision = is_double ? "float64" : "float32";
+  const double tol = is_double ? 1e-12 : 1e-5;
+  for (const Case& k : {Case{true, 1, 1, true, 5.0}, Case{true, 1, 3, true, 4.0}}) {
+    SCOPED_TRACE("l_max " + std::to_string(k.l_max) + ", correlation " + std::to_string(k.correlation));
+    const auto s = settings(precision, k);
+    auto model = mlip::models::create_model(s, mlip::models::ModelContext{});
+    auto& module = model->module();
+    module.run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64),
+                      torch::tensor({-93.5, -187.2}, torch::kFloat64));
+    const int64_t natoms = 12, nframes = 3;
+    const auto first = mlip::test::random_frame(natoms, k.periodic, 5, k.box, {0.7, -0.4, 0.3}, 0.9, 0.4);
+    mlip::data::System sys;
+    sys.type_map = s.type_map;
+    sys.types = first.types;
+    sys.pbc = first.pbc;
+    sys.nframes = nframes;
+    mlip::models::SystemAtoms atoms;
+    atoms.natoms = natoms;
+    atoms.types = first.types;
+    atoms.atype = torch::tensor(std::vector<int64_t>(first.types.begin(), first.types.end()), torch::kInt64);
+    std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
+    std::vector<int64_t> edge_counts;
+    for (int64_t f = 0; f < nframes; ++f) {
+      // The same atoms and types, other positions and boxes (so other edge counts).
+      const auto r = mlip::test::random_frame(natoms, k.periodic, 5 + 7 * f, k.box * (1.0 + 0.15 * f),
+                                              {0.7, -0.4, 0.3}, 0.9, 0.4);
+      mlip::data::Frame frame;
+      frame.coord = r.pos;
+      frame.box = r.cell;
+      auto input = model->prepare_frame(sys, frame);
+      edge_counts.push_back(input->bytes());
+      inputs.push_back(std::move(input));
+    }
+    ASSERT_NE(edge_counts[0], edge_counts[2]) << "the frames should differ in their edges";
+    std::vector<const mlip::models::FrameInput*> batch;
+    for (const auto& in : inputs) batch.push_back(in.get());
+
+    auto gen = at::detail::createCPUGenerator(23);
+    const auto grad_energy = at::randn({nframes}, gen, torch::kFloat64);
+    const auto grad_forces = at::randn({nframes, natoms, 3}, gen, torch::kFloat64);
+    const auto grad_virial = at::randn({nframes, 3, 3}, gen, torch::kFloat64);
+
+    zero_grads(module);
+    const Prediction together = model->predict(atoms, batch, true);
+    model->backward(grad_energy, grad_forces, grad_virial);
+    const auto together_grads = parameter_grads(module);
+    ASSERT_EQ(together.energy.sizes(), (std::vector<int64_t>{nframes}));
+    ASSERT_EQ(together.forces.sizes(), (std::vector<int64_t>{nframes, natoms, 3}));
+    ASSERT_EQ(together.virial.sizes(), (std::vector<int64_t>{nframes, 3, 3}));
+
+    zero_grads(module);
+    std::vector<Prediction> alone;
+    for (int64_t f = 0; f < nframes; ++f) {
+      alone.push_back(model->predict(atoms, {batch[f]}, true));
+      model->backward(grad_energy.slice(0, f, f + 1), grad_forces.slice(0, f, f + 1), grad_virial.slice(0, f, f + 1));
+    }
+    const auto alone_grads = parameter_grads(module);  // accumulated over the frames
+    for (int64_t f = 0; f < nframes; ++f) {
+      SCOPED_TRACE("frame " + std::to_string(f));
+      EXPECT_LT(relative(together.energy[f], alone[f].energy[0]), tol);
+      EXPECT_LT(relative(together.forces[f], alone[f].forces[0]), tol) << "forces";
+      EXPECT_LT(relative(together.virial[f], alone[f].virial[0]), tol) << "virial";
+      EXPECT_GT(alone[f].forces.abs().max().item<double>(), 1e-3);
+    }
+    size_t k_param = 0;
+    for (const auto& p : module.named_parameters()) {
+      EXPECT_LT(relative(together_grads[k_param], alone_grads[k_param]), tol) << "d loss / d " << p.name;
+      ++k_param;
+    }
+  }
+}
+
 }  // namespace

@@ -213,27 +213,35 @@ class EquivariantModel final : public Model {
     // The training path (docs/equivariant.md "The training path"): the energy from the cached
     // geometry, its gradient with respect to the basis and the harmonics (kept as a graph when
     // training, so that the force loss can be differentiated again), and the forces from the
-    // cached derivatives of the geometry.
+    // cached derivatives of the geometry. The batch's frames are evaluated as one graph of
+    // frames x atoms (docs/equivariant.md "A batch in one call"): one call of the energy
+    // function, whatever the batch, instead of one per frame.
+    const BatchedFrames b = frames.size() == 1 ? single_frame(atoms, *frames[0]) : batch_frames(atoms, frames);
+    const int64_t nframes = int64_t(frames.size()), natoms = atoms.natoms;
     auto& energy_of = training_unit_->get_function("training_energy");
     const auto params = parameter_dict();
     const double avg = module_.attr("avg_num_neighbors").toDouble();
-    std::vector<torch::Tensor> es, fs, vs;
-    for (const FrameInput* input : frames) {
-      const auto& g = static_cast<const EquivariantFrame&>(*input);
-      const auto basis = g.basis.detach().requires_grad_(true);
-      const auto y = g.y.detach().requires_grad_(true);
-      const auto e = energy_of({params, avg, basis, g.pair, y, g.i, g.j, atoms.atype, g.edges}).toTensor();
-      const auto grads = torch::autograd::grad({e.sum()}, {basis, y}, {}, training, training);
-      // dE/dd_e: the harmonics' part per edge, the basis's part on each pair's first edge.
-      const auto grad = (grads[1].unsqueeze(2) * g.y_jacobian)
-                            .sum(1)
-                            .index_add(0, g.pair_edge, (grads[0].unsqueeze(2) * g.basis_jacobian).sum(1));
-      // F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i); W = -sum d ⊗ dE/dd.
-      es.push_back(e.to(torch::kFloat64).sum());
-      fs.push_back(torch::zeros({atoms.natoms, 3}, grad.options()).index_add(0, g.i, grad).index_add(0, g.j, -grad));
-      vs.push_back(-g.d.t().matmul(grad));
+    const auto basis = b.basis.detach().requires_grad_(true);
+    const auto y = b.y.detach().requires_grad_(true);
+    const auto e = energy_of({params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges}).toTensor();
+    const auto grads = torch::autograd::grad({e.sum()}, {basis, y}, {}, training, training);
+    // dE/dd_e: the harmonics' part per edge, the basis's part on each pair's first edge.
+    const auto grad = (grads[1].unsqueeze(2) * b.y_jacobian)
+                          .sum(1)
+                          .index_add(0, b.pair_edge, (grads[0].unsqueeze(2) * b.basis_jacobian).sum(1));
+    // F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i); W = -sum d ⊗ dE/dd, per frame.
+    Prediction p;
+    p.energy = e.to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
+    p.forces = torch::zeros({nframes * natoms, 3}, grad.options())
+                   .index_add(0, b.i, grad)
+                   .index_add(0, b.j, -grad)
+                   .reshape({nframes, natoms, 3});
+    if (nframes == 1) {
+      p.virial = (-b.d.t().matmul(grad)).unsqueeze(0);
+    } else {
+      p.virial = -torch::zeros({nframes, 3, 3}, grad.options())
+                      .index_add(0, b.edge_frame, b.d.unsqueeze(2) * grad.unsqueeze(1));
     }
-    Prediction p{torch::stack(es), torch::stack(fs), torch::stack(vs)};
     if (training) last_ = p;
     return p;
   }
@@ -247,6 +255,60 @@ class EquivariantModel final : public Model {
   }
 
  private:
+  /// A batch's frames as one graph: frame f's atoms are f*N .. f*N+N-1, and its edge, pair and
+  /// table indices are offset by the edges and pairs of the frames before it.
+  struct BatchedFrames {
+    torch::Tensor d, i, j, pair, pair_edge, basis, basis_jacobian, y, y_jacobian, atype;
+    torch::Tensor edge_frame;          ///< [E] int64, the frame of each edge (batches of 2+ frames)
+    std::vector<torch::Tensor> edges;  ///< the contraction's tables (models/message_contraction.h)
+  };
+
+  static BatchedFrames single_frame(const SystemAtoms& atoms, const FrameInput& input) {
+    const auto& g = static_cast<const EquivariantFrame&>(input);
+    return BatchedFrames{g.d, g.i, g.j, g.pair, g.pair_edge, g.basis, g.basis_jacobian, g.y, g.y_jacobian,
+                         atoms.atype, torch::Tensor(), g.edges};
+  }
+
+  static BatchedFrames batch_frames(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) {
+    std::vector<torch::Tensor> d, i, j, pair, pair_edge, basis, basis_jacobian, y, y_jacobian, edge_frame,
+        centre_offsets, by_neighbor, neighbor_offsets;
+    int64_t edge_offset = 0, pair_offset = 0;
+    for (size_t f = 0; f < frames.size(); ++f) {
+      const auto& g = static_cast<const EquivariantFrame&>(*frames[f]);
+      const int64_t atom_offset = int64_t(f) * atoms.natoms;
+      d.push_back(g.d);
+      i.push_back(g.i + atom_offset);
+      j.push_back(g.j + atom_offset);
+      pair.push_back(g.pair + pair_offset);
+      pair_edge.push_back(g.pair_edge + edge_offset);
+      basis.push_back(g.basis);
+      basis_jacobian.push_back(g.basis_jacobian);
+      y.push_back(g.y);
+      y_jacobian.push_back(g.y_jacobian);
+      edge_frame.push_back(torch::full({g.i.size(0)}, int64_t(f), g.i.options()));
+      // Offsets [N+1] into the edges: the first frame's whole, the others' without their leading 0.
+      centre_offsets.push_back((f == 0 ? g.edges[2] : g.edges[2].slice(0, 1)) + edge_offset);
+      by_neighbor.push_back(g.edges[3] + edge_offset);
+      neighbor_offsets.push_back((f == 0 ? g.edges[4] : g.edges[4].slice(0, 1)) + edge_offset);
+      edge_offset += g.i.size(0);
+      pair_offset += g.basis.size(0);
+    }
+    BatchedFrames b;
+    b.d = torch::cat(d);
+    b.i = torch::cat(i);
+    b.j = torch::cat(j);
+    b.pair = torch::cat(pair);
+    b.pair_edge = torch::cat(pair_edge);
+    b.basis = torch::cat(basis);
+    b.basis_jacobian = torch::cat(basis_jacobian);
+    b.y = torch::cat(y);
+    b.y_jacobian = torch::cat(y_jacobian);
+    b.atype = atoms.atype.repeat({int64_t(frames.size())});
+    b.edge_frame = torch::cat(edge_frame);
+    b.edges = {b.i, b.j, torch::cat(centre_offsets), torch::cat(by_neighbor), torch::cat(neighbor_offsets)};
+    return b;
+  }
+
   PairList pairs_of(const data::System& system, const data::Frame& frame) {
     const double r_max = settings_.config.r_max;
     // One build at a time: the builders' buffers and Kokkos are shared (prepare_frame runs on
