@@ -1,4 +1,4 @@
-// Checked, atomic file writing (train/output_file.h). The full-disk and read-only cases run
+// Checked, atomic file writing (archive/output_file.h). The full-disk and read-only cases run
 // through the CLI in tests/robustness/check_full_disk.py (they need root to mount a tmpfs).
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,13 +16,13 @@
 #include <thread>
 
 #include "test_util.h"
-#include "train/output_file.h"
+#include "archive/output_file.h"
 
 namespace fs = std::filesystem;
 using mlip::test::contains;
 using mlip::test::error_of;
 using mlip::test::TempDir;
-using mlip::train::OutputFile;
+using mlip::archive::OutputFile;
 
 namespace {
 
@@ -84,7 +84,7 @@ TEST(OutputFile, ErrorsNameTheFileWhatItHoldsAndTheReason) {
   fs::create_directory(dir / "folder");
   EXPECT_EQ(error_of([&] { OutputFile(dir / "folder", OutputFile::Mode::kReplace, "the frozen model"); }),
             dir / "folder" + ": cannot write the frozen model (a folder of that name exists; expected a file path)");
-  EXPECT_EQ(error_of([&] { mlip::train::write_file_atomically(dir / "missing/f", "x", "the pointer"); }),
+  EXPECT_EQ(error_of([&] { mlip::archive::write_file_atomically(dir / "missing/f", "x", "the pointer"); }),
             dir / "missing/f" + ": cannot write the pointer (No such file or directory)");
   EXPECT_TRUE(names_in(dir.path()) == std::vector<std::string>{"folder"});
 }
@@ -95,18 +95,18 @@ TEST(OutputFile, StaleTemporariesOfEndedProcessesAreRemoved) {
   for (const std::string& name : {"model.ckpt-5.pt.tmp-" + dead, "checkpoint.tmp-" + dead, "lcurve.out.tmp-" + mine,
                                   std::string("notes.tmp-x"), std::string("data.txt")})
     mlip::test::write_text(dir / name, "x");
-  EXPECT_EQ(mlip::train::remove_stale_temporaries(dir.path()), 2);
+  EXPECT_EQ(mlip::archive::remove_stale_temporaries(dir.path()), 2);
   EXPECT_EQ(names_in(dir.path()), (std::vector<std::string>{"data.txt", "lcurve.out.tmp-" + mine, "notes.tmp-x"}));
 }
 
 TEST(OutputFile, OutputFolders) {
   TempDir dir;
-  mlip::train::prepare_output_folder(dir / "a/b", "-o a/b");
+  mlip::archive::prepare_output_folder(dir / "a/b", "-o a/b");
   EXPECT_TRUE(fs::is_directory(dir / "a/b"));
   mlip::test::write_text(dir / "file", "x");
-  EXPECT_EQ(error_of([&] { mlip::train::prepare_output_folder(dir / "file", "-o file"); }),
+  EXPECT_EQ(error_of([&] { mlip::archive::prepare_output_folder(dir / "file", "-o file"); }),
             "-o file: cannot use " + dir / "file" + " as the output folder (a file of that name exists)");
-  EXPECT_EQ(error_of([&] { mlip::train::prepare_output_folder(dir / "file/sub", "-o file/sub"); }),
+  EXPECT_EQ(error_of([&] { mlip::archive::prepare_output_folder(dir / "file/sub", "-o file/sub"); }),
             "-o file/sub: cannot create the output folder " + dir / "file/sub" + " (Not a directory)");
 }
 
@@ -115,8 +115,8 @@ TEST(OutputFile, OutputFolders) {
 
 namespace {
 
-using mlip::train::SpecialTarget;
-using mlip::train::TargetKind;
+using mlip::archive::SpecialTarget;
+using mlip::archive::TargetKind;
 
 bool is_character_device(const std::string& path) {
   struct stat st {};
@@ -159,7 +159,7 @@ TEST(OutputFile, TargetKinds) {
   mlip::test::write_text(dir / "file", "x");
   fs::create_symlink(dir / "file", dir / "link");
   fs::create_symlink(dir / "gone", dir / "dangling");
-  using mlip::train::output_target_kind;
+  using mlip::archive::output_target_kind;
   EXPECT_EQ(output_target_kind(dir / "missing"), TargetKind::kAbsent);
   EXPECT_EQ(output_target_kind(dir / "dangling"), TargetKind::kAbsent);
   EXPECT_EQ(output_target_kind(dir / "file"), TargetKind::kRegularFile);
@@ -178,7 +178,7 @@ TEST(OutputFile, TargetKinds) {
 TEST(OutputFile, RefusesToReplaceDevicesAndFifos) {
   TempDir dir;
   ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0644), 0);
-  EXPECT_EQ(error_of([&] { mlip::train::write_file_atomically("/dev/null", "model", "the frozen model"); }),
+  EXPECT_EQ(error_of([&] { mlip::archive::write_file_atomically("/dev/null", "model", "the frozen model"); }),
             "/dev/null: is a character device, not a regular file; mlip writes the frozen model to regular files only");
   EXPECT_TRUE(is_character_device("/dev/null"));
   EXPECT_EQ(error_of([&] { OutputFile(dir / "fifo", OutputFile::Mode::kAppend, "the learning curve"); }),
@@ -187,7 +187,7 @@ TEST(OutputFile, RefusesToReplaceDevicesAndFifos) {
   EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"fifo"});  // no temporary file left
   // The check made before any work names the option.
   EXPECT_EQ(error_of([&] {
-              mlip::train::check_output_target("/dev/null", SpecialTarget::kRefuse, "freeze -o /dev/null", "models");
+              mlip::archive::check_output_target("/dev/null", SpecialTarget::kRefuse, "freeze -o /dev/null", "models");
             }),
             "freeze -o /dev/null: is a character device, not a regular file; mlip writes models to regular files only");
   EXPECT_TRUE(is_character_device("/dev/null"));
@@ -196,11 +196,11 @@ TEST(OutputFile, RefusesToReplaceDevicesAndFifos) {
 TEST(OutputFile, StreamsIntoFifosAndCharacterDevices) {
   TempDir dir;
   ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0644), 0);
-  EXPECT_TRUE(mlip::train::check_output_target(dir / "fifo", SpecialTarget::kStream, "--step-times", "the step times"));
-  EXPECT_FALSE(mlip::train::check_output_target(dir / "new", SpecialTarget::kStream, "--step-times", "the step times"));
+  EXPECT_TRUE(mlip::archive::check_output_target(dir / "fifo", SpecialTarget::kStream, "--step-times", "the step times"));
+  EXPECT_FALSE(mlip::archive::check_output_target(dir / "new", SpecialTarget::kStream, "--step-times", "the step times"));
   {
     FifoReader reader(dir / "fifo");
-    mlip::train::write_file_atomically(dir / "fifo", "1 2.5\n2 2.4\n", "the step times", SpecialTarget::kStream);
+    mlip::archive::write_file_atomically(dir / "fifo", "1 2.5\n2 2.4\n", "the step times", SpecialTarget::kStream);
     EXPECT_EQ(reader.text(), "1 2.5\n2 2.4\n");
   }
   EXPECT_TRUE(is_fifo(dir / "fifo"));
@@ -215,11 +215,11 @@ TEST(OutputFile, StreamsIntoFifosAndCharacterDevices) {
   }
   EXPECT_TRUE(is_fifo(dir / "fifo"));
   EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"fifo"});
-  mlip::train::write_file_atomically("/dev/null", "discarded\n", "the step times", SpecialTarget::kStream);
+  mlip::archive::write_file_atomically("/dev/null", "discarded\n", "the step times", SpecialTarget::kStream);
   EXPECT_TRUE(is_character_device("/dev/null"));
   // A full stream device is an error naming it, as a full disk is.
   if (is_character_device("/dev/full")) {
-    EXPECT_EQ(error_of([&] { mlip::train::write_file_atomically("/dev/full", "x", "the step times", SpecialTarget::kStream); }),
+    EXPECT_EQ(error_of([&] { mlip::archive::write_file_atomically("/dev/full", "x", "the step times", SpecialTarget::kStream); }),
               "/dev/full: cannot write the step times (No space left on device)");
   }
 }
@@ -234,14 +234,14 @@ TEST(OutputFile, StreamsStillRefuseFoldersSocketsAndProcessLinksWhenRefusing) {
   std::snprintf(address.sun_path, sizeof address.sun_path, "%s", socket_path.c_str());
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
   EXPECT_EQ(error_of([&] {
-              mlip::train::check_output_target(socket_path, SpecialTarget::kStream, "--step-times " + socket_path,
+              mlip::archive::check_output_target(socket_path, SpecialTarget::kStream, "--step-times " + socket_path,
                                                "the step times");
             }),
             "--step-times " + socket_path +
                 ": is a socket; mlip writes the step times to regular files, FIFOs and character devices only");
   ::close(fd);
   EXPECT_TRUE(contains(error_of([&] {
-                         mlip::train::check_output_target(dir.path(), SpecialTarget::kStream, "-d x", "detail files");
+                         mlip::archive::check_output_target(dir.path(), SpecialTarget::kStream, "-d x", "detail files");
                        }),
                        "a folder of that name exists"));
   // /dev/stdout redirected to a regular file: its name is a system link, never renamed over.
@@ -249,9 +249,9 @@ TEST(OutputFile, StreamsStillRefuseFoldersSocketsAndProcessLinksWhenRefusing) {
   const int out = ::open((dir / "out").c_str(), O_WRONLY);
   ASSERT_GE(out, 0);
   const std::string link = "/proc/self/fd/" + std::to_string(out);
-  EXPECT_TRUE(contains(error_of([&] { mlip::train::write_file_atomically(link, "x", "the frozen model"); }),
+  EXPECT_TRUE(contains(error_of([&] { mlip::archive::write_file_atomically(link, "x", "the frozen model"); }),
                        "reached through a link in /dev or /proc"));
-  mlip::train::write_file_atomically(link, "streamed\n", "the step times", SpecialTarget::kStream);
+  mlip::archive::write_file_atomically(link, "streamed\n", "the step times", SpecialTarget::kStream);
   ::close(out);
   EXPECT_EQ(mlip::test::read_file(dir / "out"), "streamed\n");
 }
@@ -260,7 +260,7 @@ TEST(OutputFile, RegularFilesAndLinksToThemAreStillReplaced) {
   TempDir dir;
   mlip::test::write_text(dir / "target", "old");
   fs::create_symlink("target", dir / "link");
-  mlip::train::write_file_atomically(dir / "link", "new", "the pointer");
+  mlip::archive::write_file_atomically(dir / "link", "new", "the pointer");
   EXPECT_EQ(mlip::test::read_file(dir / "link"), "new");
   EXPECT_FALSE(fs::is_symlink(dir / "link"));  // the link was replaced, as before; its target kept
   EXPECT_EQ(mlip::test::read_file(dir / "target"), "old");

@@ -11,13 +11,14 @@
 
 #include "error.h"
 #include "md/potential.h"
+#include "models/capabilities.h"
 #include "model_test_util.h"
 #include "models/equivariant.h"
 #include "models/equivariant_model.h"
 #include "models/se_e2_a.h"
 #include "models/se_e2_a_model.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "archive/model_archive.h"
+#include "models/registry.h"
 #include "test_util.h"
 
 namespace mlip {
@@ -38,7 +39,7 @@ TYPED_TEST_SUITE(PotentialTest, Reals);
 /// `mlip freeze` would, and returns its r_max. poisoned: its first parameter holds NaN.
 double write_frozen(const std::string& path, const std::string& model_yaml, bool poisoned = false) {
   const std::string config = "model:\n" + model_yaml;
-  auto settings = train::parse_model_settings(config, "test input");
+  auto settings = models::parse_model_settings(config, "test input");
   torch::jit::Module module;
   const auto dtype = settings->dtype();
   if (settings->type == "se_e2_a") {
@@ -54,7 +55,7 @@ double write_frozen(const std::string& path, const std::string& model_yaml, bool
   }
   for (const auto& p : module.parameters()) p.requires_grad_(false);
   if (poisoned) (*module.parameters().begin()).fill_(std::numeric_limits<double>::quiet_NaN());
-  train::ExtraFiles extra = {{"r_max", std::to_string(settings->cutoff())},
+  archive::ExtraFiles extra = {{"r_max", std::to_string(settings->cutoff())},
                              {"type_names", "O H"},
                              {"num_types", "2"},
                              {"model_dtype", settings->precision},
@@ -62,7 +63,7 @@ double write_frozen(const std::string& path, const std::string& model_yaml, bool
                              {"mlip_version", "test"},
                              {"config", config},
                              {"units", "eV Angstrom"}};
-  train::save_module_atomically(module, extra, path, "the model");
+  archive::save_module_atomically(module, extra, path, "the model");
   return settings->cutoff();
 }
 
@@ -116,8 +117,8 @@ void check_against_forward(const std::string& model_path, double r_max, md::Eval
   md::Potential potential(model_path, "cpu", evaluation);
   const Frame f = test::random_frame(40, true, 7, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
   ASSERT_GE(9.5 - 1.0, potential.ghost_cutoff()) << "the images in [-1, 1]^3 must cover the ghost cutoff";
-  train::ExtraFiles extra;
-  torch::jit::Module module = train::load_model(model_path, extra);
+  archive::ExtraFiles extra;
+  torch::jit::Module module = archive::load_model(model_path, extra);
   const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
   const test::ModelResult ref = test::run_deploy(module, f, r_max, dtype);
 
@@ -252,7 +253,7 @@ TEST(Potential, RefusesWhatItCannotRun) {
     // A module without deploy_interface(): frozen by an mlip that could not leave ghosts out.
     torch::jit::Module old("old_model");
     old.define("def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n  return data\n");
-    train::save_module_atomically(old, {{"model_type", "se_e2_a"}, {"r_max", "3.5"}, {"type_names", "O H"},
+    archive::save_module_atomically(old, {{"model_type", "se_e2_a"}, {"r_max", "3.5"}, {"type_names", "O H"},
                                         {"model_dtype", "float64"}, {"config", "model: {}"}}, dir / "old.pt", "the model");
     EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "old.pt", "cpu"); }), "frozen by an older mlip"));
   }
@@ -269,6 +270,67 @@ TEST(Potential, RefusesWhatItCannotRun) {
   md::Results out;
   EXPECT_TRUE(test::contains(test::error_of([&] { p.compute({pos.data(), types.data(), 2, 2}, false, false, out); }),
                              "atom 1 has model type 5, expected 0..1"));
+}
+
+/// Rewrites the frozen model at `path` with the extra file `capabilities` set to `text`.
+void set_capabilities(const std::string& path, const std::string& text) {
+  archive::ExtraFiles extra;
+  torch::jit::Module module = archive::load_model(path, extra);
+  extra["capabilities"] = text;
+  archive::save_module_atomically(module, extra, path, "the model");
+}
+
+// A frozen model's capabilities (docs/deploy.md "Capabilities") are what MD uses: message
+// layers and cutoff from them, the model's own inference where they list the device, and a
+// contradiction with the other metadata or a missing line is an error naming both.
+TEST(Potential, UsesAndChecksTheFrozenCapabilities) {
+  test::TempDir dir;
+  write_frozen(dir / "eq.pt", equivariant_yaml("float64"));
+  write_frozen(dir / "se.pt", se_yaml("float64"));
+  // Without capabilities (frozen before they existed): derived from the stored config.
+  EXPECT_EQ(md::Potential(dir / "eq.pt", "cpu").message_layers(), 2);
+  EXPECT_TRUE(test::contains(md::Potential(dir / "se.pt", "cpu").describe(), "hand-written se_e2_a inference"));
+  // As freeze writes them.
+  const auto eq = models::capabilities_of(*models::parse_model_settings("model:\n" + equivariant_yaml("float64"), "t"));
+  EXPECT_EQ(eq.message_layers, 2);
+  EXPECT_TRUE(eq.inference.empty());
+  models::Capabilities wider = eq;
+  wider.message_layers = 3;  // MD takes the layers from the capabilities
+  set_capabilities(dir / "eq.pt", wider.to_text());
+  EXPECT_EQ(md::Potential(dir / "eq.pt", "cpu").message_layers(), 3);
+  EXPECT_DOUBLE_EQ(md::Potential(dir / "eq.pt", "cpu").cutoff(), 3.0);
+
+  const auto se = models::capabilities_of(*models::parse_model_settings("model:\n" + se_yaml("float64"), "t"));
+  EXPECT_EQ(se.inference, std::vector<std::string>{"cpu"});
+  set_capabilities(dir / "se.pt", se.to_text());
+  EXPECT_TRUE(test::contains(md::Potential(dir / "se.pt", "cpu").describe(), "hand-written se_e2_a inference"));
+  models::Capabilities no_own = se;
+  no_own.inference.clear();  // no own inference listed: the TorchScript forward
+  set_capabilities(dir / "se.pt", no_own.to_text());
+  EXPECT_TRUE(test::contains(md::Potential(dir / "se.pt", "cpu").describe(), "TorchScript forward"));
+
+  models::Capabilities wrong = se;
+  wrong.dtype = "float32";
+  set_capabilities(dir / "se.pt", wrong.to_text());
+  EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "se.pt", "cpu"); }),
+                             "capabilities: dtype is \"float32\", but the model's metadata says \"float64\""));
+  wrong = se;
+  wrong.type_map = {"H", "O"};
+  set_capabilities(dir / "se.pt", wrong.to_text());
+  EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "se.pt", "cpu"); }),
+                             "capabilities: type_map is \"H O\", but the model's metadata says \"O H\""));
+  wrong = se;
+  wrong.devices = {"cuda"};
+  set_capabilities(dir / "se.pt", wrong.to_text());
+  EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "se.pt", "cpu"); }),
+                             "device cpu: this model runs on cuda"));
+  std::string text = se.to_text();
+  text.erase(text.find("cutoff:"), text.find('\n', text.find("cutoff:")) - text.find("cutoff:") + 1);
+  set_capabilities(dir / "se.pt", text);
+  EXPECT_TRUE(test::contains(test::error_of([&] { md::Potential(dir / "se.pt", "cpu"); }),
+                             "capabilities: no 'cutoff' line"));
+  set_capabilities(dir / "se.pt", se.to_text() + "a later key: with a value\n");
+  EXPECT_NO_THROW(md::Potential(dir / "se.pt", "cpu"));
 }
 
 }  // namespace

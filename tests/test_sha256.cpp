@@ -1,12 +1,12 @@
-// SHA-256 (train/sha256.h) against the examples of FIPS 180-4 / NIST's test vectors.
+// SHA-256 (archive/sha256.h) against the examples of FIPS 180-4 / NIST's test vectors.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "train/sha256.h"
+#include "archive/sha256.h"
 
-using mlip::train::Sha256;
-using mlip::train::sha256_hex;
+using mlip::archive::Sha256;
+using mlip::archive::sha256_hex;
 
 TEST(Sha256, MatchesTheStandardsExamples) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

@@ -30,7 +30,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/device.h"
-#include "train/output_file.h"
+#include "archive/output_file.h"
 #include "train/tester.h"
 #include "train/trainer.h"
 #include "version.h"
@@ -223,7 +223,7 @@ const char* kLammpsUsage =
 /// written piece by piece (std::cerr is unbuffered) could be split by another stream's text.
 void print_error_line(const std::string& line) {
   std::cout.flush();
-  train::write_fully(STDERR_FILENO, line + "\n");  // when it fails, there is nowhere left to say so
+  archive::write_fully(STDERR_FILENO, line + "\n");  // when it fails, there is nowhere left to say so
 }
 
 /// A library's exception in the project's words: the filesystem's operation, path and reason
@@ -371,7 +371,7 @@ int train_command(const std::vector<std::string>& args) {
     if (log_mode == "master") {
       std::cout.rdbuf(nullptr);
     } else if (log_mode == "workers") {
-      train::prepare_output_folder(options.output_dir, "-o " + options.output_dir);
+      archive::prepare_output_folder(options.output_dir, "-o " + options.output_dir);
       const std::string log = (std::filesystem::path(options.output_dir) / ("train.rank" + std::to_string(rank) + ".log")).string();
       worker_log.open(log);
       if (!worker_log) throw Error(log + ": cannot write this rank's log (" + std::strerror(errno) + ")");
@@ -424,7 +424,7 @@ int freeze_command(const std::vector<std::string>& args) {
     }
   }
   check_checkpoint_path(checkpoint, "the checkpoint");
-  train::check_output_target(output, train::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
+  archive::check_output_target(output, archive::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
   g_doing = "freezing " + checkpoint;
   train::freeze(checkpoint, output);
   std::cout << "froze " << train::resolve_checkpoint(checkpoint) << " into " << output << "\n";

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "error.h"
-#include "train/output_file.h"
+#include "archive/output_file.h"
 
 namespace fs = std::filesystem;
 
@@ -21,21 +21,21 @@ std::string size_in_words(std::uintmax_t bytes) {
 }
 
 /// The kind of an existing input (following links), or nullptr-like kAbsent when stat fails.
-train::TargetKind input_kind(const std::string& path) {
-  const train::TargetKind kind = train::output_target_kind(path);
+archive::TargetKind input_kind(const std::string& path) {
+  const archive::TargetKind kind = archive::output_target_kind(path);
   // For reading, a file reached through /dev or /proc (/dev/stdin from a file) is a file.
-  return kind == train::TargetKind::kProcessFile ? train::TargetKind::kRegularFile : kind;
+  return kind == archive::TargetKind::kProcessFile ? archive::TargetKind::kRegularFile : kind;
 }
 
 }  // namespace
 
 void check_input_file(const std::string& path, const std::string& holds, std::uintmax_t max_bytes) {
-  const train::TargetKind kind = input_kind(path);
-  if (kind == train::TargetKind::kAbsent) return;
-  if (kind == train::TargetKind::kFolder)
+  const archive::TargetKind kind = input_kind(path);
+  if (kind == archive::TargetKind::kAbsent) return;
+  if (kind == archive::TargetKind::kFolder)
     throw Error(path + ": cannot read " + holds + " (it is a folder; expected a file)");
-  if (kind != train::TargetKind::kRegularFile)
-    throw Error(path + ": cannot read " + holds + " (it is " + train::describe(kind) +
+  if (kind != archive::TargetKind::kRegularFile)
+    throw Error(path + ": cannot read " + holds + " (it is " + archive::describe(kind) +
                 ", not a regular file; mlip reads input files from regular files only)");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && std::uintmax_t(st.st_size) > max_bytes)
@@ -45,27 +45,27 @@ void check_input_file(const std::string& path, const std::string& holds, std::ui
 }
 
 void check_input_path(const std::string& path, const std::string& holds) {
-  const train::TargetKind kind = input_kind(path);
-  if (kind == train::TargetKind::kAbsent || kind == train::TargetKind::kRegularFile ||
-      kind == train::TargetKind::kFolder)
+  const archive::TargetKind kind = input_kind(path);
+  if (kind == archive::TargetKind::kAbsent || kind == archive::TargetKind::kRegularFile ||
+      kind == archive::TargetKind::kFolder)
     return;
-  throw Error(path + ": cannot read " + holds + " (it is " + train::describe(kind) +
+  throw Error(path + ": cannot read " + holds + " (it is " + archive::describe(kind) +
               "; expected a regular file or a folder)");
 }
 
 void check_checkpoint_path(const std::string& path, const std::string& holds) {
   check_input_path(path, holds);
-  if (input_kind(path) != train::TargetKind::kFolder) return;
+  if (input_kind(path) != archive::TargetKind::kFolder) return;
   const std::string pointer = (fs::path(path) / "checkpoint").string();
-  const train::TargetKind kind = input_kind(pointer);
-  if (kind != train::TargetKind::kAbsent && kind != train::TargetKind::kRegularFile)
-    throw Error(pointer + ": cannot read the pointer to the newest checkpoint (it is " + train::describe(kind) +
+  const archive::TargetKind kind = input_kind(pointer);
+  if (kind != archive::TargetKind::kAbsent && kind != archive::TargetKind::kRegularFile)
+    throw Error(pointer + ": cannot read the pointer to the newest checkpoint (it is " + archive::describe(kind) +
                 ", not a regular file)");
 }
 
 void check_training_outputs(const train::TrainConfig& config, const train::TrainOptions& options) {
-  using train::check_output_target;
-  using train::SpecialTarget;
+  using archive::check_output_target;
+  using archive::SpecialTarget;
   if (!options.step_times.empty())
     check_output_target(options.step_times, SpecialTarget::kStream, "--step-times " + options.step_times,
                         "the step times");
@@ -90,7 +90,7 @@ void check_training_outputs(const train::TrainConfig& config, const train::Train
 void check_test_detail_outputs(const std::string& prefix) {
   for (const char* suffix : {".e.out", ".e_peratom.out", ".f.out", ".v.out"}) {
     const std::string path = prefix + suffix;
-    train::check_output_target(path, train::SpecialTarget::kStream, "-d " + prefix + ": " + path,
+    archive::check_output_target(path, archive::SpecialTarget::kStream, "-d " + prefix + ": " + path,
                                "test detail files");
   }
 }

@@ -4,21 +4,22 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <unordered_map>
 
+#include "archive/model_archive.h"
 #include "data/neighbor_list.h"
 #include "data/overlap.h"
 #include "error.h"
+#include "models/capabilities.h"
 #include "models/deploy_source.h"
+#include "models/inference.h"
 #include "models/model.h"
-#include "models/se_e2_a_model.h"
-#include "models/se_e2_a_training.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "models/registry.h"
 
 namespace mlip::md {
 
@@ -180,9 +181,8 @@ struct Potential::Impl {
   double r_max = 0;
   int64_t layers = 1;
   Evaluation evaluation = Evaluation::kTorchScript;
-  // se_e2_a's hand-written inference (Evaluation::kAuto on the CPU).
-  std::unique_ptr<models::SeATrainingPath> se_path;
-  models::SeAConfig se_config;
+  // The model's own inference (Evaluation::kAuto on the CPU, where its registry entry has one).
+  std::unique_ptr<models::Inference> inference;
   data::NeighborListBuilder<double> builder_double;
   data::NeighborListBuilder<float> builder_float;
   Timings timings;
@@ -194,8 +194,10 @@ struct Potential::Impl {
   }
 
   void load(const std::string& file, const std::string& device_name, Evaluation wanted);
+  /// Refuses capabilities that contradict the other metadata or the device asked for.
+  void check_capabilities(const models::Capabilities& caps, archive::ExtraFiles& extra) const;
   template <typename Real>
-  void compute_se_e2_a(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
+  void compute_own(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
   template <typename Real>
   void compute_torchscript(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
 };
@@ -205,8 +207,8 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   device = parse_device(path, device_name);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(path + ": no such file (expected a model frozen by mlip freeze)");
-  train::ExtraFiles extra;
-  module = train::load_model(path, extra);  // names the file when it is not an mlip model
+  archive::ExtraFiles extra;
+  module = archive::load_model(path, extra);  // names the file when it is not an mlip model
   if (extra.count("step") != 0 || extra.count("optimizer") != 0)
     throw Error(path + ": a training checkpoint; MD needs a frozen model (mlip freeze -c <checkpoint> -o model.pt)");
   for (const char* key : {"r_max", "type_names", "model_dtype", "config"})
@@ -215,44 +217,66 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
       module.run_method("deploy_interface").toInt() < models::kDeployInterface)
     throw Error(path + ": frozen by an older mlip whose models cannot leave ghost atoms out of the energy; freeze "
                 "it again (mlip freeze) from a checkpoint trained with this version");
-  type_names = train::stored_type_names(extra);
+  type_names = archive::stored_type_names(extra);
   model_type = extra["model_type"];
-  dtype_name = extra["model_dtype"];
-  if (dtype_name != "float64" && dtype_name != "float32")
-    throw Error(path + ": model_dtype: expected float64 or float32, got \"" + dtype_name + "\"");
+  // The model's settings, read back through its registry entry (for its own inference), and
+  // its capabilities: as frozen (docs/deploy.md "Capabilities"), else derived from the settings
+  // (models frozen before capabilities were written).
+  settings = models::parse_model_settings(extra["config"], path + " (its training input)");
+  const models::Capabilities caps = extra.count("capabilities") != 0
+                                        ? models::Capabilities::parse(extra["capabilities"], path)
+                                        : models::capabilities_of(*settings);
+  check_capabilities(caps, extra);
+  dtype_name = caps.dtype;
   dtype = dtype_name == "float32" ? torch::kFloat32 : torch::kFloat64;
-  r_max = std::stod(extra["r_max"]);
-  settings = train::parse_model_settings(extra["config"], path + " (its training input)");
-  layers = settings->message_layers();
+  r_max = caps.cutoff;
+  layers = caps.message_layers;
   module.eval();
   module.to(device);
 
   evaluation = Evaluation::kTorchScript;
-  if (wanted == Evaluation::kAuto && model_type == "se_e2_a" && device.is_cpu()) {
-    se_config = dynamic_cast<const models::SeASettings&>(*settings).config;
-    const torch::Tensor sel = module.attr("sel").toTensor().to(torch::kCPU).contiguous();
-    se_config.sel.assign(sel.data_ptr<int64_t>(), sel.data_ptr<int64_t>() + sel.numel());
-    se_path = std::make_unique<models::SeATrainingPath>(se_config, module);
-    evaluation = Evaluation::kAuto;
+  const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), device.str()) != caps.inference.end();
+  if (wanted == Evaluation::kAuto && own_here) {
+    const models::ModelEntry* entry = models::find_model(model_type, false);
+    if (entry == nullptr) entry = models::find_model(model_type, true);
+    if (entry != nullptr && entry->inference) {
+      inference = entry->inference(*settings, module);
+      evaluation = Evaluation::kAuto;
+    }
+  }
+}
+
+void Potential::Impl::check_capabilities(const models::Capabilities& caps, archive::ExtraFiles& extra) const {
+  auto mismatch = [&](const std::string& what, const std::string& stored, const std::string& capable) {
+    throw Error(path + ": capabilities: " + what + " is \"" + capable + "\", but the model's metadata says \"" + stored +
+                "\" (a damaged or hand-edited model; freeze it again)");
+  };
+  if (caps.model_type != model_type) mismatch("model_type", model_type, caps.model_type);
+  if (caps.dtype != extra["model_dtype"]) mismatch("dtype", extra["model_dtype"], caps.dtype);
+  if (caps.type_map != type_names) {
+    std::string names;
+    for (const auto& n : caps.type_map) names += (names.empty() ? "" : " ") + n;
+    mismatch("type_map", extra["type_names"], names);
+  }
+  const std::string kind = device.is_cuda() ? "cuda" : device.str();
+  if (std::find(caps.devices.begin(), caps.devices.end(), kind) == caps.devices.end()) {
+    std::string list;
+    for (const auto& d : caps.devices) list += (list.empty() ? "" : ", ") + d;
+    throw Error(path + ": device " + device.str() + ": this model runs on " + list);
   }
 }
 
 template <typename Real>
-void Potential::Impl::compute_se_e2_a(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out) {
+void Potential::Impl::compute_own(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out) {
   const auto t0 = Clock::now();
   std::vector<Real> pos(atoms.positions, atoms.positions + atoms.natoms * 3);
-  std::vector<int> types(atoms.types, atoms.types + atoms.natoms);
-  models::PackedEnv packed;
-  {
-    const auto nl = builder<Real>().build(pos.data(), atoms.natoms, nullptr, {false, false, false}, se_config.rcut,
-                                          atoms.nlocal);
-    check_no_overlap<Real>(nl, atoms, nullptr);
-    packed = models::PackedEnv::from_neighbor_list<Real>(nl, types, se_config);
-  }
-  types.resize(size_t(atoms.nlocal));
+  const std::vector<int> types(atoms.types, atoms.types + atoms.natoms);
+  const auto nl = builder<Real>().build(pos.data(), atoms.natoms, nullptr, {false, false, false},
+                                        inference->cutoff(), atoms.nlocal);
+  check_no_overlap<Real>(nl, atoms, nullptr);
   const auto t1 = Clock::now();
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
-  models::SeATrainingPath::Evaluation e = se_path->evaluate(packed, types, atoms.natoms, atom_virial);
+  models::InferenceResult e = inference->evaluate(nl, types, atoms.natoms, atoms.nlocal, atomic_energy, atom_virial);
   timings.model_atoms += atoms.nlocal;
   out.energy = e.energy;
   out.forces = std::move(e.forces);
@@ -351,7 +375,7 @@ std::string Potential::describe() const {
   o << impl_->model_type << " (" << impl_->dtype_name << ", r_max " << impl_->r_max << " Å";
   if (impl_->layers > 1) o << ", " << impl_->layers << " layers";
   o << ") on " << impl_->device.str() << ", "
-    << (impl_->se_path ? "hand-written se_e2_a inference" : "TorchScript forward");
+    << (impl_->inference ? impl_->inference->describe() : "TorchScript forward");
   return o.str();
 }
 
@@ -364,9 +388,9 @@ void Potential::compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_v
                   ", expected 0.." + std::to_string(ntypes - 1));
   out = Results();
   const bool f32 = impl_->dtype == torch::kFloat32;
-  if (impl_->se_path) {
-    if (f32) impl_->compute_se_e2_a<float>(atoms, atomic_energy, atom_virial, out);
-    else impl_->compute_se_e2_a<double>(atoms, atomic_energy, atom_virial, out);
+  if (impl_->inference) {
+    if (f32) impl_->compute_own<float>(atoms, atomic_energy, atom_virial, out);
+    else impl_->compute_own<double>(atoms, atomic_energy, atom_virial, out);
   } else {
     if (f32) impl_->compute_torchscript<float>(atoms, atomic_energy, atom_virial, out);
     else impl_->compute_torchscript<double>(atoms, atomic_energy, atom_virial, out);

@@ -4,7 +4,10 @@
 #include <deque>
 #include <mutex>
 
+#include <yaml-cpp/yaml.h>
+
 #include "error.h"
+#include "input/section.h"
 #include "models/equivariant_model.h"
 #include "models/se_e2_a_model.h"
 
@@ -62,6 +65,73 @@ std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelCo
   if (entry == nullptr) entry = find_model(settings.type, true);
   if (entry == nullptr) throw Error("model type \"" + settings.type + "\" is not registered");
   return entry->create(settings, context);
+}
+
+
+namespace {
+
+using namespace mlip::input;
+
+void read_type_map(const Section& m, std::vector<std::string>& type_map) {
+  type_map = m.texts("type_map");
+  for (size_t i = 0; i < type_map.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (type_map[i] == type_map[j]) {
+        fail(m.path_of("type_map"), "\"" + type_map[i] + "\" appears twice");
+      }
+    }
+  }
+}
+
+const ModelEntry& select_model(const YAML::Node& model) {
+  const YAML::Node type = model["type"];
+  const std::string given = type && type.IsScalar() ? type.Scalar() : "standard";
+  if (given != "standard") {
+    const ModelEntry* entry = is_scalar(type) ? find_model(given, false) : nullptr;
+    if (entry == nullptr) {
+      std::vector<std::string> names = {"standard"};
+      for (const auto& n : model_names(false)) names.push_back(n);
+      expected("model.type", "one of " + quoted_list(names), type);
+    }
+    return *entry;
+  }
+  const YAML::Node descriptor = model["descriptor"];
+  const YAML::Node dtype = descriptor && descriptor.IsMap() ? descriptor["type"] : YAML::Node();
+  const std::string name = dtype && dtype.IsScalar() ? dtype.Scalar() : "se_e2_a";
+  const ModelEntry* entry = find_model(name, true);
+  if (entry == nullptr) {
+    const auto names = model_names(true);
+    expected("model.descriptor.type",
+             names.size() == 1 ? quoted_list(names) + " (the only one supported)" : "one of " + quoted_list(names),
+             dtype);
+  }
+  return *entry;
+}
+
+}  // namespace
+
+std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& node) {
+  const ModelEntry& entry = select_model(node);
+  const Section m(node, "model", entry.keys);
+  m.require({"type_map"});
+  std::vector<std::string> type_map;
+  read_type_map(m, type_map);
+  std::shared_ptr<ModelSettings> settings = entry.read(m, type_map);
+  settings->type_map = type_map;
+  settings->statistics_batches = m.integer("data_stat_nbatch", settings->statistics_batches);
+  return settings;
+}
+
+std::shared_ptr<const ModelSettings> parse_model_settings(const std::string& text, const std::string& source) {
+  try {
+    const YAML::Node root = YAML::Load(text);
+    if (!root.IsMap() || !root["model"]) throw Error("no model section");
+    return read_model_section(root["model"]);
+  } catch (const Error& e) {
+    throw Error(source + ": " + e.what());
+  } catch (const YAML::Exception& e) {
+    throw Error(source + ": " + e.msg);
+  }
 }
 
 }  // namespace mlip::models

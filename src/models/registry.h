@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "input/section.h"
+#include "models/inference.h"
 #include "models/model.h"
 
 namespace mlip::models {
@@ -27,6 +28,9 @@ struct ModelEntry {
       read;
   /// Builds the model, freshly initialised, from settings its `read` made.
   std::function<std::unique_ptr<Model>(const ModelSettings& settings, const ModelContext& context)> create;
+  /// The model's own inference for MD on the CPU (models/inference.h), from a frozen model's
+  /// settings and module; empty when it has none (MD then runs the TorchScript forward).
+  std::function<std::unique_ptr<Inference>(const ModelSettings& settings, torch::jit::Module& module)> inference;
 };
 
 /// Adds a model type (e.g. one defined in a test). Throws mlip::Error when the name is taken.
@@ -38,6 +42,15 @@ const ModelEntry* find_model(const std::string& name, bool descriptor);
 
 /// The names of the registered entries of one kind, in registration order.
 std::vector<std::string> model_names(bool descriptor);
+
+/// The `model` section of a training input, read and checked through the entry it selects
+/// (model.type, or model.descriptor.type for DeePMD's standard model): the type map (no name
+/// twice), data_stat_nbatch and the entry's own keys. Throws mlip::Error naming the key.
+std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& model);
+
+/// The model section of a training input given as text (e.g. a frozen model's `config`), read
+/// as `mlip train` reads it; errors name `source`. The data paths are not looked at.
+std::shared_ptr<const ModelSettings> parse_model_settings(const std::string& text, const std::string& source);
 
 /// Builds the model of `settings` through its entry. Throws mlip::Error for an unknown type.
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data/kokkos_runtime.h"
+#include "models/se_e2_a_inference.h"
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
@@ -279,6 +280,7 @@ ModelEntry se_e2_a_entry() {
   e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
     return std::make_unique<SeAModel>(dynamic_cast<const SeASettings&>(settings), context);
   };
+  e.inference = make_se_e2_a_inference;
   return e;
 }
 

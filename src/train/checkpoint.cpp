@@ -1,115 +1,21 @@
 #include "train/checkpoint.h"
 
-#include <caffe2/serialize/inline_container.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "archive/output_file.h"
 #include "error.h"
-#include "train/output_file.h"
-#include "train/sha256.h"
+#include "models/capabilities.h"
+#include "models/registry.h"
 
 namespace fs = std::filesystem;
 
 namespace mlip::train {
-namespace {
 
-const char* kMetadataKeys[] = {"r_max", "type_names", "num_types", "model_dtype", "model_type",
-                               "mlip_version", "config", "units"};
-const char* kTrainingKeys[] = {"step",       "sampler",  "val_sampler", "optimizer", "mlip_checkpoint",
-                               "world_size", "weights", "ema_updates"};
-
-/// The extra file holding the checksum, and the archive's records the checksum leaves out: the
-/// checksum itself, and the id that LibTorch 2 derives from all records' names and CRCs.
-constexpr const char* kChecksumFile = "checksum";
-constexpr const char* kChecksumRecord = "extra/checksum";
-constexpr const char* kSerializationIdRecord = ".data/serialization_id";
-
-/// SHA-256 over every record of a TorchScript archive (names sorted; each name, its length and
-/// its bytes), except the checksum and the serialization id (docs/robustness.md "Checksums").
-std::string archive_digest(caffe2::serialize::PyTorchStreamReader& reader) {
-  std::vector<std::string> names = reader.getAllRecords();
-  std::sort(names.begin(), names.end());
-  Sha256 hash;
-  for (const std::string& name : names) {
-    if (name == kChecksumRecord || name == kSerializationIdRecord) continue;
-    auto [data, size] = reader.getRecord(name);
-    const uint64_t length = size;
-    hash.update(name);
-    hash.update(std::string_view("\0", 1));
-    hash.update(std::string_view(reinterpret_cast<const char*>(&length), sizeof length));
-    hash.update(std::string_view(static_cast<const char*>(data.get()), size));
-  }
-  return "sha256:" + hash.hex_digest();
-}
-
-/// Whether every record of `first` is in `second` with the same bytes (records of `second`
-/// alone, such as the checksum, are not looked at).
-bool same_records(const std::string& first, const std::string& second) {
-  std::istringstream in_first(first), in_second(second);
-  caffe2::serialize::PyTorchStreamReader a(&in_first), b(&in_second);
-  for (const std::string& name : a.getAllRecords()) {
-    if (name == kSerializationIdRecord) continue;
-    if (!b.hasRecord(name)) return false;
-    auto [data_a, size_a] = a.getRecord(name);
-    auto [data_b, size_b] = b.getRecord(name);
-    if (size_a != size_b || std::memcmp(data_a.get(), data_b.get(), size_a) != 0) return false;
-  }
-  return true;
-}
-
-/// The stored checksum of an archive, or "" when it has none.
-std::string stored_checksum(caffe2::serialize::PyTorchStreamReader& reader) {
-  if (!reader.hasRecord(kChecksumRecord)) return "";
-  auto [data, size] = reader.getRecord(kChecksumRecord);
-  return std::string(static_cast<const char*>(data.get()), size);
-}
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read (" + system_reason(errno) + ")");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (in.bad()) throw Error(path + ": cannot read (" + system_reason(errno) + ")");
-  return bytes.str();
-}
-
-}  // namespace
-
-std::string serialize_module(const torch::jit::Module& module, const ExtraFiles& extra) {
-  torch::jit::ExtraFilesMap files(extra.begin(), extra.end());
-  files.erase(kChecksumFile);
-  std::ostringstream first_stream;
-  module.save(first_stream, files);
-  const std::string first = first_stream.str();
-  {
-    std::istringstream in(first);
-    caffe2::serialize::PyTorchStreamReader reader(&in);
-    files[kChecksumFile] = archive_digest(reader);
-  }
-  std::ostringstream second;
-  module.save(second, files);
-  std::string archive = second.str();
-  // The digest was taken of the first archive: the second must hold the same records.
-  if (!same_records(first, archive))
-    throw Error("saving a model: LibTorch wrote different records for the same module twice; cannot checksum it");
-  return archive;
-}
-
-void save_module_atomically(const torch::jit::Module& module, const ExtraFiles& extra, const std::string& path,
-                            const std::string& what) {
-  std::string archive;
-  try {
-    archive = serialize_module(module, extra);
-  } catch (const c10::Error& e) {
-    throw Error(path + ": cannot write " + what + " (LibTorch: " + e.what_without_backtrace() + ")");
-  }
-  write_file_atomically(path, archive, what);
-}
+using archive::ExtraFiles;
+using archive::load_model;
+using archive::remove_stale_temporaries;
+using archive::save_module_atomically;
 
 std::string resolve_checkpoint(const std::string& given) {
   std::error_code ec;
@@ -128,52 +34,6 @@ std::string resolve_checkpoint(const std::string& given) {
   throw Error(given + ": no such checkpoint (expected a checkpoint file, e.g. model.ckpt-1000.pt, or a training folder)");
 }
 
-std::vector<std::string> stored_type_names(const ExtraFiles& extra) {
-  std::vector<std::string> names;
-  const auto it = extra.find("type_names");
-  if (it == extra.end()) return names;
-  std::istringstream in(it->second);
-  for (std::string name; in >> name;) names.push_back(name);
-  return names;
-}
-
-torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
-  const std::string archive = read_whole_file(path);
-  std::string stored, actual;
-  try {
-    std::istringstream in(archive);
-    caffe2::serialize::PyTorchStreamReader reader(&in);
-    stored = stored_checksum(reader);
-    if (!stored.empty()) actual = archive_digest(reader);
-  } catch (const c10::Error& e) {
-    throw Error(path + ": not a TorchScript model, or a damaged one (" +
-                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
-  }
-  torch::jit::ExtraFilesMap files;
-  for (const char* k : kMetadataKeys) files[k] = "";
-  for (const char* k : kTrainingKeys) files[k] = "";
-  torch::jit::Module module;
-  try {
-    std::istringstream in(archive);
-    module = torch::jit::load(in, torch::kCPU, files);
-  } catch (const c10::Error& e) {
-    throw Error(path + ": not a TorchScript model, or a damaged one (" +
-                std::string(e.what_without_backtrace()).substr(0, 200) + ")");
-  }
-  if (files["model_type"].empty())
-    throw Error(path + ": a TorchScript file without mlip's metadata (model_type); expected a checkpoint or a model frozen by 'mlip freeze'");
-  if (stored.empty())
-    throw Error(path + ": no checksum (extra/checksum) in the file; expected a checkpoint or frozen model written by mlip " +
-                "0.5 or later, which carry one (docs/robustness.md)");
-  if (stored != actual)
-    throw Error(path + ": damaged: its contents do not match the checksum stored in it (stored " + stored.substr(0, 19) +
-                "..., computed " + actual.substr(0, 19) + "...); use another checkpoint");
-  extra.clear();
-  for (auto& [k, v] : files)
-    if (!v.empty()) extra[k] = v;
-  return module;
-}
-
 void freeze(const std::string& checkpoint, const std::string& output) {
   const std::string source = resolve_checkpoint(checkpoint);
   std::error_code ec;
@@ -184,11 +44,14 @@ void freeze(const std::string& checkpoint, const std::string& output) {
   ExtraFiles extra;
   torch::jit::Module module = load_model(source, extra);
   ExtraFiles meta;
-  for (const char* k : kMetadataKeys) {
+  for (const std::string& k : archive::model_metadata_keys()) {
     auto it = extra.find(k);
-    if (it == extra.end()) throw Error(checkpoint + ": the checkpoint lacks '" + std::string(k) + "' metadata");
+    if (it == extra.end()) throw Error(checkpoint + ": the checkpoint lacks '" + k + "' metadata");
     meta[k] = it->second;
   }
+  // What MD checks at load, so that it needs no training input (docs/deploy.md "Capabilities").
+  const auto settings = models::parse_model_settings(meta["config"], source + " (its training input)");
+  meta["capabilities"] = models::capabilities_of(*settings).to_text();
   module.eval();
   for (const auto& p : module.parameters()) p.requires_grad_(false);
   save_module_atomically(module, meta, output, "the frozen model");

@@ -119,58 +119,13 @@ std::string resolve_system(const std::string& given, const std::string& input_di
 // ---------------------------------------------------------------------------------------------
 // The sections
 
-void read_type_map(const Section& m, std::vector<std::string>& type_map) {
-  type_map = m.texts("type_map");
-  for (size_t i = 0; i < type_map.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (type_map[i] == type_map[j]) {
-        fail(m.path_of("type_map"), "\"" + type_map[i] + "\" appears twice");
-      }
-    }
-  }
-}
 
 /// The registry entry the `model` section selects: `model.type` names it, or, for DeePMD's
 /// standard model (type absent or "standard"), `model.descriptor.type` does (default
 /// se_e2_a).
-const models::ModelEntry& select_model(const YAML::Node& model) {
-  const YAML::Node type = model["type"];
-  const std::string given = type && type.IsScalar() ? type.Scalar() : "standard";
-  if (given != "standard") {
-    const models::ModelEntry* entry = is_scalar(type) ? models::find_model(given, false) : nullptr;
-    if (entry == nullptr) {
-      std::vector<std::string> names = {"standard"};
-      for (const auto& n : models::model_names(false)) names.push_back(n);
-      expected("model.type", "one of " + quoted_list(names), type);
-    }
-    return *entry;
-  }
-  const YAML::Node descriptor = model["descriptor"];
-  const YAML::Node dtype = descriptor && descriptor.IsMap() ? descriptor["type"] : YAML::Node();
-  const std::string name = dtype && dtype.IsScalar() ? dtype.Scalar() : "se_e2_a";
-  const models::ModelEntry* entry = models::find_model(name, true);
-  if (entry == nullptr) {
-    const auto names = models::model_names(true);
-    expected("model.descriptor.type",
-             names.size() == 1 ? quoted_list(names) + " (the only one supported)" : "one of " + quoted_list(names),
-             dtype);
-  }
-  return *entry;
-}
 
 /// model: the common keys (type, type_map, data_stat_nbatch), then the model's own through
 /// its registry entry.
-std::shared_ptr<const models::ModelSettings> read_model(const YAML::Node& node) {
-  const models::ModelEntry& entry = select_model(node);
-  const Section m(node, "model", entry.keys);
-  m.require({"type_map"});
-  std::vector<std::string> type_map;
-  read_type_map(m, type_map);
-  std::shared_ptr<models::ModelSettings> settings = entry.read(m, type_map);
-  settings->type_map = type_map;
-  settings->statistics_batches = m.integer("data_stat_nbatch", settings->statistics_batches);
-  return settings;
-}
 
 void read_learning_rate(const Section& l, TrainConfig& c) {
   ExpLearningRate& lr = c.learning_rate;
@@ -303,7 +258,7 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
   for (const char* key : {"model", "training"}) {
     if (!top.get(key).IsMap()) expected(key, "a mapping", top.get(key));
   }
-  c.model = read_model(top.get("model"));
+  c.model = models::read_model_section(top.get("model"));
   read_learning_rate(
       top.section("learning_rate", {"type", "start_lr", "stop_lr", "decay_steps", "decay_rate",
                                     "warmup_steps", "warmup_start_factor", "scale_by_worker"}),
@@ -348,17 +303,6 @@ TrainConfig parse_train_config(const std::string& text, const std::string& sourc
   return c;
 }
 
-std::shared_ptr<const models::ModelSettings> parse_model_settings(const std::string& text, const std::string& source) {
-  try {
-    const YAML::Node root = YAML::Load(text);
-    if (!root.IsMap() || !root["model"]) throw Error("no model section");
-    return read_model(root["model"]);
-  } catch (const Error& e) {
-    throw Error(source + ": " + e.what());
-  } catch (const YAML::Exception& e) {
-    throw Error(source + ": " + e.msg);
-  }
-}
 
 TrainConfig load_train_config(const std::string& path) {
   std::error_code ec;

@@ -100,9 +100,6 @@ TrainConfig load_train_config(const std::string& path);
 /// The same from text; `source` names it in messages, `input_dir` resolves relative paths.
 TrainConfig parse_train_config(const std::string& text, const std::string& source, const std::string& input_dir);
 
-/// The model section of a training input (`text`, e.g. a frozen model's `config`), read and
-/// checked as `mlip train` reads it; errors name `source`. The data paths are not looked at.
-std::shared_ptr<const models::ModelSettings> parse_model_settings(const std::string& text, const std::string& source);
 
 }  // namespace mlip::train
 

@@ -10,9 +10,11 @@
 
 #include "error.h"
 #include "input/section.h"
-#include "train/sha256.h"
+#include "archive/sha256.h"
 
 namespace mlip::train {
+
+using archive::sha256_hex;
 namespace {
 
 /// Keys that may differ between ranks: resources of one rank, not of the training.

@@ -15,9 +15,16 @@
 #include "error.h"
 #include "models/pair_list.h"
 #include "train/checkpoint.h"
-#include "train/output_file.h"
+#include "archive/output_file.h"
 
 namespace mlip::train {
+
+using archive::ExtraFiles;
+using archive::OutputFile;
+using archive::SpecialTarget;
+using archive::load_model;
+using archive::remove_stale_temporaries;
+using archive::stored_type_names;
 namespace {
 
 /// MAE and RMSE accumulators.
@@ -69,7 +76,7 @@ int run_test(const TestOptions& options) {
     throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
 
   // Detail files: written beside their old versions and renamed over them at the end, so a
-  // failed run (a full disk) leaves the old ones whole (train/output_file.h).
+  // failed run (a full disk) leaves the old ones whole (archive/output_file.h).
   std::unique_ptr<OutputFile> fe, fea, ff, fv;
   if (!options.detail.empty()) {
     using Mode = OutputFile::Mode;

@@ -33,7 +33,7 @@
 #include "train/ema.h"
 #include "train/frame_store.h"
 #include "train/non_finite_guard.h"
-#include "train/output_file.h"
+#include "archive/output_file.h"
 #include "train/rank_agreement.h"
 #include "train/sampler.h"
 #include "version.h"
@@ -41,6 +41,18 @@
 namespace fs = std::filesystem;
 
 namespace mlip::train {
+
+using archive::ExtraFiles;
+using archive::OutputFile;
+using archive::SpecialTarget;
+using archive::check_output_target;
+using archive::load_model;
+using archive::prepare_output_folder;
+using archive::remove_stale_temporaries;
+using archive::save_module_atomically;
+using archive::stored_type_names;
+using archive::system_reason;
+using archive::write_file_atomically;
 namespace {
 
 std::atomic<bool> g_interrupted{false};

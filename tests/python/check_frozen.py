@@ -17,13 +17,18 @@ import torch
 model_path, system, detail, tools = sys.argv[1:5]
 sys.path.insert(0, tools)
 
-extra = {k: "" for k in ["r_max", "type_names", "num_types", "model_dtype", "model_type", "mlip_version", "config", "units"]}
+extra = {k: "" for k in ["r_max", "type_names", "num_types", "model_dtype", "model_type", "mlip_version", "config", "units", "capabilities"]}
 model = torch.jit.load(model_path, _extra_files=extra)
 meta = {k: v.decode() for k, v in extra.items()}
 assert meta["model_type"] in ("se_e2_a", "equivariant"), meta
 assert meta["units"] == "eV Angstrom", meta
 assert meta["num_types"] == "2" and meta["type_names"] == "O H", meta
 r_max = float(meta["r_max"])
+# What MD reads (docs/deploy.md "Capabilities"): it agrees with the other metadata.
+caps = dict(line.split(": ", 1) if ": " in line else (line.rstrip(":"), "") for line in meta["capabilities"].splitlines() if line)
+assert caps["model_type"] == meta["model_type"] and caps["dtype"] == meta["model_dtype"], caps
+assert caps["type_map"] == meta["type_names"] and abs(float(caps["cutoff"]) - r_max) < 1e-5, caps
+assert int(caps["message_layers"]) >= 1 and "cpu" in caps["devices"].split(), caps
 
 types = np.loadtxt(f"{system}/type.raw", dtype=np.int64).reshape(-1)
 coord = np.load(f"{system}/set.000/coord.npy").reshape(-1, len(types), 3)

@@ -1,9 +1,9 @@
-#include "train/sha256.h"
+#include "archive/sha256.h"
 
 #include <algorithm>
 #include <cstdio>
 
-namespace mlip::train {
+namespace mlip::archive {
 namespace {
 
 constexpr uint32_t kRound[64] = {
@@ -84,4 +84,4 @@ std::string sha256_hex(std::string_view bytes) {
   return h.hex_digest();
 }
 
-}  // namespace mlip::train
+}  // namespace mlip::archive

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace mlip::train {
+namespace mlip::archive {
 
 /// SHA-256 (FIPS 180-4) of a byte stream, fed in pieces: the checksum that checkpoints and
 /// frozen models carry (docs/robustness.md "Checksums").
@@ -28,4 +28,4 @@ class Sha256 {
 /// SHA-256 of `bytes` in hex.
 std::string sha256_hex(std::string_view bytes);
 
-}  // namespace mlip::train
+}  // namespace mlip::archive

@@ -1,4 +1,4 @@
-#include "train/output_file.h"
+#include "archive/output_file.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -15,7 +15,7 @@
 
 namespace fs = std::filesystem;
 
-namespace mlip::train {
+namespace mlip::archive {
 namespace {
 
 std::string folder_of(const std::string& path) {
@@ -217,4 +217,4 @@ void prepare_output_folder(const std::string& folder, const std::string& given) 
     throw Error(given + ": cannot write into the output folder " + dir + " (" + system_reason(errno) + ")");
 }
 
-}  // namespace mlip::train
+}  // namespace mlip::archive

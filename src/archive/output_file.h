@@ -3,7 +3,7 @@
 #include <string>
 #include <string_view>
 
-namespace mlip::train {
+namespace mlip::archive {
 
 /// What an output path names now, following symbolic links.
 enum class TargetKind {
@@ -115,4 +115,4 @@ int remove_stale_temporaries(const std::string& folder);
 /// names where it came from in messages (`-o run`). Throws mlip::Error with the reason.
 void prepare_output_folder(const std::string& folder, const std::string& given);
 
-}  // namespace mlip::train
+}  // namespace mlip::archive

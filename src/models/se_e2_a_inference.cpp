@@ -1,0 +1,57 @@
+#include "models/se_e2_a_inference.h"
+
+#include "error.h"
+#include "models/se_e2_a_model.h"
+#include "models/se_e2_a_training.h"
+
+namespace mlip::models {
+namespace {
+
+class SeAInference : public Inference {
+ public:
+  SeAInference(const SeAConfig& config, torch::jit::Module& module) : config_(config), path_(config_, module) {}
+
+  std::string describe() const override { return "hand-written se_e2_a inference"; }
+  double cutoff() const override { return config_.rcut; }
+
+  InferenceResult evaluate(const data::NeighborList<float>& list, const std::vector<int>& types, int64_t natoms,
+                           int64_t nlocal, bool atomic, bool atom_virial) override {
+    return run(list, types, natoms, nlocal, atomic, atom_virial);
+  }
+  InferenceResult evaluate(const data::NeighborList<double>& list, const std::vector<int>& types, int64_t natoms,
+                           int64_t nlocal, bool atomic, bool atom_virial) override {
+    return run(list, types, natoms, nlocal, atomic, atom_virial);
+  }
+
+ private:
+  template <typename Real>
+  InferenceResult run(const data::NeighborList<Real>& list, const std::vector<int>& types, int64_t natoms,
+                      int64_t nlocal, bool atomic, bool atom_virial) {
+    const PackedEnv packed = PackedEnv::from_neighbor_list<Real>(list, types, config_);
+    const std::vector<int> centre_types(types.begin(), types.begin() + nlocal);
+    SeATrainingPath::Evaluation e = path_.evaluate(packed, centre_types, natoms, atom_virial);
+    InferenceResult out;
+    out.energy = e.energy;
+    out.forces = std::move(e.forces);
+    out.virial = e.virial;
+    if (atomic) out.atomic = std::move(e.atomic);
+    if (atom_virial) out.atom_virial = std::move(e.atom_virial);
+    return out;
+  }
+
+  SeAConfig config_;
+  SeATrainingPath path_;
+};
+
+}  // namespace
+
+std::unique_ptr<Inference> make_se_e2_a_inference(const ModelSettings& settings, torch::jit::Module& module) {
+  const auto* se = dynamic_cast<const SeASettings*>(&settings);
+  if (se == nullptr) throw Error("se_e2_a inference: the settings are not se_e2_a's (" + settings.type + ")");
+  SeAConfig config = se->config;
+  const torch::Tensor sel = module.attr("sel").toTensor().to(torch::kCPU).contiguous();
+  config.sel.assign(sel.data_ptr<int64_t>(), sel.data_ptr<int64_t>() + sel.numel());
+  return std::make_unique<SeAInference>(config, module);
+}
+
+}  // namespace mlip::models
