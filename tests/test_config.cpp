@@ -5,7 +5,7 @@
 
 #include "error.h"
 #include "test_util.h"
-#include "models/se_e2_a_model.h"
+#include "models/se_e2_a/se_e2_a_model.h"
 #include "train/config.h"
 
 namespace {

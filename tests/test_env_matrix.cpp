@@ -1,4 +1,4 @@
-#include "models/env_matrix.h"
+#include "models/se_e2_a/env_matrix.h"
 
 #include <gtest/gtest.h>
 

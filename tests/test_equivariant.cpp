@@ -1,4 +1,4 @@
-#include "models/equivariant.h"
+#include "models/equivariant/equivariant.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "data/system.h"
-#include "models/equivariant_model.h"
+#include "models/equivariant/equivariant_model.h"
 #include "models/pair_list.h"
 #include "data/neighbor_list.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-#include "models/fast_tanh.h"
+#include "models/kernels/fast_tanh.h"
 
 #include <gtest/gtest.h>
 

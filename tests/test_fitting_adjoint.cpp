@@ -1,4 +1,4 @@
-#include "models/fitting_adjoint.h"
+#include "models/se_e2_a/fitting_adjoint.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>

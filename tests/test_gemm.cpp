@@ -1,4 +1,4 @@
-#include "models/gemm.h"
+#include "models/kernels/gemm.h"
 
 #include <gtest/gtest.h>
 #include <torch/script.h>

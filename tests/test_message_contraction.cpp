@@ -1,7 +1,7 @@
-// The message contraction of the equivariant training path (models/message_contraction.h)
+// The message contraction of the equivariant training path (models/equivariant/message_contraction.h)
 // against a naive reference: every partial, by both kernels, and its first and second
 // derivatives through autograd, in float32 and float64.
-#include "models/message_contraction.h"
+#include "models/equivariant/message_contraction.h"
 
 #include <gtest/gtest.h>
 #include <ATen/Parallel.h>

@@ -1,4 +1,4 @@
-#include "models/se_e2_a.h"
+#include "models/se_e2_a/se_e2_a.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "data/neighbor_list.h"
 #include "error.h"
-#include "models/env_matrix.h"
+#include "models/se_e2_a/env_matrix.h"
 #include "model_test_util.h"
 #include "test_util.h"
 

@@ -2,7 +2,7 @@
 // against the hand-written CPU path, on the CPU, so that CI exercises the GPU's code on every
 // commit (docs/training_path.md "The device-generic path"): energies, forces, virials and
 // every parameter gradient, in float64 and float32; and the same on CUDA where one is visible.
-#include "models/se_e2_a_generic_path.h"
+#include "models/se_e2_a/se_e2_a_generic_path.h"
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "data/neighbor_list.h"
-#include "models/env_matrix.h"
-#include "models/se_e2_a.h"
-#include "models/se_e2_a_training.h"
+#include "models/se_e2_a/env_matrix.h"
+#include "models/se_e2_a/se_e2_a.h"
+#include "models/se_e2_a/se_e2_a_training.h"
 #include "test_util.h"
 
 namespace {

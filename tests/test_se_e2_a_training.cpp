@@ -1,4 +1,4 @@
-#include "models/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_training.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "data/neighbor_list.h"
-#include "models/env_matrix.h"
-#include "models/se_e2_a.h"
+#include "models/se_e2_a/env_matrix.h"
+#include "models/se_e2_a/se_e2_a.h"
 #include "test_util.h"
 
 // The hand-written training path against the TorchScript module's energy_force_env with

@@ -1,4 +1,4 @@
-#include "models/spherical.h"
+#include "models/equivariant/spherical.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -8,8 +8,8 @@
 
 #include "error.h"
 #include "input/section.h"
-#include "models/equivariant_model.h"
-#include "models/se_e2_a_model.h"
+#include "models/equivariant/equivariant_model.h"
+#include "models/se_e2_a/se_e2_a_model.h"
 
 namespace mlip::models {
 namespace {

@@ -1,4 +1,4 @@
-#include "models/equivariant.h"
+#include "models/equivariant/equivariant.h"
 
 #include <ATen/ATen.h>
 
@@ -9,7 +9,7 @@
 
 #include "error.h"
 #include "models/deploy_source.h"
-#include "models/spherical.h"
+#include "models/equivariant/spherical.h"
 
 namespace mlip::models {
 namespace {
@@ -249,7 +249,7 @@ void deploy_messages_source(const Block& b, const std::string& L, int64_t f, std
 }
 
 /// The same messages in the training path: one call of the message contraction
-/// (models/message_contraction.h) for every path of the block, then the columns of each output
+/// (models/equivariant/message_contraction.h) for every path of the block, then the columns of each output
 /// irrep in the same layout as deploy_messages_source.
 void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics, std::ostream& o) {
   int64_t inputs = 0, outputs = 0;

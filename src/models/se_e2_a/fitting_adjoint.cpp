@@ -1,4 +1,4 @@
-#include "models/fitting_adjoint.h"
+#include "models/se_e2_a/fitting_adjoint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "error.h"
-#include "models/gemm.h"
-#include "models/layer_kernels.h"
+#include "models/kernels/gemm.h"
+#include "models/kernels/layer_kernels.h"
 
 namespace mlip::models {
 namespace {

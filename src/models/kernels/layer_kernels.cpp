@@ -1,6 +1,6 @@
-#include "models/layer_kernels.h"
+#include "models/kernels/layer_kernels.h"
 
-#include "models/fast_tanh_impl.h"
+#include "models/kernels/fast_tanh_impl.h"
 
 namespace mlip::models {
 namespace {

@@ -1,4 +1,4 @@
-#include "models/se_e2_a_generic_path.h"
+#include "models/se_e2_a/se_e2_a_generic_path.h"
 
 #include <torch/csrc/autograd/autograd.h>
 

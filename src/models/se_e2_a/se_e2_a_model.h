@@ -3,7 +3,7 @@
 #include <optional>
 
 #include "models/registry.h"
-#include "models/se_e2_a.h"
+#include "models/se_e2_a/se_e2_a.h"
 
 namespace mlip::models {
 

@@ -50,10 +50,10 @@ std::string equivariant_source(const EquivariantConfig& config);
 /// `params` holds the module's parameters, buffers, scale and shift by name and the blocks'
 /// couplings (`l<k>_terms`, `l<k>_coefficients`, message_couplings()); `basis` is the radial
 /// basis of the Q distinct pairs, `pair[e]` the pair of edge e; `edges` the contraction's edge
-/// tables (models/message_contraction.h). Calls the operator mlip::message_contract.
+/// tables (models/equivariant/message_contraction.h). Calls the operator mlip::message_contract.
 std::string equivariant_training_source(const EquivariantConfig& config);
 
-/// The message coupling of one interaction block for models/message_contraction.h.
+/// The message coupling of one interaction block for models/equivariant/message_contraction.h.
 struct BlockCoupling {
   torch::Tensor terms;         ///< [T, 4] int64 rows (m, d, s, p)
   torch::Tensor coefficients;  ///< [T] float64

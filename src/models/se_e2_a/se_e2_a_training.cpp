@@ -1,4 +1,4 @@
-#include "models/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_training.h"
 
 #include <ATen/Parallel.h>
 
@@ -7,11 +7,11 @@
 
 #include "data/neighbor_list.h"
 #include "error.h"
-#include "models/env_row.h"
-#include "models/fitting_adjoint.h"
-#include "models/gemm.h"
-#include "models/layer_kernels.h"
-#include "models/layer_rule.h"
+#include "models/se_e2_a/env_row.h"
+#include "models/se_e2_a/fitting_adjoint.h"
+#include "models/kernels/gemm.h"
+#include "models/kernels/layer_kernels.h"
+#include "models/kernels/layer_rule.h"
 
 namespace mlip::models {
 

@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "models/se_e2_a.h"
-#include "models/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a.h"
+#include "models/se_e2_a/se_e2_a_training.h"
 
 namespace mlip::models {
 

@@ -1,11 +1,11 @@
-#include "models/env_matrix.h"
+#include "models/se_e2_a/env_matrix.h"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "data/kokkos_runtime.h"
-#include "models/env_row.h"
+#include "models/se_e2_a/env_row.h"
 #include "error.h"
 
 namespace mlip::models {

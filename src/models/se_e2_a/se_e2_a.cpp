@@ -1,4 +1,4 @@
-#include "models/se_e2_a.h"
+#include "models/se_e2_a/se_e2_a.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -7,7 +7,7 @@
 
 #include "error.h"
 #include "models/deploy_source.h"
-#include "models/layer_rule.h"
+#include "models/kernels/layer_rule.h"
 
 namespace mlip::models {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "models/equivariant.h"
+#include "models/equivariant/equivariant.h"
 #include "models/registry.h"
 
 namespace mlip::models {

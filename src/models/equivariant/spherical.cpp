@@ -1,4 +1,4 @@
-#include "models/spherical.h"
+#include "models/equivariant/spherical.h"
 
 #include <ATen/ATen.h>
 #include <torch/script.h>

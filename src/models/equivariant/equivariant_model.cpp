@@ -1,4 +1,4 @@
-#include "models/equivariant_model.h"
+#include "models/equivariant/equivariant_model.h"
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/api/compilation_unit.h>
@@ -16,7 +16,7 @@
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/energy_bias.h"
-#include "models/message_contraction.h"
+#include "models/equivariant/message_contraction.h"
 #include "models/pair_list.h"
 
 namespace mlip::models {
@@ -67,7 +67,7 @@ struct EquivariantFrame : FrameInput {
   torch::Tensor basis_jacobian;  ///< [Q, num_bessels, 3] its derivative by d of pair_edge, 1/Å
   torch::Tensor y;               ///< [E, (l_max+1)^2] edge harmonics
   torch::Tensor y_jacobian;      ///< [E, (l_max+1)^2, 3] their derivative by d_e, 1/Å
-  std::vector<torch::Tensor> edges;  ///< the contraction's edge tables (models/message_contraction.h)
+  std::vector<torch::Tensor> edges;  ///< the contraction's edge tables (models/equivariant/message_contraction.h)
   int64_t bytes() const override {
     int64_t b = 0;
     for (const auto* t : {&d, &i, &j, &pair, &pair_edge, &basis, &basis_jacobian, &y, &y_jacobian}) b += tensor_bytes(*t);
@@ -77,7 +77,7 @@ struct EquivariantFrame : FrameInput {
 };
 
 /// Names in the training source: `torch` (LibTorch's operators) and `mlip` (the project's,
-/// models/message_contraction.h).
+/// models/equivariant/message_contraction.h).
 struct TrainingResolver : torch::jit::Resolver {
   std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction&,
                                                          const torch::jit::SourceRange&) override {
@@ -260,7 +260,7 @@ class EquivariantModel final : public Model {
   struct BatchedFrames {
     torch::Tensor d, i, j, pair, pair_edge, basis, basis_jacobian, y, y_jacobian, atype;
     torch::Tensor edge_frame;          ///< [E] int64, the frame of each edge (batches of 2+ frames)
-    std::vector<torch::Tensor> edges;  ///< the contraction's tables (models/message_contraction.h)
+    std::vector<torch::Tensor> edges;  ///< the contraction's tables (models/equivariant/message_contraction.h)
   };
 
   static BatchedFrames single_frame(const SystemAtoms& atoms, const FrameInput& input) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/layer_rule.h"
+#include "models/kernels/layer_rule.h"
 
 namespace mlip::models {
 

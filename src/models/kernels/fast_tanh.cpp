@@ -1,6 +1,6 @@
-#include "models/fast_tanh.h"
+#include "models/kernels/fast_tanh.h"
 
-#include "models/fast_tanh_impl.h"
+#include "models/kernels/fast_tanh_impl.h"
 
 // Compiled with -fno-trapping-math (src/models/CMakeLists.txt): both branches below are
 // evaluated and blended, which the compiler only vectorises when it may ignore FP traps.

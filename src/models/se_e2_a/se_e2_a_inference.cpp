@@ -1,8 +1,8 @@
-#include "models/se_e2_a_inference.h"
+#include "models/se_e2_a/se_e2_a_inference.h"
 
 #include "error.h"
-#include "models/se_e2_a_model.h"
-#include "models/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_model.h"
+#include "models/se_e2_a/se_e2_a_training.h"
 
 namespace mlip::models {
 namespace {

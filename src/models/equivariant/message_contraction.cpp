@@ -1,4 +1,4 @@
-#include "models/message_contraction.h"
+#include "models/equivariant/message_contraction.h"
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>

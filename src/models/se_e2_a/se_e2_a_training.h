@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "models/env_matrix.h"
-#include "models/se_e2_a.h"
+#include "models/se_e2_a/env_matrix.h"
+#include "models/se_e2_a/se_e2_a.h"
 
 namespace mlip::data {
 template <typename Real>

@@ -1,4 +1,4 @@
-#include "models/se_e2_a_model.h"
+#include "models/se_e2_a/se_e2_a_model.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -8,14 +8,14 @@
 #include <sstream>
 
 #include "data/kokkos_runtime.h"
-#include "models/se_e2_a_inference.h"
+#include "models/se_e2_a/se_e2_a_inference.h"
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
 #include "models/energy_bias.h"
-#include "models/env_matrix.h"
-#include "models/se_e2_a_generic_path.h"
-#include "models/se_e2_a_training.h"
+#include "models/se_e2_a/env_matrix.h"
+#include "models/se_e2_a/se_e2_a_generic_path.h"
+#include "models/se_e2_a/se_e2_a_training.h"
 
 namespace mlip::models {
 
