@@ -31,10 +31,12 @@ WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 input() {  # input <case>
   sed -n '/^model:/,/^learning_rate:/p' "$ROOT/examples/water/equivariant.yaml" | sed '$d' |
     case "$1" in
-      f32) sed 's/precision: float64/precision: float32/' ;;
-      c2) cat; printf "  correlation: 2\n  readout: every_layer\n" ;;
-      c3) cat; printf "  correlation: 3\n  readout: every_layer\n" ;;
-      *) cat ;;
+      # examples/water/equivariant.yaml says float32 (the recommended setting): every case but
+      # f32 sets float64 explicitly.
+      f32) sed 's/precision: float[0-9][0-9]/precision: float32/' ;;
+      c2) sed 's/precision: float[0-9][0-9]/precision: float64/'; printf "  correlation: 2\n  readout: every_layer\n" ;;
+      c3) sed 's/precision: float[0-9][0-9]/precision: float64/'; printf "  correlation: 3\n  readout: every_layer\n" ;;
+      *) sed 's/precision: float[0-9][0-9]/precision: float64/' ;;
     esac
   cat <<YAML
 learning_rate: {type: exp, start_lr: 0.005, stop_lr: 1.0e-4, decay_steps: 100}

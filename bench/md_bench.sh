@@ -49,7 +49,7 @@ for model in $MODELS; do
     input="$EX/quick.yaml"
     [ "$model" = equivariant ] && input="$EX/equivariant.yaml"
     sed -e "s/^  numb_steps: .*/  numb_steps: 10/" -e "s/^  save_freq: .*/  save_freq: 10/" \
-        -e "s/^  disp_freq: .*/  disp_freq: 10/" -e "s/precision: float64/precision: $precision/" \
+        -e "s/^  disp_freq: .*/  disp_freq: 10/" -e "s/precision: float[0-9][0-9]/precision: $precision/" \
         -e "s#systems: \[data/#systems: [$EX/data/#" "$input" > "$WORK/$name.yaml"
     "$MLIP" train "$WORK/$name.yaml" -o "$WORK/$name" > "$WORK/$name.train.log" 2>&1
     "$MLIP" freeze -c "$WORK/$name" -o "$WORK/$name.pt" > /dev/null
