@@ -237,8 +237,7 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   evaluation = Evaluation::kTorchScript;
   const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), device.str()) != caps.inference.end();
   if (wanted == Evaluation::kAuto && own_here) {
-    const models::ModelEntry* entry = models::find_model(model_type, false);
-    if (entry == nullptr) entry = models::find_model(model_type, true);
+    const models::ModelEntry* entry = models::find_model_type(model_type);
     if (entry != nullptr && entry->inference) {
       inference = entry->inference(*settings, module);
       evaluation = Evaluation::kAuto;

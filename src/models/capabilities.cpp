@@ -84,8 +84,7 @@ Capabilities capabilities_of(const ModelSettings& settings) {
   c.cutoff = settings.cutoff();
   c.message_layers = settings.message_layers();
   c.devices = {"cpu", "cuda"};
-  const ModelEntry* entry = find_model(settings.type, false);
-  if (entry == nullptr) entry = find_model(settings.type, true);
+  const ModelEntry* entry = find_model_type(settings.type);
   if (entry != nullptr && entry->inference) c.inference = {"cpu"};
   return c;
 }

@@ -52,6 +52,11 @@ const ModelEntry* find_model(const std::string& name, bool descriptor) {
   return nullptr;
 }
 
+const ModelEntry* find_model_type(const std::string& type) {
+  const ModelEntry* entry = find_model(type, false);
+  return entry != nullptr ? entry : find_model(type, true);
+}
+
 std::vector<std::string> model_names(bool descriptor) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   std::vector<std::string> out;
@@ -61,8 +66,7 @@ std::vector<std::string> model_names(bool descriptor) {
 }
 
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context) {
-  const ModelEntry* entry = find_model(settings.type, false);
-  if (entry == nullptr) entry = find_model(settings.type, true);
+  const ModelEntry* entry = find_model_type(settings.type);
   if (entry == nullptr) throw Error("model type \"" + settings.type + "\" is not registered");
   return entry->create(settings, context);
 }

@@ -40,6 +40,10 @@ void register_model(ModelEntry entry);
 /// (`descriptor` false) or by model.descriptor.type (`descriptor` true); nullptr when none.
 const ModelEntry* find_model(const std::string& name, bool descriptor);
 
+/// The entry of a model type as settings, checkpoints and frozen models name it (its registry
+/// name, whether chosen by model.type or model.descriptor.type); nullptr when none.
+const ModelEntry* find_model_type(const std::string& type);
+
 /// The names of the registered entries of one kind, in registration order.
 std::vector<std::string> model_names(bool descriptor);
 
