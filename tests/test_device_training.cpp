@@ -96,20 +96,43 @@ TEST_F(DeviceTraining, CudaEqualsCpuForBothModels) {
   }
 }
 
-TEST_F(DeviceTraining, CudaCheckpointRestartsOnTheCpu) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+// The interrupted run is a 20-step run too (its checkpoint at step 10 is resumed): the
+// learning rate's decay depends on numb_steps, so a 10-step run's step 10 is not a 20-step
+// run's.
+TEST_F(DeviceTraining, GenericPathCheckpointRestartsOnTheHandWrittenPath) {
+  // The CPU's version of a CUDA checkpoint resumed on the CPU: written by the generic path.
   const auto straight = train(dir_, "straight", kSeA, 20, "cpu");
-  train(dir_, "split", kSeA, 10, "cuda");
+  ::setenv("MLIP_SE_E2_A_PATH", "generic", 1);
+  train(dir_, "split", kSeA, 20, "cpu");
+  ::unsetenv("MLIP_SE_E2_A_PATH");
   const auto resumed = train(dir_, "split", kSeA, 20, "cpu", dir_ / "split/model.ckpt-10.pt");
   EXPECT_LT(relative_difference(resumed, straight), 1e-8);
+  EXPECT_GT(relative_difference(train(dir_, "fewer", kSeA, 10, "cpu"), straight), 1e-6)
+      << "the comparison can see a difference";
+}
+
+TEST_F(DeviceTraining, CudaCheckpointRestartsOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+  for (const char* model : {kSeA, kEquivariant}) {
+    const std::string tag = model == kSeA ? "se_e2_a" : "equivariant";
+    const auto straight = train(dir_, tag + "_straight", model, 20, "cpu");
+    train(dir_, tag + "_split", model, 20, "cuda");
+    const auto resumed =
+        train(dir_, tag + "_split", model, 20, "cpu", dir_ / (tag + "_split/model.ckpt-10.pt"));
+    EXPECT_LT(relative_difference(resumed, straight), 1e-8) << tag;
+  }
 }
 
 TEST_F(DeviceTraining, CpuCheckpointRestartsOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
-  const auto straight = train(dir_, "straight", kEquivariant, 20, "cuda");
-  train(dir_, "split", kEquivariant, 10, "cpu");
-  const auto resumed = train(dir_, "split", kEquivariant, 20, "cuda", dir_ / "split/model.ckpt-10.pt");
-  EXPECT_LT(relative_difference(resumed, straight), 1e-8);
+  for (const char* model : {kSeA, kEquivariant}) {
+    const std::string tag = model == kSeA ? "se_e2_a" : "equivariant";
+    const auto straight = train(dir_, tag + "_straight", model, 20, "cuda");
+    train(dir_, tag + "_split", model, 20, "cpu");
+    const auto resumed =
+        train(dir_, tag + "_split", model, 20, "cuda", dir_ / (tag + "_split/model.ckpt-10.pt"));
+    EXPECT_LT(relative_difference(resumed, straight), 1e-8) << tag;
+  }
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "data/load.h"
 #include "dist/simple_ddp.h"
 #include "error.h"
+#include "models/module_device.h"
 #include "models/registry.h"
 #include "train/adam_state.h"
 #include "train/adam_step.h"
@@ -504,7 +505,7 @@ void Trainer::save_checkpoint(int64_t step) {
       save_module_atomically(module, extra, path, "the checkpoint");
     } else {
       torch::jit::Module host = module.deepcopy();
-      host.to(torch::kCPU);
+      models::move_module(host, torch::kCPU);
       save_module_atomically(host, extra, path, "the checkpoint");
     }
   }

@@ -17,6 +17,7 @@
 #include "error.h"
 #include "models/energy_bias.h"
 #include "models/equivariant/message_contraction.h"
+#include "models/module_device.h"
 #include "models/pair_list.h"
 
 namespace mlip::models {
@@ -132,7 +133,7 @@ class EquivariantModel final : public Model {
     c.avg_num_neighbors = settings_.avg_num_neighbors.value_or(1.0);
     c.seed = settings_.seed ? *settings_.seed : context.training_seed.value_or(1);
     module_ = build_equivariant(c);
-    module_.to(device_);
+    move_module(module_, device_);  // scale and shift are plain attributes: Module::to leaves them
     register_message_contraction();
     training_unit_ = std::make_shared<torch::jit::CompilationUnit>();
     training_unit_->define(c10::nullopt, equivariant_training_source(c), std::make_shared<TrainingResolver>(), nullptr);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data/kokkos_runtime.h"
+#include "models/module_device.h"
 #include "models/se_e2_a/se_e2_a_inference.h"
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
@@ -136,7 +137,7 @@ class SeAModel final : public Model {
     c.fitting_seed = settings_.fitting_seed.value_or(fallback);
     c.sel = settings_.sel.automatic ? automatic_sel(context) : settings_.sel.values;
     module_ = build_se_e2_a(c);
-    module_.to(device_);
+    move_module(module_, device_);
     kind_ = se_e2_a_path_kind(device_);
     if (kind_ == SeAPathKind::kHandWritten) {
       if (!device_.is_cpu())
