@@ -9,11 +9,14 @@
 #
 # Per row: steps per second and microseconds per atom-step of the timed run (after one warm-up
 # step), the share of the step LAMMPS spends in the pair style, and how the pair style's time
-# splits (on rank 0) between the neighbour list (pairs, environment matrix) and the model.
+# splits (on rank 0) between the neighbour list (pairs, environment matrix) and the model, and
+# rank 0's peak resident memory. --evaluations runs each row through the model's own inference
+# (auto: where it has one) and through the frozen TorchScript forward (torchscript), in turn.
 #
 # usage: bench/md_bench.sh [--sizes "192 1536 12288"] [--models "se_e2_a equivariant"]
 #                          [--precisions "float64 float32"] [--layouts "1x2 2x1"]
-#                          [--ase-sizes "192 1536"] [--mlip PATH] [--keep DIR]
+#                          [--ase-sizes "192 1536"] [--evaluations "auto torchscript"] [--mlip PATH]
+#                          [--keep DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MLIP="$ROOT/build/bin/mlip"
@@ -22,6 +25,7 @@ MODELS="se_e2_a equivariant"
 PRECISIONS="float64 float32"
 LAYOUTS="1x2 2x1"
 ASE_SIZES="192 1536"
+EVALUATIONS="auto"
 KEEP=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,9 +34,10 @@ while [ $# -gt 0 ]; do
     --precisions) PRECISIONS="$2"; shift 2 ;;
     --layouts) LAYOUTS="$2"; shift 2 ;;
     --ase-sizes) ASE_SIZES="$2"; shift 2 ;;
+    --evaluations) EVALUATIONS="$2"; shift 2 ;;
     --mlip) MLIP="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "md_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,8 +85,8 @@ steps_for() {  # model atoms -> timed steps (a few seconds each)
 
 printf "# %s, %s cores; LAMMPS %s through mlip lammps; ASE %s\n" "$(lscpu | sed -n 's/^Model name: *//p')" "$(nproc)" \
   "$(dpkg-query -W -f='${Version}' liblammps0 2>/dev/null || echo '?')" "$("$PY" -c 'import ase; print(ase.__version__)')"
-printf "| model | dtype | atoms | ranks x threads | steps/s | us/atom-step | pair share | neighbour list / model (rank 0) | atoms evaluated per rank | ASE us/atom-step | LAMMPS vs ASE |\n"
-printf "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|\n"
+printf "| model | dtype | atoms | ranks x threads | evaluation | steps/s | us/atom-step | pair share | neighbour list / model (rank 0) | atoms evaluated per rank | peak MB (rank 0) | ASE us/atom-step | LAMMPS vs ASE |\n"
+printf "|---|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n"
 for model in $MODELS; do
   for precision in $PRECISIONS; do
     name="$model-$precision"
@@ -98,12 +103,13 @@ for model in $MODELS; do
         fi
       done
       for layout in $LAYOUTS; do
+      for evaluation in $EVALUATIONS; do
         ranks=${layout%x*}
         threads=${layout#*x}
-        run="$WORK/$name-$atoms-$layout"
+        run="$WORK/$name-$atoms-$layout-$evaluation"
         mkdir -p "$run"
         { box_input "$nx" "$ny" "$nz"; cat <<EOF
-pair_style mlip $WORK/$name.pt
+pair_style mlip $WORK/$name.pt evaluation $evaluation
 pair_coeff * * O H
 neighbor 1.0 bin
 velocity all create 300.0 12345 loop geom
@@ -119,20 +125,22 @@ EOF
         if ! (cd "$run" && OMP_NUM_THREADS="$threads" "${cmd[@]}" > run.out 2>&1); then
           why="failed ($run)"
           grep -q "signal 9\|Killed" "$run/run.out" && why="out of memory (killed)"
-          echo "| $model | $precision | $atoms | $ranks x $threads | $why | | | | | | |"
+          echo "| $model | $precision | $atoms | $ranks x $threads | $evaluation | $why | | | | | | | |"
           continue
         fi
         loop=$(grep "^Loop time" "$run/log.lammps" | tail -1 | awk '{print $4}')
         pair=$(grep "^Pair  *|" "$run/log.lammps" | tail -1 | awk -F'|' '{print $3}')
         split=$(grep "^pair_style mlip on rank 0" "$run/log.lammps" | tail -1 |
-                sed -E 's/.*neighbour list ([0-9.]+) s, model ([0-9.]+) s, ([0-9.]+) atoms.*/\1 \2 \3/')
-        read -r nl_s model_s evaluated <<< "$split"
-        awk -v m="$model" -v p="$precision" -v a="$atoms" -v l="$ranks x $threads" -v n="$steps" -v t="$loop" \
-            -v pr="$pair" -v nl="$nl_s" -v md="$model_s" -v ev="$evaluated" -v ase="$ase_us" 'BEGIN {
+                sed -E 's/.*neighbour list ([0-9.]+) s, model ([0-9.]+) s, ([0-9.]+) atoms evaluated per call, peak memory ([0-9]+) MB.*/\1 \2 \3 \4/')
+        read -r nl_s model_s evaluated peak_mb <<< "$split"
+        awk -v m="$model" -v p="$precision" -v a="$atoms" -v l="$ranks x $threads" -v e="$evaluation" -v n="$steps" \
+            -v t="$loop" -v pr="$pair" -v nl="$nl_s" -v md="$model_s" -v ev="$evaluated" -v mb="$peak_mb" \
+            -v ase="$ase_us" 'BEGIN {
           us = t * 1e6 / (n * a)
           vs = (ase == "") ? "" : sprintf("%.1fx", ase / us)
-          printf "| %s | %s | %d | %s | %.2f | %.1f | %.0f%% | %.0f%% / %.0f%% | %.0f | %s | %s |\n", m, p, a, l, n / t, us,
-                 100 * pr / t, 100 * nl / (nl + md), 100 * md / (nl + md), ev, ase, vs }'
+          printf "| %s | %s | %d | %s | %s | %.2f | %.1f | %.0f%% | %.0f%% / %.0f%% | %.0f | %s | %s | %s |\n", m, p, a, l, e,
+                 n / t, us, 100 * pr / t, 100 * nl / (nl + md), 100 * md / (nl + md), ev, mb, ase, vs }'
+      done
       done
     done
   done

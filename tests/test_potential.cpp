@@ -52,6 +52,7 @@ double write_frozen(const std::string& path, const std::string& model_yaml, bool
   } else {
     models::EquivariantConfig c = dynamic_cast<const models::EquivariantSettings&>(*settings).config;
     module = models::build_equivariant(c);
+    module.run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64), torch::tensor({-2.0, -0.5}, torch::kFloat64));
   }
   for (const auto& p : module.parameters()) p.requires_grad_(false);
   if (poisoned) (*module.parameters().begin()).fill_(std::numeric_limits<double>::quiet_NaN());
@@ -88,11 +89,12 @@ struct RankAtoms {
   int64_t nlocal = 0;
 };
 
-RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned) {
+RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned, bool images = true) {
   RankAtoms r;
   auto add = [&](int64_t i, int a, int b, int c) {
     for (int d = 0; d < 3; ++d)
-      r.pos.push_back(f.pos[size_t(i * 3 + d)] + a * f.cell[size_t(d)] + b * f.cell[size_t(3 + d)] + c * f.cell[size_t(6 + d)]);
+      r.pos.push_back(f.pos[size_t(i * 3 + d)] +
+                      (a || b || c ? a * f.cell[size_t(d)] + b * f.cell[size_t(3 + d)] + c * f.cell[size_t(6 + d)] : 0.0));
     r.types.push_back(f.types[size_t(i)]);
     r.owner.push_back(i);
   };
@@ -104,7 +106,7 @@ RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned) {
   for (int a = -1; a <= 1; ++a)
     for (int b = -1; b <= 1; ++b)
       for (int c = -1; c <= 1; ++c)
-        if (a || b || c)
+        if (images && (a || b || c))
           for (int64_t i = 0; i < f.natoms(); ++i) add(i, a, b, c);
   return r;
 }
@@ -175,9 +177,54 @@ TYPED_TEST(PotentialTest, EquivariantTwoRanksEqualTheWholeFrame) {
   md::Potential p(dir / "eq.pt", "cpu");
   EXPECT_EQ(p.message_layers(), 2);
   EXPECT_DOUBLE_EQ(p.ghost_cutoff(), 2 * r_max);
-  for (bool ids : {false, true}) {
-    SCOPED_TRACE(ids ? "ghosts folded by id" : "every ghost an atom");
-    check_against_forward(dir / "eq.pt", r_max, md::Evaluation::kAuto, TestFixture::tolerance(), ids);
+  for (auto evaluation : {md::Evaluation::kAuto, md::Evaluation::kTorchScript})
+    for (bool ids : {false, true}) {
+      SCOPED_TRACE(std::string(evaluation == md::Evaluation::kAuto ? "own inference" : "TorchScript forward") +
+                   (ids ? ", ghosts folded by id" : ", every ghost an atom"));
+      check_against_forward(dir / "eq.pt", r_max, evaluation, TestFixture::tolerance(), ids);
+    }
+}
+
+/// max |a - b| over max |b| (1 where b is all zero).
+double relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, scale = 0;
+  for (size_t k = 0; k < a.size() && k < b.size(); ++k) diff = std::max(diff, std::abs(a[k] - b[k]));
+  for (double v : b) scale = std::max(scale, std::abs(v));
+  return a.size() == b.size() ? diff / (scale > 0 ? scale : 1.0) : 1.0;
+}
+
+// The equivariant model's own inference (models/equivariant/equivariant_inference.h) against the
+// frozen TorchScript forward on the same rank's atoms: energy, forces, virial, per-atom energies
+// and virials; a periodic triclinic box and a cluster; ghosts folded by id and not.
+TYPED_TEST(PotentialTest, EquivariantOwnInferenceEqualsTheForward) {
+  test::TempDir dir;
+  write_frozen(dir / "eq.pt", equivariant_yaml(TestFixture::precision()));
+  md::Potential own(dir / "eq.pt", "cpu", md::Evaluation::kAuto);
+  md::Potential script(dir / "eq.pt", "cpu", md::Evaluation::kTorchScript);
+  EXPECT_NE(own.describe().find("training path"), std::string::npos) << own.describe();
+  const double tol = TestFixture::tolerance();
+  for (bool periodic : {true, false}) {
+    const Frame f = test::random_frame(40, periodic, 7, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
+    std::vector<int64_t> owned;
+    for (int64_t i = 0; i < f.natoms(); i += 3) owned.push_back(i);
+    const RankAtoms r = rank_atoms(f, owned, periodic);
+    for (bool ids : {false, true}) {
+      SCOPED_TRACE(std::string(periodic ? "periodic" : "cluster") + (ids ? ", ghosts folded by id" : ""));
+      md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+      if (ids) atoms.ids = r.owner.data();
+      md::Results a, b;
+      own.compute(atoms, true, true, a);
+      script.compute(atoms, true, true, b);
+      EXPECT_NEAR(a.energy, b.energy, tol * std::abs(b.energy));
+      EXPECT_LT(relative_difference(a.forces, b.forces), tol) << "forces";
+      EXPECT_LT(relative_difference({a.virial.begin(), a.virial.end()}, {b.virial.begin(), b.virial.end()}), tol)
+          << "virial";
+      EXPECT_LT(relative_difference(a.atomic_energy, b.atomic_energy), tol) << "per-atom energies";
+      EXPECT_LT(relative_difference(a.atom_virial, b.atom_virial), tol) << "per-atom virials";
+      double fmax = 0;
+      for (double v : b.forces) fmax = std::max(fmax, std::abs(v));
+      EXPECT_GT(fmax, 1e-3) << "forces that can differ";
+    }
   }
 }
 
@@ -293,7 +340,7 @@ TEST(Potential, UsesAndChecksTheFrozenCapabilities) {
   // As freeze writes them.
   const auto eq = models::capabilities_of(*models::parse_model_settings("model:\n" + equivariant_yaml("float64"), "t"));
   EXPECT_EQ(eq.message_layers, 2);
-  EXPECT_TRUE(eq.inference.empty());
+  EXPECT_EQ(eq.inference, std::vector<std::string>{"cpu"});
   models::Capabilities wider = eq;
   wider.message_layers = 3;  // MD takes the layers from the capabilities
   set_capabilities(dir / "eq.pt", wider.to_text());

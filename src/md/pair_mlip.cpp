@@ -27,15 +27,32 @@ PairMlip::PairMlip(LAMMPS* lmp) : Pair(lmp) {
   no_virial_fdotr_compute = 1;  // the model gives the virial of its pairs
 }
 
+namespace {
+
+/// This process's peak resident memory (VmHWM of /proc/self/status), MB; 0 where unknown.
+double peak_memory_mb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb / 1024.0;
+}
+
+}  // namespace
+
 PairMlip::~PairMlip() {
   // Where the time went on rank 0 (docs/lammps.md "Speed"); LAMMPS' own breakdown has the rest.
   if (potential_ && potential_->timings().calls > 0 && comm->me == 0) {
     const Timings& t = potential_->timings();
-    char line[256];
+    char line[320];
     std::snprintf(line, sizeof line,
                   "pair_style mlip on rank 0: %lld calls, neighbour list %.3f s, model %.3f s, %.1f atoms "
-                  "evaluated per call\n",
-                  static_cast<long long>(t.calls), t.neighbor_list, t.model, double(t.model_atoms) / double(t.calls));
+                  "evaluated per call, peak memory %.0f MB\n",
+                  static_cast<long long>(t.calls), t.neighbor_list, t.model, double(t.model_atoms) / double(t.calls),
+                  peak_memory_mb());
     utils::logmesg(lmp, std::string(line));
   }
   if (allocated) {
@@ -61,20 +78,28 @@ void PairMlip::allocate() {
 }
 
 void PairMlip::settings(int narg, char** arg) {
-  if (narg != 1 && narg != 3)
-    fail("expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K]', got " + std::to_string(narg) +
-         " argument(s)");
+  const std::string usage = "'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript]'";
+  if (narg < 1 || narg % 2 == 0)
+    fail("expected " + usage + ", got " + std::to_string(narg) + " argument(s)");
   std::string device = "cpu";
-  if (narg == 3) {
-    if (std::strcmp(arg[1], "device") != 0)
-      fail("expected the keyword 'device' after the model file, got '" + std::string(arg[1]) + "'");
-    device = arg[2];
+  Evaluation evaluation = Evaluation::kAuto;
+  for (int k = 1; k + 1 < narg; k += 2) {
+    const std::string key = arg[k], value = arg[k + 1];
+    if (key == "device") {
+      device = value;
+    } else if (key == "evaluation") {
+      if (value == "auto") evaluation = Evaluation::kAuto;
+      else if (value == "torchscript") evaluation = Evaluation::kTorchScript;
+      else fail("evaluation: expected auto or torchscript, got '" + value + "'");
+    } else {
+      fail("expected the keyword 'device' or 'evaluation' after the model file (" + usage + "), got '" + key + "'");
+    }
   }
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
   model_path_ = arg[0];
   try {
-    potential_ = std::make_unique<Potential>(model_path_, device);
+    potential_ = std::make_unique<Potential>(model_path_, device, evaluation);
   } catch (const std::exception& e) {
     fail(e.what());
   }

@@ -10,7 +10,7 @@
 
 namespace mlip::md {
 
-/// `pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K]` with `pair_coeff * * <name> ...`
+/// `pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript]` with `pair_coeff * * <name> ...`
 /// (docs/lammps.md): a frozen mlip model as a LAMMPS many-body pair style. Each step it gives
 /// the model this rank's owned + ghost atoms, adds the energy of the owned atoms and the forces
 /// on every atom (LAMMPS returns the ghosts' forces to their owners: `newton on`), the global

@@ -198,8 +198,14 @@ struct Potential::Impl {
   void check_capabilities(const models::Capabilities& caps, archive::ExtraFiles& extra) const;
   template <typename Real>
   void compute_own(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
+  /// The rank's graph (docs/lammps.md "The graph of a rank") through the model's own graph
+  /// inference or, without one, the TorchScript forward.
   template <typename Real>
-  void compute_torchscript(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
+  void compute_graph(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
+  /// The frozen module's forward on the graph: per-node forces, pair gradients when asked.
+  models::InferenceResult forward_torchscript(const RankGraph& g, std::vector<double>& node_pos,
+                                              const std::vector<int64_t>& node_type, int64_t nlocal,
+                                              bool atomic_energy, bool pair_gradient);
 };
 
 void Potential::Impl::load(const std::string& file, const std::string& device_name, Evaluation wanted) {
@@ -286,8 +292,7 @@ void Potential::Impl::compute_own(const LocalAtoms& atoms, bool atomic_energy, b
 }
 
 template <typename Real>
-void Potential::Impl::compute_torchscript(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial,
-                                          Results& out) {
+void Potential::Impl::compute_graph(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out) {
   const auto t0 = Clock::now();
   const int64_t n = atoms.natoms;
   std::vector<int64_t> ids(static_cast<size_t>(n));
@@ -302,6 +307,53 @@ void Potential::Impl::compute_torchscript(const LocalAtoms& atoms, bool atomic_e
     node_type[size_t(v)] = atoms.types[row];
     for (int d = 0; d < 3; ++d) node_pos[size_t(v * 3 + d)] = atoms.positions[row * 3 + d];
   }
+  // d_ij = r_j - r_i of each pair, in float64: the neighbour's image minus the centre.
+  std::vector<double> vectors(size_t(npairs) * 3);
+  for (int64_t p = 0; p < npairs; ++p)
+    for (int d = 0; d < 3; ++d)
+      vectors[size_t(p * 3 + d)] = node_pos[size_t(g.neighbour[size_t(p)] * 3 + d)] -
+                                   node_pos[size_t(g.centre[size_t(p)] * 3 + d)] + g.shift[size_t(p * 3 + d)];
+  const auto t1 = Clock::now();
+  timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
+
+  models::InferenceResult r;
+  if (inference) {
+    const models::AtomGraph graph{nodes,          atoms.nlocal,        node_type.data(), npairs,
+                                  g.centre.data(), g.neighbour.data(), vectors.data()};
+    r = inference->evaluate(graph, atomic_energy, atom_virial);
+  } else {
+    r = forward_torchscript(g, node_pos, node_type, atoms.nlocal, atomic_energy, atom_virial);
+  }
+  out.energy = r.energy;
+  out.virial = r.virial;
+  // Each node's force goes to the row standing for it; MD returns a ghost's force to its owner.
+  out.forces.assign(size_t(n) * 3, 0.0);
+  for (int64_t v = 0; v < nodes; ++v)
+    for (int d = 0; d < 3; ++d) out.forces[size_t(g.row_of_node[size_t(v)] * 3 + d)] += r.forces[size_t(v * 3 + d)];
+  if (atomic_energy) out.atomic_energy = std::move(r.atomic);
+  if (atom_virial) {
+    // Each pair's virial -d ⊗ dE/dd, half to each of its two atoms.
+    const double* gp = r.pair_gradient.data();
+    out.atom_virial.assign(size_t(n) * 9, 0.0);
+    for (int64_t p = 0; p < npairs; ++p) {
+      const int64_t i = g.row_of_node[size_t(g.centre[size_t(p)])], j = g.row_of_node[size_t(g.neighbour[size_t(p)])];
+      for (int a = 0; a < 3; ++a) {
+        const double d = vectors[size_t(p * 3 + a)];
+        for (int b = 0; b < 3; ++b) {
+          const double w = -0.5 * d * gp[p * 3 + b];
+          out.atom_virial[size_t(i * 9 + a * 3 + b)] += w;
+          out.atom_virial[size_t(j * 9 + a * 3 + b)] += w;
+        }
+      }
+    }
+  }
+  timings.model += seconds_since(t1);
+}
+
+models::InferenceResult Potential::Impl::forward_torchscript(const RankGraph& g, std::vector<double>& node_pos,
+                                                             const std::vector<int64_t>& node_type, int64_t nlocal,
+                                                             bool atomic_energy, bool pair_gradient) {
+  const int64_t nodes = int64_t(node_type.size()), npairs = int64_t(g.centre.size());
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const auto real = torch::TensorOptions().dtype(dtype).device(device);
   c10::Dict<std::string, torch::Tensor> input;
@@ -312,46 +364,26 @@ void Potential::Impl::compute_torchscript(const LocalAtoms& atoms, bool atomic_e
   input.insert("cell", torch::eye(3, real));
   input.insert("edge_cell_shift",
                torch::from_blob(const_cast<double*>(g.shift.data()), {npairs, 3}, torch::kFloat64).to(device, dtype));
-  input.insert("nlocal", torch::tensor(atoms.nlocal, i64));
-  const auto t1 = Clock::now();
-  timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
-
+  input.insert("nlocal", torch::tensor(nlocal, i64));
   const auto result = module.forward({input}).toGenericDict();
   auto get = [&](const char* key) -> torch::Tensor {
     return result.at(key).toTensor().to(torch::kCPU, torch::kFloat64).contiguous();
   };
-  out.energy = get("total_energy").template data_ptr<double>()[0];
-  // Each node's force goes to the row standing for it; MD returns a ghost's force to its owner.
+  models::InferenceResult r;
+  r.energy = get("total_energy").data_ptr<double>()[0];
   const torch::Tensor forces = get("forces");
-  const double* fp = forces.data_ptr<double>();
-  out.forces.assign(size_t(n) * 3, 0.0);
-  for (int64_t v = 0; v < nodes; ++v)
-    for (int d = 0; d < 3; ++d) out.forces[size_t(g.row_of_node[size_t(v)] * 3 + d)] += fp[v * 3 + d];
+  r.forces.assign(forces.data_ptr<double>(), forces.data_ptr<double>() + nodes * 3);
   const torch::Tensor virial = get("virial");
-  std::copy(virial.data_ptr<double>(), virial.data_ptr<double>() + 9, out.virial.begin());
+  std::copy(virial.data_ptr<double>(), virial.data_ptr<double>() + 9, r.virial.begin());
   if (atomic_energy) {
     const torch::Tensor e = get("atomic_energy");
-    out.atomic_energy.assign(e.data_ptr<double>(), e.data_ptr<double>() + atoms.nlocal);
+    r.atomic.assign(e.data_ptr<double>(), e.data_ptr<double>() + nlocal);
   }
-  if (atom_virial) {
-    // Each pair's virial -d ⊗ dE/dd, half to each of its two atoms.
+  if (pair_gradient) {
     const torch::Tensor grad = get("edge_gradient");
-    const double* gp = grad.data_ptr<double>();
-    const double* x = atoms.positions;
-    out.atom_virial.assign(size_t(n) * 9, 0.0);
-    for (int64_t p = 0; p < npairs; ++p) {
-      const int64_t i = g.row_of_node[size_t(g.centre[size_t(p)])], j = g.row_of_node[size_t(g.neighbour[size_t(p)])];
-      for (int a = 0; a < 3; ++a) {
-        const double d = x[j * 3 + a] - x[i * 3 + a] + g.shift[size_t(p * 3 + a)];
-        for (int b = 0; b < 3; ++b) {
-          const double w = -0.5 * d * gp[p * 3 + b];
-          out.atom_virial[size_t(i * 9 + a * 3 + b)] += w;
-          out.atom_virial[size_t(j * 9 + a * 3 + b)] += w;
-        }
-      }
-    }
+    r.pair_gradient.assign(grad.data_ptr<double>(), grad.data_ptr<double>() + npairs * 3);
   }
-  timings.model += seconds_since(t1);
+  return r;
 }
 
 Potential::Potential(const std::string& path, const std::string& device, Evaluation evaluation)
@@ -387,12 +419,12 @@ void Potential::compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_v
                   ", expected 0.." + std::to_string(ntypes - 1));
   out = Results();
   const bool f32 = impl_->dtype == torch::kFloat32;
-  if (impl_->inference) {
+  if (impl_->inference && impl_->inference->input() == models::InferenceInput::kNeighborList) {
     if (f32) impl_->compute_own<float>(atoms, atomic_energy, atom_virial, out);
     else impl_->compute_own<double>(atoms, atomic_energy, atom_virial, out);
   } else {
-    if (f32) impl_->compute_torchscript<float>(atoms, atomic_energy, atom_virial, out);
-    else impl_->compute_torchscript<double>(atoms, atomic_energy, atom_virial, out);
+    if (f32) impl_->compute_graph<float>(atoms, atomic_energy, atom_virial, out);
+    else impl_->compute_graph<double>(atoms, atomic_energy, atom_virial, out);
   }
   check_finite(atoms, out);
   ++impl_->timings.calls;

@@ -41,7 +41,7 @@ struct Timings {
 
 /// How compute() evaluates a model.
 enum class Evaluation {
-  kAuto,         ///< the fastest exact path: se_e2_a's hand-written inference on the CPU, else kTorchScript
+  kAuto,         ///< the fastest exact path: the model's own inference on the CPU (models/inference.h), else kTorchScript
   kTorchScript,  ///< the frozen module's forward(data) with autograd (docs/deploy.md), any model, any device
 };
 

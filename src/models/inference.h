@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/neighbor_list.h"
+#include "error.h"
 
 namespace mlip::models {
 
@@ -17,6 +18,29 @@ struct InferenceResult {
   std::array<double, 9> virial{};   ///< eV, -sum over pairs of d_ij ⊗ dE/dd_ij, row-major
   std::vector<double> atomic;       ///< [nlocal] eV, when asked
   std::vector<double> atom_virial;  ///< [natoms * 9] eV, each pair's half to i and to j, when asked
+  /// [npairs * 3] eV/Å, dE/dd_ij of each pair of an AtomGraph, when asked (MD makes per-atom
+  /// virials of it, as for the TorchScript forward's edge_gradient).
+  std::vector<double> pair_gradient;
+};
+
+/// One MD rank's atoms as a graph (docs/lammps.md "The graph of a rank"), for models whose
+/// energy depends on atoms beyond one cutoff (message passing): nodes are distinct atoms, the
+/// owned ones first; the pairs are those of every centre within message_layers - 1 hops of an
+/// owned atom, each with its vector (periodic images already resolved).
+struct AtomGraph {
+  int64_t nodes = 0;                   ///< distinct atoms
+  int64_t nlocal = 0;                  ///< owned atoms, nodes [0, nlocal): only their energies count
+  const int64_t* types = nullptr;      ///< [nodes] type ids
+  int64_t npairs = 0;                  ///< directed pairs (i, j)
+  const int64_t* centre = nullptr;     ///< [npairs] node i, non-decreasing
+  const int64_t* neighbour = nullptr;  ///< [npairs] node j
+  const double* vectors = nullptr;     ///< [npairs * 3] Å, d_ij = r_j - r_i, row-major
+};
+
+/// Which input a model's inference evaluates.
+enum class InferenceInput {
+  kNeighborList,  ///< evaluate(NeighborList, ...): one cutoff, centres the owned atoms
+  kGraph,         ///< evaluate(AtomGraph, ...): message passing over several cutoffs
 };
 
 /// A model's own evaluator for molecular dynamics (docs/models.md "Inference"), beside the
@@ -35,6 +59,14 @@ class Inference {
                                    int64_t natoms, int64_t nlocal, bool atomic, bool atom_virial) = 0;
   virtual InferenceResult evaluate(const data::NeighborList<double>& list, const std::vector<int>& types,
                                    int64_t natoms, int64_t nlocal, bool atomic, bool atom_virial) = 0;
+  /// The input this model's inference evaluates (the MD layer builds it).
+  virtual InferenceInput input() const { return InferenceInput::kNeighborList; }
+  /// Energy (owned nodes), forces on every node ([nodes * 3]), virial, and when asked the owned
+  /// nodes' energies and the pairs' gradients, of an AtomGraph. Models whose input() is kGraph
+  /// implement it; the default throws.
+  virtual InferenceResult evaluate(const AtomGraph& /*graph*/, bool /*atomic*/, bool /*pair_gradient*/) {
+    throw Error(describe() + ": evaluates a neighbour list, not a graph of atoms");
+  }
 };
 
 }  // namespace mlip::models

@@ -56,10 +56,16 @@ cases = [
      "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart, expected at least 0.001 Å"),
     ("overlap after 3 steps", script(run=f"velocity all create 300 1\nfix nve all nve\nrun 3\nset atom 2 x $(x[1]:%.17g) y $(y[1]:%.17g) z $(z[1]:%.17g)\nrun 1"),
      "step 3: MD atoms: atoms id 1 and id 2 are 0 Å apart"),
-    ("no model", script(pair="mlip"), "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K]'"),
+    ("no model", script(pair="mlip"),
+     "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript]', got 0"),
+    ("bad evaluation", script(pair=f"mlip {model} evaluation fast"), "evaluation: expected auto or torchscript, got 'fast'"),
+    ("keyword without value", script(pair=f"mlip {model} device"), "got 2 argument(s)"),
 ]
-if os.path.exists(equivariant):  # the TorchScript path (the equivariant model's graph)
+if os.path.exists(equivariant):  # the model's graph: its own inference (auto) and the TorchScript forward
     cases.append(("overlapping atoms, equivariant", script(pair=f"mlip {equivariant}", data=os.path.join(work, "overlap.data")),
+                  "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
+    cases.append(("overlapping atoms, equivariant torchscript",
+                  script(pair=f"mlip {equivariant} evaluation torchscript", data=os.path.join(work, "overlap.data")),
                   "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
 try:
     import torch

@@ -27,6 +27,9 @@ std::string literal(double v) {
 /// "The training path").
 struct Style {
   bool training = false;
+  /// The training function for MD inference (first derivatives only): the radial MLP as one
+  /// node that recomputes its activations (models/equivariant/radial_mlp.h).
+  bool inference = false;
   std::string get(const std::string& name) const { return training ? "params[\"" + name + "\"]" : "self." + name; }
   std::string avg_num_neighbors() const { return training ? "avg_num_neighbors" : "self.avg_num_neighbors"; }
 };
@@ -290,14 +293,24 @@ void body_source(const EquivariantConfig& c, const std::vector<Block>& blocks, c
       o << "    e_layers = e_layers + torch.matmul(x_" << even << "[:, :, 0], " << st.get(L + "readout") << ")[:, 0] / "
         << literal(std::sqrt(double(f))) << "\n";
     // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
-    o << "    h = basis\n";
-    for (int64_t d = 0; d < c.radial_depth; ++d) {
-      const int64_t fan_in = d == 0 ? c.num_bessels : c.radial_width;
-      o << "    h = torch.matmul(h, " << st.get(L + "r" + std::to_string(d)) << ") / " << literal(std::sqrt(double(fan_in)))
-        << "\n"
-        << "    h = h * torch.sigmoid(h)\n";
+    if (st.inference) {
+      o << "    w = mlip.radial_mlp(basis, [";
+      for (int64_t d = 0; d < c.radial_depth; ++d) o << (d ? ", " : "") << st.get(L + "r" + std::to_string(d));
+      o << "], " << st.get(L + "rout") << ", [";
+      for (int64_t d = 0; d < c.radial_depth; ++d)
+        o << (d ? ", " : "") << literal(std::sqrt(double(d == 0 ? c.num_bessels : c.radial_width)));
+      o << "], " << literal(std::sqrt(double(c.radial_width))) << ")\n";
+    } else {
+      o << "    h = basis\n";
+      for (int64_t d = 0; d < c.radial_depth; ++d) {
+        const int64_t fan_in = d == 0 ? c.num_bessels : c.radial_width;
+        o << "    h = torch.matmul(h, " << st.get(L + "r" + std::to_string(d)) << ") / "
+          << literal(std::sqrt(double(fan_in))) << "\n"
+          << "    h = h * torch.sigmoid(h)\n";
+      }
+      o << "    w = torch.matmul(h, " << st.get(L + "rout") << ") / " << literal(std::sqrt(double(c.radial_width)))
+        << "\n";
     }
-    o << "    w = torch.matmul(h, " << st.get(L + "rout") << ") / " << literal(std::sqrt(double(c.radial_width))) << "\n";
     // The training path's basis holds each pair once (both directions have one length).
     if (st.training) o << "    w = w.index_select(0, pair)\n";
     // Linear mixing of the input features per irrep; keep the input for the self-connection.
@@ -376,14 +389,14 @@ std::string equivariant_source(const EquivariantConfig& c) {
   return o.str();
 }
 
-std::string equivariant_training_source(const EquivariantConfig& c) {
+std::string equivariant_training_source(const EquivariantConfig& c, bool inference) {
   c.validate();
   std::ostringstream o;
   o << "def training_energy(params: Dict[str, Tensor], avg_num_neighbors: float, basis: Tensor, pair: Tensor, "
        "y: Tensor, i: Tensor, j: Tensor, atype: Tensor, edges: List[Tensor]) -> Tensor:\n"
        "    n = atype.size(0)\n"
        "    d = y\n";
-  body_source(c, plan(c), Style{true}, o);
+  body_source(c, plan(c), Style{true, inference}, o);
   return o.str();
 }
 

@@ -51,7 +51,9 @@ std::string equivariant_source(const EquivariantConfig& config);
 /// couplings (`l<k>_terms`, `l<k>_coefficients`, message_couplings()); `basis` is the radial
 /// basis of the Q distinct pairs, `pair[e]` the pair of edge e; `edges` the contraction's edge
 /// tables (models/equivariant/message_contraction.h). Calls the operator mlip::message_contract.
-std::string equivariant_training_source(const EquivariantConfig& config);
+/// inference: the variant for MD (first derivatives only, by the pair geometry), whose radial MLP
+/// is the operator mlip::radial_mlp (models/equivariant/radial_mlp.h), which keeps no activations.
+std::string equivariant_training_source(const EquivariantConfig& config, bool inference = false);
 
 /// The message coupling of one interaction block for models/equivariant/message_contraction.h.
 struct BlockCoupling {

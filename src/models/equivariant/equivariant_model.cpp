@@ -1,8 +1,6 @@
 #include "models/equivariant/equivariant_model.h"
 
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/jit/api/compilation_unit.h>
-#include <torch/csrc/jit/frontend/resolver.h>
 
 #include <array>
 #include <cmath>
@@ -16,7 +14,8 @@
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/energy_bias.h"
-#include "models/equivariant/message_contraction.h"
+#include "models/equivariant/equivariant_inference.h"
+#include "models/equivariant/training_function.h"
 #include "models/module_device.h"
 #include "models/pair_list.h"
 
@@ -77,17 +76,6 @@ struct EquivariantFrame : FrameInput {
   }
 };
 
-/// Names in the training source: `torch` (LibTorch's operators) and `mlip` (the project's,
-/// models/equivariant/message_contraction.h).
-struct TrainingResolver : torch::jit::Resolver {
-  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction&,
-                                                         const torch::jit::SourceRange&) override {
-    if (name == "torch") return std::make_shared<torch::jit::BuiltinModule>("aten");
-    if (name == "mlip") return std::make_shared<torch::jit::BuiltinModule>("mlip");
-    return nullptr;
-  }
-};
-
 /// pair[e] and pair_edge[q] of the edges (i, j, shift): an edge and its reverse (j, i, -shift)
 /// are one pair, whose basis is taken from the first of the two.
 void pair_edges(const PairList& pairs, torch::Tensor& pair, torch::Tensor& pair_edge) {
@@ -134,10 +122,7 @@ class EquivariantModel final : public Model {
     c.seed = settings_.seed ? *settings_.seed : context.training_seed.value_or(1);
     module_ = build_equivariant(c);
     move_module(module_, device_);  // scale and shift are plain attributes: Module::to leaves them
-    register_message_contraction();
-    training_unit_ = std::make_shared<torch::jit::CompilationUnit>();
-    training_unit_->define(c10::nullopt, equivariant_training_source(c), std::make_shared<TrainingResolver>(), nullptr);
-    for (const BlockCoupling& k : message_couplings(c)) couplings_.push_back(k);
+    training_ = std::make_unique<TrainingFunction>(c);
   }
 
   torch::jit::Module& module() override { return module_; }
@@ -177,12 +162,7 @@ class EquivariantModel final : public Model {
       out->y = y.detach();
       out->y_jacobian = per_edge_jacobian(y, d);
     }
-    const int64_t natoms = system.natoms();
-    const auto counts = torch::bincount(out->i, {}, natoms);
-    torch::Tensor by_neighbor, neighbor_offsets;
-    ContractionTables::order_by_neighbor(out->j, natoms, by_neighbor, neighbor_offsets);
-    out->edges = {out->i, out->j, torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)}), by_neighbor,
-                  neighbor_offsets};
+    out->edges = TrainingFunction::edge_tables(out->i, out->j, system.natoms());
     return out;
   }
 
@@ -219,12 +199,11 @@ class EquivariantModel final : public Model {
     // function, whatever the batch, instead of one per frame.
     const BatchedFrames b = frames.size() == 1 ? single_frame(atoms, *frames[0]) : batch_frames(atoms, frames);
     const int64_t nframes = int64_t(frames.size()), natoms = atoms.natoms;
-    auto& energy_of = training_unit_->get_function("training_energy");
-    const auto params = parameter_dict();
+    const auto params = training_->parameters(module_, false);
     const double avg = module_.attr("avg_num_neighbors").toDouble();
     const auto basis = b.basis.detach().requires_grad_(true);
     const auto y = b.y.detach().requires_grad_(true);
-    const auto e = energy_of({params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges}).toTensor();
+    const auto e = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
     const auto grads = torch::autograd::grad({e.sum()}, {basis, y}, {}, training, training);
     // dE/dd_e: the harmonics' part per edge, the basis's part on each pair's first edge.
     const auto grad = (grads[1].unsqueeze(2) * b.y_jacobian)
@@ -322,26 +301,10 @@ class EquivariantModel final : public Model {
     return pair_list(builder_double_.build(frame.coord.data(), system.natoms(), frame.cell(), system.pbc, r_max));
   }
 
-  /// The module's parameters, buffers, scale and shift, and the blocks' couplings, by name
-  /// (the training function's `params`).
-  c10::Dict<std::string, torch::Tensor> parameter_dict() {
-    c10::Dict<std::string, torch::Tensor> d;
-    for (const auto& p : module_.named_parameters()) d.insert(p.name, p.value);
-    for (const auto& b : module_.named_buffers()) d.insert(b.name, b.value);
-    d.insert("scale", module_.attr("scale").toTensor());
-    d.insert("shift", module_.attr("shift").toTensor());
-    for (size_t k = 0; k < couplings_.size(); ++k) {
-      d.insert("l" + std::to_string(k) + "_terms", couplings_[k].terms);
-      d.insert("l" + std::to_string(k) + "_coefficients", couplings_[k].coefficients);
-    }
-    return d;
-  }
-
   EquivariantSettings settings_;
   torch::Device device_;
   torch::jit::Module module_;
-  std::shared_ptr<torch::jit::CompilationUnit> training_unit_;  // equivariant_training_source()
-  std::vector<BlockCoupling> couplings_;
+  std::unique_ptr<TrainingFunction> training_;  // the energy from cached geometry
   Prediction last_;  // the prediction of the last training step, with its graph
   data::NeighborListBuilder<float> builder_float_;
   data::NeighborListBuilder<double> builder_double_;
@@ -357,6 +320,7 @@ ModelEntry equivariant_entry() {
             "readout",
             "data_stat_nbatch"};
   e.read = read_equivariant;
+  e.inference = make_equivariant_inference;
   e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
     return std::make_unique<EquivariantModel>(dynamic_cast<const EquivariantSettings&>(settings), context);
   };
