@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <random>
 #include <type_traits>
 
@@ -146,6 +147,47 @@ TYPED_TEST(MessageContraction, CpuKernelIsBitIdenticalForAnyThreadCount) {
     EXPECT_TRUE(torch::equal(one, two)) << "slot " << slot;
   }
   at::set_num_threads(threads);
+}
+
+// Radial weights by pair (MD inference, docs/equivariant.md "Inference in MD"): with W held per
+// pair and read through pair[e], every partial by both kernels equals the per-edge contraction
+// with W gathered to the edges, the partial by W being the per-edge one summed over each pair's
+// edges; and the first derivatives through autograd agree.
+TYPED_TEST(MessageContraction, RadialWeightsByPairEqualTheWeightsGatheredToTheEdges) {
+  const auto per_edge_tables = random_tables(11);
+  constexpr int64_t kPairs = 23;
+  std::mt19937 rng(12);
+  std::vector<int64_t> pair(kEdges), first(kPairs, -1);
+  for (int64_t e = 0; e < kEdges; ++e) pair[size_t(e)] = e < kPairs ? e : int64_t(rng() % kPairs);
+  std::shuffle(pair.begin(), pair.end(), rng);
+  for (int64_t e = 0; e < kEdges; ++e)
+    if (first[size_t(pair[size_t(e)])] < 0) first[size_t(pair[size_t(e)])] = e;
+  ContractionTables by_pair = per_edge_tables;
+  by_pair.pair = torch::tensor(pair, torch::kInt64);
+  by_pair.pair_edge = torch::tensor(first, torch::kInt64);
+  auto op = random_operands(this->dtype(), 13);
+  op[2] = op[2].narrow(0, 0, kPairs).contiguous();  // W [Q, P, f]
+  std::vector<torch::Tensor> gathered = op;
+  gathered[2] = op[2].index_select(0, by_pair.pair);
+  for (int64_t slot = 0; slot < 4; ++slot)
+    for (auto kernel : {ContractionKernel::kAuto, ContractionKernel::kGeneric}) {
+      const auto out = contract_kernel(slot, op, by_pair, kernel);
+      auto expected = contract_kernel(slot, gathered, per_edge_tables, kernel);
+      if (slot == 2) expected = torch::zeros_like(op[2]).index_add(0, by_pair.pair, expected);
+      EXPECT_EQ(out.sizes(), expected.sizes()) << "slot " << slot;
+      EXPECT_LT(relative(out, expected), this->tolerance())
+          << "slot " << slot << (kernel == ContractionKernel::kGeneric ? " (generic kernel)" : " (CPU kernel)");
+    }
+  // E = <R, M(X, W, Y)>: its gradients by X, W (per pair) and Y through the custom autograd.
+  auto gradients = [&](bool pairs) {
+    std::vector<torch::Tensor> leaves;
+    for (const auto& x : op) leaves.push_back(x.clone().requires_grad_(true));
+    const torch::Tensor w = pairs ? leaves[2] : leaves[2].index_select(0, by_pair.pair);
+    const auto m = contract(0, {torch::Tensor(), leaves[1], w, leaves[3]}, pairs ? by_pair : per_edge_tables);
+    return torch::autograd::grad({(m * leaves[0]).sum()}, {leaves[1], leaves[2], leaves[3]});
+  };
+  const auto a = gradients(true), b = gradients(false);
+  for (size_t k = 0; k < 3; ++k) EXPECT_LT(relative(a[k], b[k]), this->tolerance()) << "d E / d operand " << k + 1;
 }
 
 }  // namespace

@@ -312,7 +312,8 @@ void body_source(const EquivariantConfig& c, const std::vector<Block>& blocks, c
         << "\n";
     }
     // The training path's basis holds each pair once (both directions have one length).
-    if (st.training) o << "    w = w.index_select(0, pair)\n";
+    // (MD inference: the contraction reads each edge's weights through its pair instead.)
+    if (st.training && !st.inference) o << "    w = w.index_select(0, pair)\n";
     // Linear mixing of the input features per irrep; keep the input for the self-connection.
     for (const auto& in : b.in)
       o << "    s_" << in.name() << " = x_" << in.name() << "\n"

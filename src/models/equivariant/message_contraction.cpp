@@ -35,7 +35,7 @@ std::vector<int64_t> shape_of(int64_t slot, const ContractionTables& t, int64_t 
   switch (slot) {
     case kMessages: return {n, t.sizes[2], f};
     case kFeatures: return {n, t.sizes[1], f};
-    case kRadial: return {e, t.sizes[3], f};
+    case kRadial: return {t.pair.defined() ? t.pair_edge.size(0) : e, t.sizes[3], f};
     default: return {e, t.sizes[0]};
   }
 }
@@ -51,6 +51,7 @@ struct KernelArgs {
   const Term* terms;
   int64_t nterms, H, D, S, P, f;
   const int64_t *centre, *neighbor, *centre_offsets, *by_neighbor, *neighbor_offsets;
+  const int64_t* pair;  // W's row of each edge, or nullptr: row e
   const T *A, *X, *W, *Y;  // the operand of the output slot is nullptr
   T* out;
 };
@@ -62,7 +63,7 @@ MLIP_INLINE void messages_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) 
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t e = a.centre_offsets[n]; e < a.centre_offsets[n + 1]; ++e) {
       const T* x = a.X + a.neighbor[e] * a.D * f;
-      const T* w = a.W + e * a.P * f;
+      const T* w = a.W + (a.pair ? a.pair[e] : e) * a.P * f;
       for (int64_t t = 0; t < a.nterms; ++t) {
         const Term& q = a.terms[t];
         const T cy = T(q.c) * a.Y[e * a.H + q.m];
@@ -82,7 +83,7 @@ MLIP_INLINE void features_range(const KernelArgs<T>& a, int64_t a0, int64_t a1) 
     for (int64_t k = a.neighbor_offsets[atom]; k < a.neighbor_offsets[atom + 1]; ++k) {
       const int64_t e = a.by_neighbor[k];
       const T* am = a.A + a.centre[e] * a.S * f;
-      const T* w = a.W + e * a.P * f;
+      const T* w = a.W + (a.pair ? a.pair[e] : e) * a.P * f;
       for (int64_t t = 0; t < a.nterms; ++t) {
         const Term& q = a.terms[t];
         const T cy = T(q.c) * a.Y[e * a.H + q.m];
@@ -122,7 +123,7 @@ MLIP_INLINE void harmonics_range(const KernelArgs<T>& a, int64_t e0, int64_t e1)
   for (int64_t e = e0; e < e1; ++e) {
     const T* am = a.A + a.centre[e] * a.S * f;
     const T* x = a.X + a.neighbor[e] * a.D * f;
-    const T* w = a.W + e * a.P * f;
+    const T* w = a.W + (a.pair ? a.pair[e] : e) * a.P * f;
     for (int64_t t = 0; t < a.nterms; ++t) {
       const Term& q = a.terms[t];
       const T* __restrict__ av = am + q.s * f;
@@ -157,13 +158,26 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Contra
   const KernelArgs<T> a{terms.data(), int64_t(terms.size()), t.sizes[0], t.sizes[1], t.sizes[2], t.sizes[3], f,
                         t.centre.data_ptr<int64_t>(), t.neighbor.data_ptr<int64_t>(),
                         t.centre_offsets.data_ptr<int64_t>(), t.by_neighbor.data_ptr<int64_t>(),
-                        t.neighbor_offsets.data_ptr<int64_t>(), ptr(kMessages), ptr(kFeatures), ptr(kRadial),
-                        ptr(kHarmonics), out.data_ptr<T>()};
+                        t.neighbor_offsets.data_ptr<int64_t>(), t.pair.defined() ? t.pair.data_ptr<int64_t>() : nullptr,
+                        ptr(kMessages), ptr(kFeatures), ptr(kRadial), ptr(kHarmonics), out.data_ptr<T>()};
   const int64_t natoms = t.centre_offsets.size(0) - 1, nedges = t.centre.size(0);
   switch (slot) {
     case kMessages: at::parallel_for(0, natoms, 8, [&](int64_t b0, int64_t b1) { messages_of(a, b0, b1); }); break;
     case kFeatures: at::parallel_for(0, natoms, 8, [&](int64_t b0, int64_t b1) { features_of(a, b0, b1); }); break;
-    case kRadial: at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(a, b0, b1); }); break;
+    case kRadial: {
+      if (!t.pair.defined()) {
+        at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(a, b0, b1); });
+        break;
+      }
+      // By pair: each edge's part, then the edges of each pair summed (the two edges of a pair
+      // may fall to different threads; index_add on the CPU adds in edge order).
+      torch::Tensor per_edge = torch::zeros({nedges, t.sizes[3], f}, out.options());
+      KernelArgs<T> b = a;
+      b.out = per_edge.data_ptr<T>();
+      at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(b, b0, b1); });
+      out.index_add_(0, t.pair, per_edge);
+      break;
+    }
     default: at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { harmonics_of(a, b0, b1); });
   }
 }
@@ -181,8 +195,12 @@ torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
   auto path_of = torch::zeros({S}, idx.options());
   path_of.index_put_({idx.select(1, 2)}, idx.select(1, 3));
   const auto centre = t.centre.to(any.device()), neighbor = t.neighbor.to(any.device());
+  const torch::Tensor pair = t.pair.defined() ? t.pair.to(any.device()) : torch::Tensor();
   auto dense = [&]() { return op[kHarmonics].matmul(coupling.reshape({H, D * S})).reshape({nedges, D, S}); };
-  auto weights = [&]() { return op[kRadial].index_select(1, path_of); };  // [E, S, f]
+  auto weights = [&]() {  // [E, S, f]
+    const torch::Tensor w = op[kRadial].index_select(1, path_of);
+    return pair.defined() ? w.index_select(0, pair) : w;
+  };
   switch (slot) {
     case kMessages: {
       const auto m = dense().transpose(1, 2).bmm(op[kFeatures].index_select(0, neighbor)) * weights();
@@ -195,7 +213,9 @@ torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
     case kRadial: {
       const auto m = dense().transpose(1, 2).bmm(op[kFeatures].index_select(0, neighbor)) *
                      op[kMessages].index_select(0, centre);
-      return torch::zeros({nedges, P, f}, opts).index_add(1, path_of, m);
+      const auto per_edge = torch::zeros({nedges, P, f}, opts).index_add(1, path_of, m);
+      if (!pair.defined()) return per_edge;
+      return torch::zeros({t.pair_edge.size(0), P, f}, opts).index_add(0, pair, per_edge);
     }
     default: {
       const auto q = op[kFeatures].index_select(0, neighbor).bmm(
@@ -210,6 +230,7 @@ ContractionTables tables_from(const c10::IValue& edges, const c10::IValue& coupl
   const auto c = coupling.toTensorVector();
   ContractionTables t;
   t.centre = e[0], t.neighbor = e[1], t.centre_offsets = e[2], t.by_neighbor = e[3], t.neighbor_offsets = e[4];
+  if (e.size() == 7) t.pair = e[5], t.pair_edge = e[6];
   t.terms = c[0], t.coefficients = c[1];
   t.sizes = sizes;
   return t;
@@ -230,8 +251,10 @@ class Contraction : public torch::autograd::Function<Contraction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, int64_t slot, const ContractionTables* tables,
                                const torch::Tensor& first, const torch::Tensor& second, const torch::Tensor& third) {
     ctx->saved_data["slot"] = slot;
-    ctx->saved_data["edges"] = std::vector<torch::Tensor>{tables->centre, tables->neighbor, tables->centre_offsets,
-                                                         tables->by_neighbor, tables->neighbor_offsets};
+    std::vector<torch::Tensor> edges = {tables->centre, tables->neighbor, tables->centre_offsets, tables->by_neighbor,
+                                        tables->neighbor_offsets};
+    if (tables->pair.defined()) edges.insert(edges.end(), {tables->pair, tables->pair_edge});
+    ctx->saved_data["edges"] = edges;
     ctx->saved_data["coupling"] = std::vector<torch::Tensor>{tables->terms, tables->coefficients};
     ctx->saved_data["sizes"] = tables->sizes;
     ctx->save_for_backward({first, second, third});
@@ -264,10 +287,13 @@ torch::Tensor message_contract_op(int64_t slot, const c10::optional<torch::Tenso
                                   const c10::optional<torch::Tensor>& y, at::TensorList edges,
                                   const torch::Tensor& terms, const torch::Tensor& coefficients,
                                   c10::IntArrayRef sizes) {
-  if (edges.size() != 5) throw Error("mlip::message_contract: expected 5 edge tables, got " + std::to_string(edges.size()));
+  if (edges.size() != 5 && edges.size() != 7)
+    throw Error("mlip::message_contract: expected 5 edge tables (or 7, with pair and pair_edge), got " +
+                std::to_string(edges.size()));
   ContractionTables t;
   t.centre = edges[0], t.neighbor = edges[1], t.centre_offsets = edges[2], t.by_neighbor = edges[3];
   t.neighbor_offsets = edges[4], t.terms = terms, t.coefficients = coefficients;
+  if (edges.size() == 7) t.pair = edges[5], t.pair_edge = edges[6];
   t.sizes = sizes.vec();
   return contract(slot, {a.value_or(torch::Tensor()), x.value_or(torch::Tensor()), w.value_or(torch::Tensor()),
                          y.value_or(torch::Tensor())},

@@ -32,6 +32,10 @@ struct ContractionTables {
   torch::Tensor terms;
   torch::Tensor coefficients;      ///< [T] float64 c
   std::vector<int64_t> sizes;      ///< {H, D, S, P}
+  /// Optional: radial weights by pair. pair [E] int64: W's row of edge e is pair[e], W has Q
+  /// rows (W[q, p, f]), and the partial by W sums the edges of each pair; pair_edge [Q] int64:
+  /// an edge of each pair (its row count is Q). Undefined: W has one row per edge.
+  torch::Tensor pair, pair_edge;
 
   /// The neighbour ordering of `centre`/`neighbor` for `natoms` atoms (host or device).
   static void order_by_neighbor(const torch::Tensor& neighbor, int64_t natoms, torch::Tensor& by_neighbor,
@@ -53,7 +57,7 @@ torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& op
 
 /// Registers `torch.ops.mlip.message_contract(slot, a, x, w, y, edges, terms, coefficients,
 /// sizes)` for TorchScript (edges = [centre, neighbor, centre_offsets, by_neighbor,
-/// neighbor_offsets]); idempotent.
+/// neighbor_offsets], then optionally [pair, pair_edge]); idempotent.
 void register_message_contraction();
 
 }  // namespace mlip::models

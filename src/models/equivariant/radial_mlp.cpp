@@ -9,47 +9,54 @@
 namespace mlip::models {
 namespace {
 
-torch::Tensor mlp(const torch::Tensor& basis, const std::vector<torch::Tensor>& hidden, const torch::Tensor& output,
-                  const std::vector<double>& hidden_divisors, double output_divisor) {
-  torch::Tensor h = basis;
-  for (size_t k = 0; k < hidden.size(); ++k) {
-    h = torch::matmul(h, hidden[k]) / hidden_divisors[k];
-    h = h * torch::sigmoid(h);
-  }
-  return torch::matmul(h, output) / output_divisor;
+/// The weights divided by their layer's divisor once (tiny tensors), instead of dividing every
+/// [Q, width] product: the same function, rounded differently in the last bits.
+std::vector<torch::Tensor> scaled(const std::vector<torch::Tensor>& weights, const std::vector<double>& divisors) {
+  std::vector<torch::Tensor> out;
+  for (size_t k = 0; k < weights.size(); ++k) out.push_back(weights[k] / divisors[k]);
+  return out;
 }
 
 /// The autograd node: its one differentiable input is the basis; the weights travel as saved
 /// data (they never need a gradient here, checked in radial_mlp()).
 class RadialMlp : public torch::autograd::Function<RadialMlp> {
  public:
+  /// weights: the hidden layers' then the output layer's, each already divided by its divisor.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& basis,
-                               const std::vector<torch::Tensor>& weights, const std::vector<double>& hidden_divisors,
-                               double output_divisor) {
+                               const std::vector<torch::Tensor>& weights) {
     ctx->save_for_backward({basis});
     ctx->saved_data["weights"] = weights;
-    ctx->saved_data["hidden_divisors"] = hidden_divisors;
-    ctx->saved_data["output_divisor"] = output_divisor;
-    const std::vector<torch::Tensor> hidden(weights.begin(), weights.end() - 1);
-    return mlp(basis, hidden, weights.back(), hidden_divisors, output_divisor);
+    torch::NoGradGuard no_grad;
+    torch::Tensor h = basis;
+    for (size_t k = 0; k + 1 < weights.size(); ++k) {
+      h = h.matmul(weights[k]);
+      at::silu_(h);
+    }
+    return h.matmul(weights.back());
   }
 
+  /// The hidden layers again, keeping their pre-activations, then the chain rule by hand:
+  /// g_h(last) = g_w · W_outᵀ; through each SiLU and linear map back to the basis. The output
+  /// layer's product is not recomputed (its input's gradient needs only W_out).
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     if (torch::GradMode::is_enabled())
       throw Error("radial_mlp: first derivatives only (it serves MD inference); a second derivative was asked for");
     const auto weights = ctx->saved_data["weights"].toTensorVector();
-    const std::vector<torch::Tensor> hidden(weights.begin(), weights.end() - 1);
-    // The forward again, with autograd from a leaf standing for the basis.
-    const torch::Tensor basis = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    torch::Tensor w;
-    {
-      torch::AutoGradMode on(true);
-      w = mlp(basis, hidden, weights.back(), ctx->saved_data["hidden_divisors"].toDoubleVector(),
-              ctx->saved_data["output_divisor"].toDouble());
+    const torch::Tensor basis = ctx->get_saved_variables()[0];
+    const size_t hidden = weights.size() - 1;
+    std::vector<torch::Tensor> pre(hidden);  // the hidden layers' inputs to SiLU
+    torch::Tensor h = basis;
+    for (size_t k = 0; k < hidden; ++k) {
+      pre[k] = h.matmul(weights[k]);
+      if (k + 1 < hidden) h = at::silu(pre[k]);
     }
-    const auto g = torch::autograd::grad({w}, {basis}, {grads[0]}, false, false);
-    return {g[0], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    torch::Tensor g = grads[0].matmul(weights.back().t());
+    for (size_t k = hidden; k-- > 0;) {
+      g = at::silu_backward(g, pre[k]).matmul(weights[k].t());
+      pre[k] = torch::Tensor();
+    }
+    return {g, torch::Tensor()};
   }
 };
 
@@ -66,7 +73,9 @@ torch::Tensor radial_mlp(const torch::Tensor& basis, const std::vector<torch::Te
   for (const auto& w : weights)
     if (w.requires_grad())
       throw Error("radial_mlp: the weights must not require a gradient (it serves MD inference, where they are fixed)");
-  return RadialMlp::apply(basis, weights, hidden_divisors, output_divisor);
+  std::vector<double> divisors(hidden_divisors.begin(), hidden_divisors.end());
+  divisors.push_back(output_divisor);
+  return RadialMlp::apply(basis, scaled(weights, divisors));
 }
 
 namespace {
