@@ -228,6 +228,29 @@ TYPED_TEST(PotentialTest, EquivariantOwnInferenceEqualsTheForward) {
   }
 }
 
+// Ranks without pairs (an atom alone, a far pair) or without atoms: the own inference gives the
+// forward's energy (the atoms' per-type energies) and zero forces, and an empty rank nothing.
+TEST(Potential, EquivariantOwnInferenceWithoutPairsOrAtoms) {
+  test::TempDir dir;
+  write_frozen(dir / "eq.pt", equivariant_yaml("float64"));
+  md::Potential own(dir / "eq.pt", "cpu", md::Evaluation::kAuto);
+  md::Potential script(dir / "eq.pt", "cpu", md::Evaluation::kTorchScript);
+  const std::vector<double> far = {0, 0, 0, 10, 0, 0};  // 10 Å apart: no pair within r_max 3
+  const std::vector<int> types = {0, 1};
+  for (int64_t natoms : {0, 1, 2}) {
+    SCOPED_TRACE(std::to_string(natoms) + " atom(s)");
+    md::LocalAtoms atoms{far.data(), types.data(), natoms, natoms};
+    md::Results a, b;
+    own.compute(atoms, true, true, a);
+    script.compute(atoms, true, true, b);
+    EXPECT_NEAR(a.energy, b.energy, 1e-12 * std::max(1.0, std::abs(b.energy)));
+    ASSERT_EQ(a.forces.size(), size_t(natoms) * 3);
+    for (double f : a.forces) EXPECT_EQ(f, 0.0);
+    EXPECT_EQ(a.atomic_energy.size(), size_t(natoms));
+    for (double v : a.virial) EXPECT_EQ(v, 0.0);
+  }
+}
+
 TEST(Potential, GhostsImagingPresentAtomsAreFolded) {
   // One rank owning the whole periodic frame: with ids, every ghost is an image of an owned atom,
   // so the message-passing model evaluates exactly the frame's atoms, with the same results.
