@@ -111,28 +111,28 @@ TEST_F(DeviceTraining, GenericPathCheckpointRestartsOnTheHandWrittenPath) {
       << "the comparison can see a difference";
 }
 
-TEST_F(DeviceTraining, CudaCheckpointRestartsOnTheCpu) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+/// Both models: 20 steps on `straight_device` against a 20-step run on `first_device` resumed
+/// from its step-10 checkpoint on `second_device`.
+void expect_restart_across_devices(const TempDir& dir, const std::string& straight_device,
+                                   const std::string& first_device, const std::string& second_device) {
   for (const char* model : {kSeA, kEquivariant}) {
     const std::string tag = model == kSeA ? "se_e2_a" : "equivariant";
-    const auto straight = train(dir_, tag + "_straight", model, 20, "cpu");
-    train(dir_, tag + "_split", model, 20, "cuda");
+    const auto straight = train(dir, tag + "_straight", model, 20, straight_device);
+    train(dir, tag + "_split", model, 20, first_device);
     const auto resumed =
-        train(dir_, tag + "_split", model, 20, "cpu", dir_ / (tag + "_split/model.ckpt-10.pt"));
+        train(dir, tag + "_split", model, 20, second_device, dir / (tag + "_split/model.ckpt-10.pt"));
     EXPECT_LT(relative_difference(resumed, straight), 1e-8) << tag;
   }
 }
 
+TEST_F(DeviceTraining, CudaCheckpointRestartsOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+  expect_restart_across_devices(dir_, "cpu", "cuda", "cpu");
+}
+
 TEST_F(DeviceTraining, CpuCheckpointRestartsOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
-  for (const char* model : {kSeA, kEquivariant}) {
-    const std::string tag = model == kSeA ? "se_e2_a" : "equivariant";
-    const auto straight = train(dir_, tag + "_straight", model, 20, "cuda");
-    train(dir_, tag + "_split", model, 20, "cpu");
-    const auto resumed =
-        train(dir_, tag + "_split", model, 20, "cuda", dir_ / (tag + "_split/model.ckpt-10.pt"));
-    EXPECT_LT(relative_difference(resumed, straight), 1e-8) << tag;
-  }
+  expect_restart_across_devices(dir_, "cuda", "cpu", "cuda");
 }
 
 }  // namespace

@@ -85,14 +85,15 @@ class EquivariantInference : public Inference {
       std::vector<int64_t> pair_of, pair_edge;
       pair_edges(graph, pair_of, pair_edge);
       const torch::Tensor pair = torch::tensor(pair_of, torch::kInt64);
+      const torch::Tensor first_edge = torch::tensor(pair_edge, torch::kInt64);
       torch::jit::Method geometry = module_.get_method("edge_geometry");
       const torch::Tensor y = geometry({d}).toTuple()->elements()[1].toTensor();
-      const torch::Tensor pair_vectors = d.index_select(0, torch::tensor(pair_edge, torch::kInt64));
+      const torch::Tensor pair_vectors = d.index_select(0, first_edge);
       const torch::Tensor basis = geometry({pair_vectors}).toTuple()->elements()[0].toTensor();
       // The contraction reads each edge's radial weights through its pair: no [E, P, f] copy.
       std::vector<torch::Tensor> tables = TrainingFunction::edge_tables(i, j, n);
       tables.push_back(pair);
-      tables.push_back(torch::tensor(pair_edge, torch::kInt64));
+      tables.push_back(first_edge);
       const torch::Tensor energies = training_.energy(params_, avg_num_neighbors_, basis, pair, y, i, j, atype, tables);
       owned = energies.narrow(0, 0, graph.nlocal);
       if (e > 0) grad = torch::autograd::grad({owned.sum()}, {d}, {}, false, false, true)[0];
