@@ -10,12 +10,15 @@
 # Per row: steps per second and microseconds per atom-step of the timed run (after one warm-up
 # step), the share of the step LAMMPS spends in the pair style, and how the pair style's time
 # splits (on rank 0) between the neighbour list (pairs, environment matrix) and the model, and
-# rank 0's peak resident memory. --evaluations runs each row through the model's own inference
-# (auto: where it has one) and through the frozen TorchScript forward (torchscript), in turn.
+# the peak resident memory of rank 0 and of all ranks summed. --evaluations runs each row through the model's own inference
+# (auto: where it has one; a message-passing model exchanges its features between ranks per
+# layer), the same without that exchange (auto-no-exchange: ghosts out to L · r_max) and through
+# the frozen TorchScript forward (torchscript), in turn.
 #
 # usage: bench/md_bench.sh [--sizes "192 1536 12288"] [--models "se_e2_a equivariant"]
 #                          [--precisions "float64 float32"] [--layouts "1x2 2x1"]
-#                          [--ase-sizes "192 1536"] [--evaluations "auto torchscript"] [--mlip PATH]
+#                          [--ase-sizes "192 1536"] [--evaluations "auto auto-no-exchange torchscript"]
+#                          [--mlip PATH]
 #                          [--keep DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +40,7 @@ while [ $# -gt 0 ]; do
     --evaluations) EVALUATIONS="$2"; shift 2 ;;
     --mlip) MLIP="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "md_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -85,8 +88,8 @@ steps_for() {  # model atoms -> timed steps (a few seconds each)
 
 printf "# %s, %s cores; LAMMPS %s through mlip lammps; ASE %s\n" "$(lscpu | sed -n 's/^Model name: *//p')" "$(nproc)" \
   "$(dpkg-query -W -f='${Version}' liblammps0 2>/dev/null || echo '?')" "$("$PY" -c 'import ase; print(ase.__version__)')"
-printf "| model | dtype | atoms | ranks x threads | evaluation | steps/s | us/atom-step | pair share | neighbour list / model (rank 0) | atoms evaluated per rank | peak MB (rank 0) | ASE us/atom-step | LAMMPS vs ASE |\n"
-printf "|---|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n"
+printf "| model | dtype | atoms | ranks x threads | evaluation | steps/s | us/atom-step | pair share | neighbour list / model (rank 0) | atoms evaluated per rank | peak MB (rank 0) | peak MB (all ranks) | ASE us/atom-step | LAMMPS vs ASE |\n"
+printf "|---|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n"
 for model in $MODELS; do
   for precision in $PRECISIONS; do
     name="$model-$precision"
@@ -108,8 +111,10 @@ for model in $MODELS; do
         threads=${layout#*x}
         run="$WORK/$name-$atoms-$layout-$evaluation"
         mkdir -p "$run"
+        keywords="evaluation $evaluation"
+        [ "$evaluation" = auto-no-exchange ] && keywords="evaluation auto exchange no"
         { box_input "$nx" "$ny" "$nz"; cat <<EOF
-pair_style mlip $WORK/$name.pt evaluation $evaluation
+pair_style mlip $WORK/$name.pt $keywords
 pair_coeff * * O H
 neighbor 1.0 bin
 velocity all create 300.0 12345 loop geom
@@ -125,21 +130,21 @@ EOF
         if ! (cd "$run" && OMP_NUM_THREADS="$threads" "${cmd[@]}" > run.out 2>&1); then
           why="failed ($run)"
           grep -q "signal 9\|Killed" "$run/run.out" && why="out of memory (killed)"
-          echo "| $model | $precision | $atoms | $ranks x $threads | $evaluation | $why | | | | | | | |"
+          echo "| $model | $precision | $atoms | $ranks x $threads | $evaluation | $why | | | | | | | | |"
           continue
         fi
         loop=$(grep "^Loop time" "$run/log.lammps" | tail -1 | awk '{print $4}')
         pair=$(grep "^Pair  *|" "$run/log.lammps" | tail -1 | awk -F'|' '{print $3}')
         split=$(grep "^pair_style mlip on rank 0" "$run/log.lammps" | tail -1 |
-                sed -E 's/.*neighbour list ([0-9.]+) s, model ([0-9.]+) s, ([0-9.]+) atoms evaluated per call, peak memory ([0-9]+) MB.*/\1 \2 \3 \4/')
-        read -r nl_s model_s evaluated peak_mb <<< "$split"
+                sed -E 's/.*neighbour list ([0-9.]+) s, model ([0-9.]+) s, ([0-9.]+) atoms evaluated per call, peak memory ([0-9]+) MB \(all [0-9]+ ranks: ([0-9]+) MB\).*/\1 \2 \3 \4 \5/')
+        read -r nl_s model_s evaluated peak_mb all_mb <<< "$split"
         awk -v m="$model" -v p="$precision" -v a="$atoms" -v l="$ranks x $threads" -v e="$evaluation" -v n="$steps" \
-            -v t="$loop" -v pr="$pair" -v nl="$nl_s" -v md="$model_s" -v ev="$evaluated" -v mb="$peak_mb" \
+            -v t="$loop" -v pr="$pair" -v nl="$nl_s" -v md="$model_s" -v ev="$evaluated" -v mb="$peak_mb" -v all="$all_mb" \
             -v ase="$ase_us" 'BEGIN {
           us = t * 1e6 / (n * a)
           vs = (ase == "") ? "" : sprintf("%.1fx", ase / us)
-          printf "| %s | %s | %d | %s | %s | %.2f | %.1f | %.0f%% | %.0f%% / %.0f%% | %.0f | %s | %s | %s |\n", m, p, a, l, e,
-                 n / t, us, 100 * pr / t, 100 * nl / (nl + md), 100 * md / (nl + md), ev, mb, ase, vs }'
+          printf "| %s | %s | %d | %s | %s | %.2f | %.1f | %.0f%% | %.0f%% / %.0f%% | %.0f | %s | %s | %s | %s |\n", m, p, a, l, e,
+                 n / t, us, 100 * pr / t, 100 * nl / (nl + md), 100 * md / (nl + md), ev, mb, all, ase, vs }'
       done
       done
     done

@@ -7,7 +7,10 @@
 #include <ATen/Context.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
+#include <thread>
 
 #include "error.h"
 #include "md/potential.h"
@@ -224,6 +227,220 @@ TYPED_TEST(PotentialTest, EquivariantOwnInferenceEqualsTheForward) {
       double fmax = 0;
       for (double v : b.forces) fmax = std::max(fmax, std::abs(v));
       EXPECT_GT(fmax, 1e-3) << "forces that can differ";
+    }
+  }
+}
+
+/// MD ranks emulated by threads of one process, with their own GhostExchange: the owned rows
+/// of every rank meet in one table by atom (forward), and the ghosts' rows are added to their
+/// atoms' owners (reverse), between barriers, as LAMMPS' communication does between processes.
+class ThreadRanks {
+ public:
+  ThreadRanks(int ranks, int64_t atoms) : ranks_(ranks), atoms_(atoms) {}
+
+  /// Rank q starts once ranks 0..q-1 have reached their first exchange: the neighbour lists
+  /// (Kokkos, one host thread at a time) are built one rank after the other.
+  void wait_turn(int q) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return started_ >= q || failed_; });
+  }
+  void started() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++started_;
+    cv_.notify_all();
+  }
+
+  /// A rank failed: the others stop waiting (their barrier throws) instead of hanging.
+  void fail() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+
+  class Exchange : public md::GhostExchange {
+   public:
+    Exchange(ThreadRanks& world, const RankAtoms& r) : world_(world), r_(r) {}
+    void forward(double* rows, int64_t width) override {
+      if (forward_calls == 0) world_.started();
+      world_.table(width);
+      for (int64_t k = 0; k < r_.nlocal; ++k)
+        std::copy(rows + k * width, rows + (k + 1) * width, world_.table_.begin() + r_.owner[size_t(k)] * width);
+      world_.barrier();
+      for (size_t k = size_t(r_.nlocal); k < r_.owner.size(); ++k)
+        std::copy(world_.table_.begin() + r_.owner[k] * width, world_.table_.begin() + (r_.owner[k] + 1) * width,
+                  rows + int64_t(k) * width);
+      world_.barrier();
+      ++forward_calls;
+    }
+    void reverse(double* rows, int64_t width) override {
+      world_.table(width);
+      {
+        std::lock_guard<std::mutex> lock(world_.mutex_);
+        for (size_t k = size_t(r_.nlocal); k < r_.owner.size(); ++k)
+          for (int64_t c = 0; c < width; ++c) world_.table_[size_t(r_.owner[k] * width + c)] += rows[int64_t(k) * width + c];
+      }
+      world_.barrier();
+      for (int64_t k = 0; k < r_.nlocal; ++k)
+        for (int64_t c = 0; c < width; ++c) rows[k * width + c] += world_.table_[size_t(r_.owner[size_t(k)] * width + c)];
+      world_.barrier();
+      ++reverse_calls;
+    }
+    int forward_calls = 0, reverse_calls = 0;
+
+   private:
+    ThreadRanks& world_;
+    const RankAtoms& r_;
+  };
+
+ private:
+  /// All ranks wait here until every one has arrived.
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t round = round_;
+    if (++arrived_ == ranks_) {
+      arrived_ = 0;
+      ++round_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return round_ != round || failed_; });
+    }
+    if (failed_) throw std::runtime_error("another rank failed");
+  }
+  /// The shared table, zeroed, [atoms, width]; the first rank to arrive resets it.
+  void table(int64_t width) {
+    barrier();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (table_round_ != round_) table_.assign(size_t(atoms_ * width), 0.0), table_round_ = round_;
+    }
+    barrier();
+  }
+
+  int ranks_;
+  int64_t atoms_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  int64_t round_ = 0, table_round_ = -1;
+  bool failed_ = false;
+  int started_ = 0;
+  std::vector<double> table_;
+};
+
+std::string equivariant_deep_yaml(const std::string& precision) {
+  return "  type: equivariant\n  type_map: [O, H]\n  r_max: 2.8\n  num_features: 4\n  l_max: 2\n"
+         "  num_layers: 3\n  correlation: 2\n  readout: every_layer\n  avg_num_neighbors: 8\n  precision: " +
+         precision + "\n  seed: 6\n";
+}
+
+// Features exchanged between ranks (docs/lammps.md "Features exchanged between ranks"): 1, 2 and
+// 3 ranks (threads with their own exchange) owning parts of a periodic triclinic frame, each
+// with every other atom and image as a ghost (folded by id or not), add up to the
+// frozen forward on the whole frame (energy, forces, virial), and per-atom energies and virials
+// equal those of the TorchScript forward on each rank's atoms with ghosts out to L · r_max.
+TYPED_TEST(PotentialTest, EquivariantFeaturesExchangedBetweenRanksEqualTheWholeFrame) {
+  test::TempDir dir;
+  const double tol = TestFixture::tolerance();
+  for (const std::string& yaml : {equivariant_yaml(TestFixture::precision()), equivariant_deep_yaml(TestFixture::precision())}) {
+    const double r_max = write_frozen(dir / "eq.pt", yaml);
+    const Frame f = test::random_frame(40, true, 7, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
+    archive::ExtraFiles extra;
+    torch::jit::Module module = archive::load_model(dir / "eq.pt", extra);
+    const auto dtype = TestFixture::kFloat32 ? torch::kFloat32 : torch::kFloat64;
+    const test::ModelResult ref = test::run_deploy(module, f, r_max, dtype);
+    for (int ranks : {1, 2, 3})
+    for (bool ids : {false, true}) {
+      SCOPED_TRACE(std::to_string(ranks) + " rank(s), " + (yaml.find("correlation") != std::string::npos ? "3 layers, correlation 2" : "2 layers") +
+                   (ids ? ", ghosts folded by id" : ", every ghost an atom"));
+      std::vector<RankAtoms> rank(static_cast<size_t>(ranks));
+      for (int q = 0; q < ranks; ++q) {
+        std::vector<int64_t> owned;
+        for (int64_t i = q; i < f.natoms(); i += ranks) owned.push_back(i);
+        rank[size_t(q)] = rank_atoms(f, owned);
+      }
+      ThreadRanks world(ranks, f.natoms());
+      std::vector<std::unique_ptr<md::Potential>> potential;
+      std::vector<std::unique_ptr<ThreadRanks::Exchange>> exchange;
+      for (int q = 0; q < ranks; ++q) {
+        potential.push_back(std::make_unique<md::Potential>(dir / "eq.pt", "cpu"));
+        exchange.push_back(std::make_unique<ThreadRanks::Exchange>(world, rank[size_t(q)]));
+      }
+      ASSERT_GT(potential[0]->exchange_width(), 0);
+      EXPECT_DOUBLE_EQ(potential[0]->ghost_cutoff(true), r_max);
+      std::vector<md::Results> out(static_cast<size_t>(ranks));
+      std::vector<std::string> errors(static_cast<size_t>(ranks));
+      std::vector<std::thread> threads;
+      for (int q = 0; q < ranks; ++q)
+        threads.emplace_back([&, q] {
+          const RankAtoms& r = rank[size_t(q)];
+          md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+          atoms.exchange = exchange[size_t(q)].get();
+          if (ids) atoms.ids = r.owner.data();
+          world.wait_turn(q);
+          try {
+            potential[size_t(q)]->compute(atoms, true, true, out[size_t(q)]);
+          } catch (const std::exception& e) {
+            errors[size_t(q)] = e.what();
+            world.fail();
+          }
+        });
+      for (auto& t : threads) t.join();
+      std::string all_errors;
+      for (int q = 0; q < ranks; ++q)
+        if (!errors[size_t(q)].empty()) all_errors += "rank " + std::to_string(q) + ": " + errors[size_t(q)] + "\n";
+      ASSERT_EQ(all_errors, "");
+      double energy = 0;
+      std::vector<double> forces(size_t(f.natoms()) * 3, 0.0), virial(9, 0.0), atom_virial(9, 0.0);
+      // Per atom (by the atom each row images): energies and virials, exchanged and TorchScript.
+      const size_t na = size_t(f.natoms());
+      std::vector<double> atomic(na, 0.0), atomic_script(na, 0.0), per_atom(na * 9, 0.0), per_atom_script(na * 9, 0.0);
+      md::Potential script(dir / "eq.pt", "cpu", md::Evaluation::kTorchScript);
+      ASSERT_GE(9.5 - 1.0, script.ghost_cutoff()) << "the images in [-1, 1]^3 must cover the ghost cutoff";
+      for (int q = 0; q < ranks; ++q) {
+        {
+          const RankAtoms& r = rank[size_t(q)];
+          md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+          atoms.ids = r.owner.data();
+          md::Results b;
+          script.compute(atoms, true, true, b);
+          for (int64_t k = 0; k < r.nlocal; ++k) {
+            atomic[size_t(r.owner[size_t(k)])] += out[size_t(q)].atomic_energy[size_t(k)];
+            atomic_script[size_t(r.owner[size_t(k)])] += b.atomic_energy[size_t(k)];
+          }
+          for (size_t k = 0; k < r.owner.size(); ++k)
+            for (size_t c = 0; c < 9; ++c) {
+              per_atom[size_t(r.owner[k]) * 9 + c] += out[size_t(q)].atom_virial[k * 9 + c];
+              per_atom_script[size_t(r.owner[k]) * 9 + c] += b.atom_virial[k * 9 + c];
+            }
+        }
+        const RankAtoms& r = rank[size_t(q)];
+        const md::Results& o = out[size_t(q)];
+        const int layers = yaml.find("num_layers: 3") != std::string::npos ? 3 : 2;
+        EXPECT_EQ(exchange[size_t(q)]->forward_calls, layers - 1);
+        EXPECT_EQ(exchange[size_t(q)]->reverse_calls, layers - 1);
+        // Nodes: the owned atoms and their neighbours within r_max, an image of a present atom
+        // folded onto it (with ids: at most the frame's atoms; without, many images).
+        if (ids) EXPECT_LE(potential[size_t(q)]->timings().model_atoms, f.natoms());
+        else EXPECT_GT(potential[size_t(q)]->timings().model_atoms, r.nlocal);
+        energy += o.energy;
+        double atomic_sum = 0;
+        for (double e : o.atomic_energy) atomic_sum += e;
+        EXPECT_NEAR(atomic_sum, o.energy, 1e-9 * std::abs(o.energy));
+        for (size_t k = 0; k < r.owner.size(); ++k)
+          for (int d = 0; d < 3; ++d) forces[size_t(r.owner[k] * 3 + d)] += o.forces[k * 3 + size_t(d)];
+        for (int c = 0; c < 9; ++c) virial[size_t(c)] += o.virial[size_t(c)];
+        for (size_t k = 0; k < r.owner.size(); ++k)
+          for (int c = 0; c < 9; ++c) atom_virial[size_t(c)] += o.atom_virial[k * 9 + size_t(c)];
+      }
+      EXPECT_NEAR(energy, ref.energy, tol * std::abs(ref.energy));
+      const auto rf = ref.forces.contiguous();
+      EXPECT_LT(relative_difference(forces, {rf.data_ptr<double>(), rf.data_ptr<double>() + rf.numel()}), tol) << "forces";
+      const auto rv = ref.virial.contiguous();
+      const std::vector<double> rvv(rv.data_ptr<double>(), rv.data_ptr<double>() + 9);
+      EXPECT_LT(relative_difference(virial, rvv), tol) << "virial";
+      EXPECT_LT(relative_difference(atom_virial, rvv), tol) << "per-atom virials, summed";
+      EXPECT_LT(relative_difference(atomic, atomic_script), tol) << "per-atom energies";
+      EXPECT_LT(relative_difference(per_atom, per_atom_script), tol) << "per-atom virials";
     }
   }
 }

@@ -45,15 +45,21 @@ double peak_memory_mb() {
 
 PairMlip::~PairMlip() {
   // Where the time went on rank 0 (docs/lammps.md "Speed"); LAMMPS' own breakdown has the rest.
-  if (potential_ && potential_->timings().calls > 0 && comm->me == 0) {
-    const Timings& t = potential_->timings();
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "pair_style mlip on rank 0: %lld calls, neighbour list %.3f s, model %.3f s, %.1f atoms "
-                  "evaluated per call, peak memory %.0f MB\n",
-                  static_cast<long long>(t.calls), t.neighbor_list, t.model, double(t.model_atoms) / double(t.calls),
-                  peak_memory_mb());
-    utils::logmesg(lmp, std::string(line));
+  // Every rank destroys the pair style at the same point, so the peaks can be summed.
+  if (potential_ && potential_->timings().calls > 0) {
+    const double mine = peak_memory_mb();
+    double all = 0;
+    MPI_Reduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, 0, world);
+    if (comm->me == 0) {
+      const Timings& t = potential_->timings();
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "pair_style mlip on rank 0: %lld calls, neighbour list %.3f s, model %.3f s, %.1f atoms "
+                    "evaluated per call, peak memory %.0f MB (all %d ranks: %.0f MB)\n",
+                    static_cast<long long>(t.calls), t.neighbor_list, t.model,
+                    double(t.model_atoms) / double(t.calls), mine, comm->nprocs, all);
+      utils::logmesg(lmp, std::string(line));
+    }
   }
   if (allocated) {
     memory->destroy(setflag);
@@ -78,7 +84,8 @@ void PairMlip::allocate() {
 }
 
 void PairMlip::settings(int narg, char** arg) {
-  const std::string usage = "'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript]'";
+  const std::string usage =
+      "'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no]'";
   if (narg < 1 || narg % 2 == 0)
     fail("expected " + usage + ", got " + std::to_string(narg) + " argument(s)");
   std::string device = "cpu";
@@ -91,8 +98,13 @@ void PairMlip::settings(int narg, char** arg) {
       if (value == "auto") evaluation = Evaluation::kAuto;
       else if (value == "torchscript") evaluation = Evaluation::kTorchScript;
       else fail("evaluation: expected auto or torchscript, got '" + value + "'");
+    } else if (key == "exchange") {
+      if (value == "yes") allow_exchange_ = true;
+      else if (value == "no") allow_exchange_ = false;
+      else fail("exchange: expected yes or no, got '" + value + "'");
     } else {
-      fail("expected the keyword 'device' or 'evaluation' after the model file (" + usage + "), got '" + key + "'");
+      fail("expected the keyword 'device', 'evaluation' or 'exchange' after the model file (" + usage + "), got '" +
+           key + "'");
     }
   }
   if (std::strcmp(update->unit_style, "metal") != 0)
@@ -139,7 +151,16 @@ void PairMlip::init_style() {
     fail("expected 'atom_style atomic', got 'atom_style " + std::string(atom->atom_style) + "'");
   // No LAMMPS neighbour list: Potential builds the pairs of owned and ghost atoms itself
   // (docs/lammps.md "Neighbour list"). The ghost cutoff comes from init_one().
-  if (comm->me == 0 && potential_->message_layers() > 1)
+  // Features exchanged per layer: LAMMPS sizes its buffers for the widest row (comm->init()
+  // comes after this).
+  exchange_ = allow_exchange_ && potential_->exchange_width() > 0;
+  comm_forward = comm_reverse = exchange_ ? int(potential_->exchange_width()) : 0;
+  if (comm->me == 0 && exchange_)
+    utils::logmesg(lmp, "pair_style mlip: " + std::to_string(potential_->message_layers()) +
+                            " message-passing layers, features exchanged between them (up to " +
+                            std::to_string(comm_forward) + " values per atom): ghost atoms within " +
+                            std::to_string(potential_->ghost_cutoff(true)) + " Å (r_max) + the neighbour skin\n");
+  else if (comm->me == 0 && potential_->message_layers() > 1)
     utils::logmesg(lmp, "pair_style mlip: " + std::to_string(potential_->message_layers()) +
                             " message-passing layers: ghost atoms within " +
                             std::to_string(potential_->ghost_cutoff()) + " Å (layers x r_max) + the neighbour skin\n");
@@ -147,7 +168,46 @@ void PairMlip::init_style() {
 
 double PairMlip::init_one(int i, int j) {
   if (setflag[i][j] == 0) fail("pair_coeff * * <names> has not been given");
-  return potential_->ghost_cutoff();
+  return potential_->ghost_cutoff(exchange_);
+}
+
+void PairMlip::forward(double* rows, int64_t width) {
+  exchange_rows_ = rows;
+  exchange_width_ = int(width);
+  comm_forward = exchange_width_;  // at most the width comm->init() sized the buffers for
+  comm->forward_comm_pair(this);
+}
+
+void PairMlip::reverse(double* rows, int64_t width) {
+  exchange_rows_ = rows;
+  exchange_width_ = int(width);
+  comm_reverse = exchange_width_;
+  comm->reverse_comm_pair(this);
+}
+
+int PairMlip::pack_forward_comm(int n, int* list, double* buf, int /*pbc_flag*/, int* /*pbc*/) {
+  const int w = exchange_width_;
+  for (int k = 0; k < n; ++k) std::memcpy(buf + size_t(k) * w, exchange_rows_ + size_t(list[k]) * w, sizeof(double) * w);
+  return n * w;
+}
+
+void PairMlip::unpack_forward_comm(int n, int first, double* buf) {
+  const int w = exchange_width_;
+  std::memcpy(exchange_rows_ + size_t(first) * w, buf, sizeof(double) * size_t(n) * w);
+}
+
+int PairMlip::pack_reverse_comm(int n, int first, double* buf) {
+  const int w = exchange_width_;
+  std::memcpy(buf, exchange_rows_ + size_t(first) * w, sizeof(double) * size_t(n) * w);
+  return n * w;
+}
+
+void PairMlip::unpack_reverse_comm(int n, int* list, double* buf) {
+  const int w = exchange_width_;
+  for (int k = 0; k < n; ++k) {
+    double* row = exchange_rows_ + size_t(list[k]) * w;
+    for (int c = 0; c < w; ++c) row[c] += buf[size_t(k) * w + c];
+  }
 }
 
 void PairMlip::compute(int eflag, int vflag) {
@@ -166,6 +226,7 @@ void PairMlip::compute(int eflag, int vflag) {
     for (int i = 0; i < nall; ++i) ids_[size_t(i)] = int64_t(atom->tag[i]);
     atoms.ids = ids_.data();
   }
+  if (exchange_) atoms.exchange = this;
   try {
     potential_->compute(atoms, eflag_atom != 0, vflag_atom != 0, results_);
   } catch (const std::exception& e) {

@@ -10,12 +10,17 @@
 
 namespace mlip::md {
 
-/// `pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript]` with `pair_coeff * * <name> ...`
+/// `pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no]`
+/// with `pair_coeff * * <name> ...`
 /// (docs/lammps.md): a frozen mlip model as a LAMMPS many-body pair style. Each step it gives
 /// the model this rank's owned + ghost atoms, adds the energy of the owned atoms and the forces
 /// on every atom (LAMMPS returns the ghosts' forces to their owners: `newton on`), the global
 /// virial and, when a compute asks, per-atom energies and virials.
-class PairMlip : public LAMMPS_NS::Pair {
+///
+/// A model that exchanges features between its layers (Potential::exchange_width() > 0) gets
+/// ghosts out to r_max only, and its per-layer features cross between ranks through the pair
+/// style's forward and reverse communication (docs/lammps.md "Features exchanged between ranks").
+class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
  public:
   explicit PairMlip(LAMMPS_NS::LAMMPS* lmp);
   ~PairMlip() override;
@@ -28,9 +33,18 @@ class PairMlip : public LAMMPS_NS::Pair {
   void init_style() override;
   double init_one(int i, int j) override;
 
+  // LAMMPS' communication of the rows handed to forward() / reverse() below.
+  int pack_forward_comm(int n, int* list, double* buf, int pbc_flag, int* pbc) override;
+  void unpack_forward_comm(int n, int first, double* buf) override;
+  int pack_reverse_comm(int n, int first, double* buf) override;
+  void unpack_reverse_comm(int n, int* list, double* buf) override;
+
  private:
   void allocate();
   [[noreturn]] void fail(const std::string& message);
+  // GhostExchange: rows [nall, width] through comm->forward_comm_pair / reverse_comm_pair.
+  void forward(double* rows, int64_t width) override;
+  void reverse(double* rows, int64_t width) override;
 
   std::unique_ptr<Potential> potential_;
   std::string model_path_;
@@ -39,6 +53,10 @@ class PairMlip : public LAMMPS_NS::Pair {
   std::vector<int> types_;     // per step: the model type of each owned and ghost atom
   std::vector<int64_t> ids_;   // per step: their atom ids (LAMMPS tags)
   Results results_;
+  bool allow_exchange_ = true;       // `exchange no`: ghosts out to L · r_max instead
+  bool exchange_ = false;            // the model's features cross between ranks per layer
+  double* exchange_rows_ = nullptr;  // during forward() / reverse(): the rows, [nall, width]
+  int exchange_width_ = 0;
 };
 
 }  // namespace mlip::md

@@ -199,9 +199,15 @@ struct Potential::Impl {
   template <typename Real>
   void compute_own(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
   /// The rank's graph (docs/lammps.md "The graph of a rank") through the model's own graph
-  /// inference or, without one, the TorchScript forward.
+  /// inference or, without one, the TorchScript forward. exchanged: one hop, with the layers'
+  /// features of ghosts exchanged through atoms.exchange (docs/lammps.md "Features exchanged
+  /// between ranks").
   template <typename Real>
-  void compute_graph(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
+  void compute_graph(const LocalAtoms& atoms, bool exchanged, bool atomic_energy, bool atom_virial, Results& out);
+  /// A graph through the model's own inference (with the exchange when given) or the
+  /// TorchScript forward; forces, virials and per-atom values onto the rows of `atoms`.
+  void evaluate_graph(const RankGraph& g, const LocalAtoms& atoms, GhostExchange* exchange, bool atomic_energy,
+                      bool atom_virial, Results& out);
   /// The frozen module's forward on the graph: per-node forces, pair gradients when asked.
   models::InferenceResult forward_torchscript(const RankGraph& g, std::vector<double>& node_pos,
                                               const std::vector<int64_t>& node_type, int64_t nlocal,
@@ -291,13 +297,61 @@ void Potential::Impl::compute_own(const LocalAtoms& atoms, bool atomic_energy, b
   timings.model += seconds_since(t1);
 }
 
+/// The model's exchange over the nodes of a rank graph through the MD code's over its rows
+/// (docs/lammps.md "Features exchanged between ranks"): node v stands for row row_of_node[v];
+/// the owned nodes are the rows [0, nlocal); a ghost imaging an atom already present is no node
+/// of its own, so its row takes no part (its features are those of the node it is folded onto,
+/// its gradient is already there).
+class NodeExchange : public models::GhostExchange {
+ public:
+  NodeExchange(GhostExchange& rows, const std::vector<int64_t>& row_of_node, int64_t natoms, int64_t nlocal)
+      : rows_(rows), row_of_node_(row_of_node), natoms_(natoms), nlocal_(nlocal) {}
+
+  void forward(double* nodes, int64_t width) override {
+    buffer_.assign(size_t(natoms_ * width), 0.0);
+    std::copy(nodes, nodes + nlocal_ * width, buffer_.begin());
+    rows_.forward(buffer_.data(), width);
+    for (size_t v = size_t(nlocal_); v < row_of_node_.size(); ++v)
+      std::copy(buffer_.begin() + row_of_node_[v] * width, buffer_.begin() + (row_of_node_[v] + 1) * width,
+                nodes + int64_t(v) * width);
+  }
+
+  void reverse(double* nodes, int64_t width) override {
+    buffer_.assign(size_t(natoms_ * width), 0.0);
+    std::copy(nodes, nodes + nlocal_ * width, buffer_.begin());
+    for (size_t v = size_t(nlocal_); v < row_of_node_.size(); ++v)
+      for (int64_t c = 0; c < width; ++c) buffer_[size_t(row_of_node_[v] * width + c)] += nodes[int64_t(v) * width + c];
+    rows_.reverse(buffer_.data(), width);
+    std::copy(buffer_.begin(), buffer_.begin() + nlocal_ * width, nodes);
+  }
+
+ private:
+  GhostExchange& rows_;
+  const std::vector<int64_t>& row_of_node_;
+  int64_t natoms_, nlocal_;
+  std::vector<double> buffer_;  // [natoms, width], the MD code's rows
+};
+
 template <typename Real>
-void Potential::Impl::compute_graph(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out) {
+void Potential::Impl::compute_graph(const LocalAtoms& atoms, bool exchanged, bool atomic_energy, bool atom_virial,
+                                    Results& out) {
   const auto t0 = Clock::now();
   const int64_t n = atoms.natoms;
   std::vector<int64_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = atoms.ids != nullptr ? atoms.ids[i] : i;
-  const RankGraph g = rank_graph<Real>(atoms, ids, layers, r_max, builder<Real>());
+  // Exchanged: one hop, the owned atoms the only centres, their neighbours within r_max the
+  // other nodes (folded by id: an image of an atom present is that atom).
+  const RankGraph g = rank_graph<Real>(atoms, ids, exchanged ? 1 : layers, r_max, builder<Real>());
+  timings.neighbor_list += seconds_since(t0);
+  if (!exchanged) return evaluate_graph(g, atoms, nullptr, atomic_energy, atom_virial, out);
+  NodeExchange exchange(*atoms.exchange, g.row_of_node, n, atoms.nlocal);
+  evaluate_graph(g, atoms, &exchange, atomic_energy, atom_virial, out);
+}
+
+void Potential::Impl::evaluate_graph(const RankGraph& g, const LocalAtoms& atoms, GhostExchange* exchange,
+                                     bool atomic_energy, bool atom_virial, Results& out) {
+  const auto t0 = Clock::now();
+  const int64_t n = atoms.natoms;
   const int64_t nodes = int64_t(g.row_of_node.size()), npairs = int64_t(g.centre.size());
   timings.model_atoms += nodes;
   std::vector<double> node_pos(size_t(nodes) * 3);
@@ -317,13 +371,11 @@ void Potential::Impl::compute_graph(const LocalAtoms& atoms, bool atomic_energy,
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
 
   models::InferenceResult r;
-  if (inference) {
-    const models::AtomGraph graph{nodes,          atoms.nlocal,        node_type.data(), npairs,
-                                  g.centre.data(), g.neighbour.data(), vectors.data()};
-    r = inference->evaluate(graph, atomic_energy, atom_virial);
-  } else {
-    r = forward_torchscript(g, node_pos, node_type, atoms.nlocal, atomic_energy, atom_virial);
-  }
+  const models::AtomGraph graph{nodes,          atoms.nlocal,        node_type.data(), npairs,
+                                g.centre.data(), g.neighbour.data(), vectors.data()};
+  if (exchange != nullptr) r = inference->evaluate(graph, *exchange, atomic_energy, atom_virial);
+  else if (inference) r = inference->evaluate(graph, atomic_energy, atom_virial);
+  else r = forward_torchscript(g, node_pos, node_type, atoms.nlocal, atomic_energy, atom_virial);
   out.energy = r.energy;
   out.virial = r.virial;
   // Each node's force goes to the row standing for it; MD returns a ghost's force to its owner.
@@ -398,6 +450,9 @@ const std::string& Potential::model_type() const { return impl_->model_type; }
 const std::string& Potential::dtype() const { return impl_->dtype_name; }
 double Potential::cutoff() const { return impl_->r_max; }
 int64_t Potential::message_layers() const { return impl_->layers; }
+int64_t Potential::exchange_width() const {
+  return impl_->inference && impl_->layers > 1 ? impl_->inference->exchange_width() : 0;
+}
 const Timings& Potential::timings() const { return impl_->timings; }
 void Potential::reset_timings() { impl_->timings = Timings(); }
 
@@ -423,8 +478,9 @@ void Potential::compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_v
     if (f32) impl_->compute_own<float>(atoms, atomic_energy, atom_virial, out);
     else impl_->compute_own<double>(atoms, atomic_energy, atom_virial, out);
   } else {
-    if (f32) impl_->compute_graph<float>(atoms, atomic_energy, atom_virial, out);
-    else impl_->compute_graph<double>(atoms, atomic_energy, atom_virial, out);
+    const bool exchanged = atoms.exchange != nullptr && exchange_width() > 0;
+    if (f32) impl_->compute_graph<float>(atoms, exchanged, atomic_energy, atom_virial, out);
+    else impl_->compute_graph<double>(atoms, exchanged, atomic_energy, atom_virial, out);
   }
   check_finite(atoms, out);
   ++impl_->timings.calls;

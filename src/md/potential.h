@@ -6,7 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "models/ghost_exchange.h"
+
 namespace mlip::md {
+
+/// The MD code's exchange of per-atom rows between atoms and their ghost copies (a LAMMPS pair
+/// style's forward and reverse communication).
+using GhostExchange = models::GhostExchange;
 
 /// One MD rank's atoms as an MD code holds them (docs/lammps.md): the owned atoms first, then
 /// the ghost atoms (periodic images and other ranks' atoms near the rank's region), every
@@ -20,6 +26,11 @@ struct LocalAtoms {
   /// present are folded onto it (docs/lammps.md "The graph of a rank"): a message-passing model
   /// then evaluates each distinct atom once; without, every ghost is an atom of its own.
   const int64_t* ids = nullptr;
+  /// The MD code's ghost exchange, or null. When given and the model exchanges features between
+  /// layers (Potential::exchange_width() > 0), the ghosts need reach only Potential::cutoff()
+  /// (plus skin) beyond the owned atoms, each ghost is evaluated as an atom of its own, and every
+  /// rank must call compute() at the same step (the exchange is collective).
+  GhostExchange* exchange = nullptr;
 };
 
 /// What compute() gives, in float64 whatever the model's dtype.
@@ -66,8 +77,14 @@ class Potential {
   double cutoff() const;
   /// Message-passing layers L (1 for se_e2_a).
   int64_t message_layers() const;
-  /// How far ghost atoms must reach beyond the owned atoms for exact owned energies: L · r_max, Å.
-  double ghost_cutoff() const { return double(message_layers()) * cutoff(); }
+  /// The widest row of per-atom values exchanged between layers (LocalAtoms::exchange), 0 when
+  /// this model and evaluation exchange nothing (se_e2_a, one layer, the TorchScript forward).
+  int64_t exchange_width() const;
+  /// How far ghost atoms must reach beyond the owned atoms for exact owned energies, Å: r_max
+  /// when compute() is given an exchange (`with_exchange`) and exchange_width() > 0, else L · r_max.
+  double ghost_cutoff(bool with_exchange = false) const {
+    return with_exchange && exchange_width() > 0 ? cutoff() : double(message_layers()) * cutoff();
+  }
   /// One line: model, dtype, device and evaluation path.
   std::string describe() const;
 

@@ -7,6 +7,7 @@
 
 #include "data/neighbor_list.h"
 #include "error.h"
+#include "models/ghost_exchange.h"
 
 namespace mlip::models {
 
@@ -66,6 +67,19 @@ class Inference {
   /// implement it; the default throws.
   virtual InferenceResult evaluate(const AtomGraph& /*graph*/, bool /*atomic*/, bool /*pair_gradient*/) {
     throw Error(describe() + ": evaluates a neighbour list, not a graph of atoms");
+  }
+  /// Per-atom values this model exchanges between ranks after each message-passing layer: the
+  /// widest row of GhostExchange calls made by evaluate(graph, exchange, ...); 0 when it does
+  /// not exchange (it then needs ghosts out to message_layers · cutoff, docs/lammps.md).
+  virtual int64_t exchange_width() const { return 0; }
+  /// As evaluate(graph, ...), with the layers' features of ghost nodes taken from their owners
+  /// through `exchange` (docs/lammps.md "Features exchanged between ranks"), whose rows are the
+  /// graph's nodes (owned first): here the centres are the owned nodes only and the pairs those
+  /// within one cutoff. Energies, forces and pair gradients are the total energy's, all ranks
+  /// together. Models whose exchange_width() > 0 implement it.
+  virtual InferenceResult evaluate(const AtomGraph& /*graph*/, GhostExchange& /*exchange*/, bool /*atomic*/,
+                                   bool /*pair_gradient*/) {
+    throw Error(describe() + ": exchanges no features between ranks");
   }
 };
 

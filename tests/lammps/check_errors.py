@@ -57,12 +57,16 @@ cases = [
     ("overlap after 3 steps", script(run=f"velocity all create 300 1\nfix nve all nve\nrun 3\nset atom 2 x $(x[1]:%.17g) y $(y[1]:%.17g) z $(z[1]:%.17g)\nrun 1"),
      "step 3: MD atoms: atoms id 1 and id 2 are 0 Å apart"),
     ("no model", script(pair="mlip"),
-     "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript]', got 0"),
+     "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no]', got 0"),
     ("bad evaluation", script(pair=f"mlip {model} evaluation fast"), "evaluation: expected auto or torchscript, got 'fast'"),
+    ("bad exchange", script(pair=f"mlip {model} exchange maybe"), "exchange: expected yes or no, got 'maybe'"),
     ("keyword without value", script(pair=f"mlip {model} device"), "got 2 argument(s)"),
 ]
-if os.path.exists(equivariant):  # the model's graph: its own inference (auto) and the TorchScript forward
+if os.path.exists(equivariant):  # its own inference with features exchanged or not, and the TorchScript forward
     cases.append(("overlapping atoms, equivariant", script(pair=f"mlip {equivariant}", data=os.path.join(work, "overlap.data")),
+                  "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
+    cases.append(("overlapping atoms, equivariant, exchange no",
+                  script(pair=f"mlip {equivariant} exchange no", data=os.path.join(work, "overlap.data")),
                   "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
     cases.append(("overlapping atoms, equivariant torchscript",
                   script(pair=f"mlip {equivariant} evaluation torchscript", data=os.path.join(work, "overlap.data")),
@@ -77,7 +81,8 @@ except ImportError:
 failed = []
 for ranks in (1, 2):
     for name, text, expected in cases:
-        if ranks == 2 and name not in ("units real", "element not in the model", "not a model", "overlapping atoms"):
+        if ranks == 2 and name not in ("units real", "element not in the model", "not a model", "overlapping atoms",
+                                          "overlapping atoms, equivariant"):
             continue
         folder = os.path.join(work, f"{name.replace(' ', '_')}-np{ranks}")
         os.makedirs(folder, exist_ok=True)

@@ -30,6 +30,9 @@ struct Style {
   /// The training function for MD inference (first derivatives only): the radial MLP as one
   /// node that recomputes its activations (models/equivariant/radial_mlp.h).
   bool inference = false;
+  /// One function per block for MD with features exchanged between ranks (layer_<k>,
+  /// equivariant_layer_source): per-node work on the owned rows [0, nlocal) only.
+  bool layered = false;
   std::string get(const std::string& name) const { return training ? "params[\"" + name + "\"]" : "self." + name; }
   std::string avg_num_neighbors() const { return training ? "avg_num_neighbors" : "self.avg_num_neighbors"; }
 };
@@ -277,90 +280,113 @@ void training_messages_source(const Block& b, const std::string& L, int64_t f, i
   }
 }
 
+/// Block k of the body (docs/equivariant.md "Pieces"): from the features x_<irrep> of its input
+/// irreps to those of its targets. Per-layer MD functions (st.layered) keep only the owned rows
+/// [0, nlocal) once the messages are summed: the neighbours' features were needed for the
+/// messages only.
+void block_source(const EquivariantConfig& c, const Block& b, size_t k, const Style& st, std::ostream& o) {
+  const int64_t f = c.num_features;
+  const std::string even = Irrep{0, c.parity ? 1 : 0}.name();
+  const std::string L = "l" + std::to_string(k) + "_";
+  // MACE's readouts of every layer: each block's input scalars (the previous block's output)
+  // through a linear map of their own, summed into the energy.
+  if (c.readout_every_layer && k > 0)
+    o << "    e_layers = e_layers + torch.matmul(x_" << even << (st.layered ? ".narrow(0, 0, nlocal)" : "")
+      << "[:, :, 0], " << st.get(L + "readout") << ")[:, 0] / " << literal(std::sqrt(double(f))) << "\n";
+  // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
+  if (st.inference) {
+    o << "    w = mlip.radial_mlp(basis, [";
+    for (int64_t d = 0; d < c.radial_depth; ++d) o << (d ? ", " : "") << st.get(L + "r" + std::to_string(d));
+    o << "], " << st.get(L + "rout") << ", [";
+    for (int64_t d = 0; d < c.radial_depth; ++d)
+      o << (d ? ", " : "") << literal(std::sqrt(double(d == 0 ? c.num_bessels : c.radial_width)));
+    o << "], " << literal(std::sqrt(double(c.radial_width))) << ")\n";
+  } else {
+    o << "    h = basis\n";
+    for (int64_t d = 0; d < c.radial_depth; ++d) {
+      const int64_t fan_in = d == 0 ? c.num_bessels : c.radial_width;
+      o << "    h = torch.matmul(h, " << st.get(L + "r" + std::to_string(d)) << ") / "
+        << literal(std::sqrt(double(fan_in))) << "\n"
+        << "    h = h * torch.sigmoid(h)\n";
+    }
+    o << "    w = torch.matmul(h, " << st.get(L + "rout") << ") / " << literal(std::sqrt(double(c.radial_width)))
+      << "\n";
+  }
+  // The training path's basis holds each pair once (both directions have one length).
+  // (MD inference: the contraction reads each edge's weights through its pair instead.)
+  if (st.training && !st.inference) o << "    w = w.index_select(0, pair)\n";
+  // Linear mixing of the input features per irrep; keep the input for the self-connection.
+  for (const auto& in : b.in)
+    o << "    s_" << in.name() << " = x_" << in.name() << "\n"
+      << "    x_" << in.name() << " = torch.einsum('nfm,fg->ngm', [x_" << in.name() << ", "
+      << st.get(L + "lin1_" + in.name()) << "]) / " << literal(std::sqrt(double(f))) << "\n";
+  // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
+  if (st.training)
+    training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), o);
+  else
+    deploy_messages_source(b, L, f, o);
+  if (st.layered) {
+    o << "    n = nlocal\n"
+         "    atype = atype.narrow(0, 0, nlocal)\n";
+    for (const auto& out : b.out) o << "    m_" << out.name() << " = m_" << out.name() << ".narrow(0, 0, nlocal)\n";
+    for (const auto& in : b.in) o << "    s_" << in.name() << " = s_" << in.name() << ".narrow(0, 0, nlocal)\n";
+  }
+  for (const auto& out : b.out) {
+    const auto ps = b.paths_to(out);
+    o << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = torch.einsum('ncm,cg->ngm', [m_"
+      << out.name() << " / (" << st.avg_num_neighbors() << " ** 0.5), " << st.get(L + "lin2_" + out.name())
+      << "]) / " << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
+  }
+  if (c.correlation > 1) product_basis_source(b, L, f, st, o);
+  for (const auto& out : b.targets) {
+    const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
+    if (has_sc)
+      o << "    z_" << out.name() << " = z_" << out.name() << " + torch.einsum('nfm,nfg->ngm', [s_" << out.name()
+        << ", " << st.get(L + "sc_" + out.name()) << ".index_select(0, atype)]) / " << literal(std::sqrt(double(f)))
+        << "\n";
+  }
+  // Gates: even scalars through SiLU, odd scalars through tanh; every l > 0 channel times a
+  // sigmoid gate (extra even-scalar channels).
+  const auto gated = b.gated();
+  for (const auto& out : b.targets) {
+    if (out.l > 0) continue;
+    const bool is_even = out.p >= 0;
+    if (out == Irrep{0, c.parity ? 1 : 0}) {
+      o << "    g = z_" << out.name() << "\n"
+        << "    x_" << out.name() << " = g[:, 0:" << f << "]\n"
+        << "    x_" << out.name() << " = x_" << out.name() << " * torch.sigmoid(x_" << out.name() << ")\n";
+      for (size_t q = 0; q < gated.size(); ++q)
+        o << "    x_" << gated[q].name() << " = z_" << gated[q].name() << " * torch.sigmoid(g[:, "
+          << f * int64_t(q + 1) << ":" << f * int64_t(q + 2) << "])\n";
+    } else {
+      o << "    x_" << out.name() << " = " << (is_even ? "z_" + out.name() + " * torch.sigmoid(z_" + out.name() + ")"
+                                                       : "torch.tanh(z_" + out.name() + ")")
+        << "\n";
+    }
+  }
+}
+
+/// The embedding: the even scalars of layer 0 from the atom types.
+void embedding_source(const EquivariantConfig& c, const Style& st, std::ostream& o) {
+  o << "    x_" << Irrep{0, c.parity ? 1 : 0}.name() << " = " << st.get("embed")
+    << ".index_select(0, atype).unsqueeze(2)\n";
+}
+
+/// The last readout (plus the earlier layers' readouts in e_layers) into `e`, unscaled.
+void readout_source(const EquivariantConfig& c, const Style& st, std::ostream& o) {
+  o << "    e = torch.matmul(x_" << Irrep{0, c.parity ? 1 : 0}.name() << "[:, :, 0], " << st.get("readout")
+    << ")[:, 0] / " << literal(std::sqrt(double(c.num_features))) << (c.readout_every_layer ? " + e_layers" : "")
+    << "\n";
+}
+
 /// The body shared by the saved model's atomic_energy and the training path: from the radial
 /// basis `basis`, the harmonics `y` and the pairs (i, j) to the atomic energies `e`.
 void body_source(const EquivariantConfig& c, const std::vector<Block>& blocks, const Style& st, std::ostream& o) {
-  const int64_t f = c.num_features;
-  const std::string even = Irrep{0, c.parity ? 1 : 0}.name();
-  o << "    x_" << even << " = " << st.get("embed") << ".index_select(0, atype).unsqueeze(2)\n";
+  embedding_source(c, st, o);
   if (c.readout_every_layer) o << "    e_layers = torch.zeros([n], dtype=d.dtype, device=d.device)\n";
-  for (size_t k = 0; k < blocks.size(); ++k) {
-    const Block& b = blocks[k];
-    const std::string L = "l" + std::to_string(k) + "_";
-    // MACE's readouts of every layer: each block's input scalars (the previous block's output)
-    // through a linear map of their own, summed into the energy.
-    if (c.readout_every_layer && k > 0)
-      o << "    e_layers = e_layers + torch.matmul(x_" << even << "[:, :, 0], " << st.get(L + "readout") << ")[:, 0] / "
-        << literal(std::sqrt(double(f))) << "\n";
-    // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
-    if (st.inference) {
-      o << "    w = mlip.radial_mlp(basis, [";
-      for (int64_t d = 0; d < c.radial_depth; ++d) o << (d ? ", " : "") << st.get(L + "r" + std::to_string(d));
-      o << "], " << st.get(L + "rout") << ", [";
-      for (int64_t d = 0; d < c.radial_depth; ++d)
-        o << (d ? ", " : "") << literal(std::sqrt(double(d == 0 ? c.num_bessels : c.radial_width)));
-      o << "], " << literal(std::sqrt(double(c.radial_width))) << ")\n";
-    } else {
-      o << "    h = basis\n";
-      for (int64_t d = 0; d < c.radial_depth; ++d) {
-        const int64_t fan_in = d == 0 ? c.num_bessels : c.radial_width;
-        o << "    h = torch.matmul(h, " << st.get(L + "r" + std::to_string(d)) << ") / "
-          << literal(std::sqrt(double(fan_in))) << "\n"
-          << "    h = h * torch.sigmoid(h)\n";
-      }
-      o << "    w = torch.matmul(h, " << st.get(L + "rout") << ") / " << literal(std::sqrt(double(c.radial_width)))
-        << "\n";
-    }
-    // The training path's basis holds each pair once (both directions have one length).
-    // (MD inference: the contraction reads each edge's weights through its pair instead.)
-    if (st.training && !st.inference) o << "    w = w.index_select(0, pair)\n";
-    // Linear mixing of the input features per irrep; keep the input for the self-connection.
-    for (const auto& in : b.in)
-      o << "    s_" << in.name() << " = x_" << in.name() << "\n"
-        << "    x_" << in.name() << " = torch.einsum('nfm,fg->ngm', [x_" << in.name() << ", "
-        << st.get(L + "lin1_" + in.name()) << "]) / " << literal(std::sqrt(double(f))) << "\n";
-    // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
-    if (st.training)
-      training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), o);
-    else
-      deploy_messages_source(b, L, f, o);
-    for (const auto& out : b.out) {
-      const auto ps = b.paths_to(out);
-      o << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = torch.einsum('ncm,cg->ngm', [m_"
-        << out.name() << " / (" << st.avg_num_neighbors() << " ** 0.5), " << st.get(L + "lin2_" + out.name())
-        << "]) / " << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
-    }
-    if (c.correlation > 1) product_basis_source(b, L, f, st, o);
-    for (const auto& out : b.targets) {
-      const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
-      if (has_sc)
-        o << "    z_" << out.name() << " = z_" << out.name() << " + torch.einsum('nfm,nfg->ngm', [s_" << out.name()
-          << ", " << st.get(L + "sc_" + out.name()) << ".index_select(0, atype)]) / " << literal(std::sqrt(double(f)))
-          << "\n";
-    }
-    // Gates: even scalars through SiLU, odd scalars through tanh; every l > 0 channel times a
-    // sigmoid gate (extra even-scalar channels).
-    const auto gated = b.gated();
-    for (const auto& out : b.targets) {
-      if (out.l > 0) continue;
-      const bool is_even = out.p >= 0;
-      if (out == Irrep{0, c.parity ? 1 : 0}) {
-        o << "    g = z_" << out.name() << "\n"
-          << "    x_" << out.name() << " = g[:, 0:" << f << "]\n"
-          << "    x_" << out.name() << " = x_" << out.name() << " * torch.sigmoid(x_" << out.name() << ")\n";
-        for (size_t q = 0; q < gated.size(); ++q)
-          o << "    x_" << gated[q].name() << " = z_" << gated[q].name() << " * torch.sigmoid(g[:, "
-            << f * int64_t(q + 1) << ":" << f * int64_t(q + 2) << "])\n";
-      } else {
-        o << "    x_" << out.name() << " = " << (is_even ? "z_" + out.name() + " * torch.sigmoid(z_" + out.name() + ")"
-                                                         : "torch.tanh(z_" + out.name() + ")")
-          << "\n";
-      }
-    }
-  }
-  o << "    e = torch.matmul(x_" << even << "[:, :, 0], " << st.get("readout") << ")[:, 0] / "
-    << literal(std::sqrt(double(f))) << (c.readout_every_layer ? " + e_layers" : "") << "\n"
-    << "    return e * " << st.get("scale") << ".index_select(0, atype) + " << st.get("shift")
+  for (size_t k = 0; k < blocks.size(); ++k) block_source(c, blocks[k], k, st, o);
+  readout_source(c, st, o);
+  o << "    return e * " << st.get("scale") << ".index_select(0, atype) + " << st.get("shift")
     << ".index_select(0, atype)\n\n";
 }
 
@@ -399,6 +425,49 @@ std::string equivariant_training_source(const EquivariantConfig& c, bool inferen
        "    d = y\n";
   body_source(c, plan(c), Style{true, inference}, o);
   return o.str();
+}
+
+std::string equivariant_layer_source(const EquivariantConfig& c) {
+  c.validate();
+  const auto blocks = plan(c);
+  const Style st{true, true, true};
+  std::ostringstream o;
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const Block& b = blocks[k];
+    const bool last = k + 1 == blocks.size();
+    o << "def layer_" << k
+      << "(params: Dict[str, Tensor], avg_num_neighbors: float, basis: Tensor, pair: Tensor, y: Tensor, "
+         "atype: Tensor, edges: List[Tensor], nlocal: int, x: List[Tensor]) -> Tuple[Tensor, List[Tensor]]:\n"
+         "    n = atype.size(0)\n"
+         "    d = y\n";
+    if (k == 0) embedding_source(c, st, o);
+    else
+      for (size_t q = 0; q < b.in.size(); ++q) o << "    x_" << b.in[q].name() << " = x[" << q << "]\n";
+    o << "    e_layers = torch.zeros([nlocal], dtype=d.dtype, device=d.device)\n";
+    block_source(c, b, k, st, o);
+    if (last) {
+      readout_source(c, st, o);
+      o << "    none: List[Tensor] = []\n"
+        << "    return e * " << st.get("scale") << ".index_select(0, atype) + " << st.get("shift")
+        << ".index_select(0, atype), none\n\n";
+    } else {
+      o << "    return e_layers * " << st.get("scale") << ".index_select(0, atype), [";
+      for (size_t q = 0; q < b.targets.size(); ++q) o << (q ? ", " : "") << "x_" << b.targets[q].name();
+      o << "]\n\n";
+    }
+  }
+  return o.str();
+}
+
+std::vector<std::vector<int64_t>> equivariant_layer_outputs(const EquivariantConfig& c) {
+  std::vector<std::vector<int64_t>> widths;
+  const auto blocks = plan(c);
+  for (size_t k = 0; k + 1 < blocks.size(); ++k) {
+    std::vector<int64_t> w;
+    for (const auto& t : blocks[k].targets) w.push_back(2 * t.l + 1);
+    widths.push_back(w);
+  }
+  return widths;
 }
 
 std::vector<BlockCoupling> message_couplings(const EquivariantConfig& c) {

@@ -55,6 +55,21 @@ std::string equivariant_source(const EquivariantConfig& config);
 /// is the operator mlip::radial_mlp (models/equivariant/radial_mlp.h), which keeps no activations.
 std::string equivariant_training_source(const EquivariantConfig& config, bool inference = false);
 
+/// The training path's body split per interaction block for MD with features exchanged between
+/// ranks (docs/equivariant.md "Features exchanged between ranks"): TorchScript functions
+/// `layer_<k>(params, avg_num_neighbors, basis, pair, y, atype, edges, nlocal, x)` returning
+/// (e_k, x'). atype [N] are the types of all N nodes (the owned ones, [0, nlocal), first); x the
+/// block's input features of all N nodes, one [N, f, 2l+1] tensor per input irrep (empty for
+/// block 0: the embedding); edges as in the MD variant of equivariant_training_source, centres
+/// owned. e_k [nlocal] is block k's part of the owned atoms' energies (scaled; the last block
+/// adds the shift); x' the block's output features of the owned atoms (empty for the last).
+/// The e_k summed equal equivariant_training_source's energies.
+std::string equivariant_layer_source(const EquivariantConfig& config);
+
+/// For each block but the last, the sizes 2l+1 of its output irreps in layer_<k>'s order (each
+/// irrep has num_features channels): what crosses between ranks after the block.
+std::vector<std::vector<int64_t>> equivariant_layer_outputs(const EquivariantConfig& config);
+
 /// The message coupling of one interaction block for models/equivariant/message_contraction.h.
 struct BlockCoupling {
   torch::Tensor terms;         ///< [T, 4] int64 rows (m, d, s, p)

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "error.h"
@@ -49,12 +50,41 @@ void pair_edges(const AtomGraph& g, std::vector<int64_t>& pair, std::vector<int6
   }
 }
 
+/// Gradients of `outputs` (with `grad_outputs`) by `inputs`, zeros for an input they do not
+/// depend on (or when none of them needs a gradient: a rank without atoms or pairs).
+std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& outputs,
+                                     const std::vector<torch::Tensor>& grad_outputs,
+                                     const std::vector<torch::Tensor>& inputs) {
+  std::vector<torch::Tensor> outs, grads;
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (outputs[k].requires_grad()) outs.push_back(outputs[k]), grads.push_back(grad_outputs[k]);
+  std::vector<torch::Tensor> result(inputs.size());
+  if (!outs.empty()) result = torch::autograd::grad(outs, inputs, grads, false, false, true);
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (!result[k].defined()) result[k] = torch::zeros_like(inputs[k]);
+  return result;
+}
+
+/// The pieces of a graph every evaluation starts from: the pair vectors, the edges' harmonics
+/// and the pairs' radial basis as functions of them, and the contraction's edge tables.
+struct GraphGeometry {
+  torch::Tensor d64;    ///< [E, 3] float64 pair vectors
+  torch::Tensor d;      ///< [E, 3] model dtype, requires grad
+  torch::Tensor i, j;   ///< [E] int64 centres, neighbours
+  torch::Tensor atype;  ///< [N] int64
+  torch::Tensor pair;   ///< [E] int64 the pair of each edge
+  torch::Tensor basis;  ///< [Q, num_bessels] radial basis of each pair, a function of d
+  torch::Tensor y;      ///< [E, (l_max+1)^2] harmonics of each edge, a function of d
+  std::vector<torch::Tensor> tables;  ///< the message contraction's tables, pair and pair_edge included
+};
+
 class EquivariantInference : public Inference {
  public:
   EquivariantInference(const EquivariantConfig& config, torch::jit::Module& module)
       : config_(config), module_(module), training_(config, true) {
     params_ = training_.parameters(module_, true);
     avg_num_neighbors_ = module_.attr("avg_num_neighbors").toDouble();
+    layer_outputs_ = equivariant_layer_outputs(config_);
   }
 
   std::string describe() const override { return "equivariant inference through the training path's contraction"; }
@@ -70,56 +100,148 @@ class EquivariantInference : public Inference {
     throw Error(describe() + ": evaluates a graph of atoms, not a neighbour list");
   }
 
+  int64_t exchange_width() const override {
+    int64_t widest = 0;
+    for (const auto& sizes : layer_outputs_) widest = std::max(widest, width(sizes));
+    return widest;
+  }
+
   InferenceResult evaluate(const AtomGraph& graph, bool atomic, bool pair_gradient) override {
-    const int64_t n = graph.nodes, e = graph.npairs;
-    const torch::Tensor d64 = copied(graph.vectors, {e, 3}, torch::kFloat64);
-    const torch::Tensor i = copied(graph.centre, {e}, torch::kInt64);
-    const torch::Tensor j = copied(graph.neighbour, {e}, torch::kInt64);
-    const torch::Tensor atype = copied(graph.types, {n}, torch::kInt64);
     torch::Tensor owned, grad;
+    GraphGeometry g;
     {
       torch::AutoGradMode grad_mode(true);
-      const torch::Tensor d = d64.to(config_.dtype()).requires_grad_(true);
-      // The geometry by the frozen module's own edge_geometry: the harmonics of every edge, the
-      // radial basis of every pair (the radial MLP, most of the work, then runs once a pair).
-      std::vector<int64_t> pair_of, pair_edge;
-      pair_edges(graph, pair_of, pair_edge);
-      const torch::Tensor pair = torch::tensor(pair_of, torch::kInt64);
-      const torch::Tensor first_edge = torch::tensor(pair_edge, torch::kInt64);
-      torch::jit::Method geometry = module_.get_method("edge_geometry");
-      const torch::Tensor y = geometry({d}).toTuple()->elements()[1].toTensor();
-      const torch::Tensor pair_vectors = d.index_select(0, first_edge);
-      const torch::Tensor basis = geometry({pair_vectors}).toTuple()->elements()[0].toTensor();
-      // The contraction reads each edge's radial weights through its pair: no [E, P, f] copy.
-      std::vector<torch::Tensor> tables = TrainingFunction::edge_tables(i, j, n);
-      tables.push_back(pair);
-      tables.push_back(first_edge);
-      const torch::Tensor energies = training_.energy(params_, avg_num_neighbors_, basis, pair, y, i, j, atype, tables);
+      g = geometry(graph);
+      const torch::Tensor energies =
+          training_.energy(params_, avg_num_neighbors_, g.basis, g.pair, g.y, g.i, g.j, g.atype, g.tables);
       owned = energies.narrow(0, 0, graph.nlocal);
-      if (e > 0) grad = torch::autograd::grad({owned.sum()}, {d}, {}, false, false, true)[0];
+      if (graph.npairs > 0) grad = torch::autograd::grad({owned.sum()}, {g.d}, {}, false, false, true)[0];
     }
+    return result(graph, g, owned.detach(), grad, atomic, pair_gradient);
+  }
+
+  // The layers one at a time, the ghosts' features from their owners between them, and the
+  // backward pass through them in reverse with the ghosts' gradients returned to their owners
+  // (docs/equivariant.md "Features exchanged between ranks").
+  InferenceResult evaluate(const AtomGraph& graph, GhostExchange& exchange, bool atomic, bool pair_gradient) override {
+    const int64_t n = graph.nodes, nlocal = graph.nlocal;
+    const int64_t blocks = int64_t(layer_outputs_.size()) + 1;
+    torch::Tensor owned, grad;
+    GraphGeometry g;
+    {
+      torch::AutoGradMode grad_mode(true);
+      g = geometry(graph);
+      // Each block's graph starts from leaves: the geometry and its input features.
+      const torch::Tensor basis = g.basis.detach().requires_grad_(true), y = g.y.detach().requires_grad_(true);
+      const size_t count = size_t(blocks);
+      std::vector<torch::Tensor> inputs(count), energies(count), outputs(count);
+      std::vector<torch::Tensor> x;  // block k's input features of every node (none for block 0)
+      for (int64_t k = 0; k < blocks; ++k) {
+        auto [energy, out] =
+            training_.layer(k, params_, avg_num_neighbors_, basis, g.pair, y, g.atype, g.tables, nlocal, x);
+        energies[size_t(k)] = energy;
+        owned = k == 0 ? energy.detach() : owned + energy.detach();
+        if (k + 1 == blocks) break;
+        const auto& sizes = layer_outputs_[size_t(k)];
+        std::vector<torch::Tensor> flat;
+        for (size_t q = 0; q < sizes.size(); ++q) flat.push_back(out[q].reshape({nlocal, config_.num_features * sizes[q]}));
+        outputs[size_t(k)] = torch::cat(flat, 1);
+        const int64_t w = width(sizes);
+        torch::Tensor rows = torch::zeros({n, w}, torch::kFloat64);
+        rows.narrow(0, 0, nlocal).copy_(outputs[size_t(k)].detach());
+        exchange.forward(rows.data_ptr<double>(), w);
+        inputs[size_t(k + 1)] = rows.to(config_.dtype()).requires_grad_(true);
+        x = split(inputs[size_t(k + 1)], sizes);
+      }
+      torch::Tensor grad_basis = torch::zeros_like(basis), grad_y = torch::zeros_like(y);
+      torch::Tensor grad_out;  // dE/d(block k's output features of the owned atoms), all ranks' E
+      for (int64_t k = blocks - 1; k >= 0; --k) {
+        std::vector<torch::Tensor> outs = {energies[size_t(k)].sum()}, grad_outs = {torch::ones({}, basis.options())};
+        if (k + 1 < blocks) outs.push_back(outputs[size_t(k)]), grad_outs.push_back(grad_out);
+        std::vector<torch::Tensor> by = {basis, y};
+        if (k > 0) by.push_back(inputs[size_t(k)]);
+        const auto grads = gradients(outs, grad_outs, by);
+        grad_basis += grads[0];
+        grad_y += grads[1];
+        if (k == 0) break;
+        torch::Tensor rows = grads[2].to(torch::kFloat64).contiguous().clone();
+        exchange.reverse(rows.data_ptr<double>(), rows.size(1));
+        grad_out = rows.narrow(0, 0, nlocal).to(config_.dtype());
+      }
+      if (graph.npairs > 0) grad = torch::autograd::grad({g.basis, g.y}, {g.d}, {grad_basis, grad_y}, false, false, true)[0];
+    }
+    return result(graph, g, owned, grad, atomic, pair_gradient);
+  }
+
+ private:
+  int64_t width(const std::vector<int64_t>& sizes) const {
+    int64_t w = 0;
+    for (int64_t s : sizes) w += config_.num_features * s;
+    return w;
+  }
+
+  /// The columns of `rows` [N, width] as one [N, f, 2l+1] tensor per irrep (views).
+  std::vector<torch::Tensor> split(const torch::Tensor& rows, const std::vector<int64_t>& sizes) const {
+    std::vector<torch::Tensor> x;
+    int64_t column = 0;
+    for (int64_t s : sizes) {
+      x.push_back(rows.narrow(1, column, config_.num_features * s).reshape({rows.size(0), config_.num_features, s}));
+      column += config_.num_features * s;
+    }
+    return x;
+  }
+
+  /// The geometry by the frozen module's own edge_geometry: the harmonics of every edge, the
+  /// radial basis of every pair (the radial MLP, most of the work, then runs once a pair).
+  /// Call with autograd on.
+  GraphGeometry geometry(const AtomGraph& graph) {
+    const int64_t n = graph.nodes, e = graph.npairs;
+    GraphGeometry g;
+    g.d64 = copied(graph.vectors, {e, 3}, torch::kFloat64);
+    g.i = copied(graph.centre, {e}, torch::kInt64);
+    g.j = copied(graph.neighbour, {e}, torch::kInt64);
+    g.atype = copied(graph.types, {n}, torch::kInt64);
+    g.d = g.d64.to(config_.dtype()).requires_grad_(true);
+    std::vector<int64_t> pair_of, pair_edge;
+    pair_edges(graph, pair_of, pair_edge);
+    g.pair = torch::tensor(pair_of, torch::kInt64);
+    const torch::Tensor first_edge = torch::tensor(pair_edge, torch::kInt64);
+    torch::jit::Method edge_geometry = module_.get_method("edge_geometry");
+    g.y = edge_geometry({g.d}).toTuple()->elements()[1].toTensor();
+    g.basis = edge_geometry({g.d.index_select(0, first_edge)}).toTuple()->elements()[0].toTensor();
+    // The contraction reads each edge's radial weights through its pair: no [E, P, f] copy.
+    g.tables = TrainingFunction::edge_tables(g.i, g.j, n);
+    g.tables.push_back(g.pair);
+    g.tables.push_back(first_edge);
+    return g;
+  }
+
+  /// The result from the owned atoms' energies [nlocal] and dE/dd [E, 3] (undefined: no pairs).
+  InferenceResult result(const AtomGraph& graph, const GraphGeometry& g, const torch::Tensor& owned,
+                         const torch::Tensor& grad, bool atomic, bool pair_gradient) const {
+    const int64_t n = graph.nodes, e = graph.npairs;
     InferenceResult out;
-    const torch::Tensor owned64 = owned.detach().to(torch::kFloat64).contiguous();
+    const torch::Tensor owned64 = owned.to(torch::kFloat64).contiguous();
     out.energy = owned64.sum().item<double>();
     if (atomic) out.atomic.assign(owned64.data_ptr<double>(), owned64.data_ptr<double>() + graph.nlocal);
     out.forces.assign(size_t(n) * 3, 0.0);
     if (!grad.defined()) return out;  // no pairs (or none that matter): no forces, no virial
-    const torch::Tensor g = grad.to(torch::kFloat64).contiguous();
+    const torch::Tensor gd = grad.to(torch::kFloat64).contiguous();
     // d_ij = r_j - r_i: F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij; W = -sum d ⊗ dE/dd.
-    const torch::Tensor forces = torch::zeros({n, 3}, torch::kFloat64).index_add_(0, i, g).index_add_(0, j, -g);
+    const torch::Tensor forces = torch::zeros({n, 3}, torch::kFloat64).index_add_(0, g.i, gd).index_add_(0, g.j, -gd);
     std::copy(forces.data_ptr<double>(), forces.data_ptr<double>() + n * 3, out.forces.begin());
-    const torch::Tensor virial = (-d64.t().matmul(g)).contiguous();
+    const torch::Tensor virial = (-g.d64.t().matmul(gd)).contiguous();
     std::copy(virial.data_ptr<double>(), virial.data_ptr<double>() + 9, out.virial.begin());
-    if (pair_gradient) out.pair_gradient.assign(g.data_ptr<double>(), g.data_ptr<double>() + e * 3);
+    if (pair_gradient) out.pair_gradient.assign(gd.data_ptr<double>(), gd.data_ptr<double>() + e * 3);
     return out;
   }
 
- private:
   EquivariantConfig config_;
   torch::jit::Module module_;
   TrainingFunction training_;
   c10::Dict<std::string, torch::Tensor> params_;
   double avg_num_neighbors_ = 1.0;
+  std::vector<std::vector<int64_t>> layer_outputs_;  // equivariant_layer_outputs(config_)
 };
 
 }  // namespace

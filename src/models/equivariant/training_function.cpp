@@ -33,6 +33,8 @@ TrainingFunction::TrainingFunction(const EquivariantConfig& config, bool inferen
   try {
     unit_->define(c10::nullopt, equivariant_training_source(config, inference), std::make_shared<TrainingResolver>(),
                   nullptr);
+    if (inference)
+      unit_->define(c10::nullopt, equivariant_layer_source(config), std::make_shared<TrainingResolver>(), nullptr);
   } catch (const c10::Error& e) {
     throw Error(std::string("equivariant model: the training function did not compile: ") + e.what_without_backtrace());
   }
@@ -59,6 +61,15 @@ torch::Tensor TrainingFunction::energy(const c10::Dict<std::string, torch::Tenso
                                        const std::vector<torch::Tensor>& edges) const {
   auto& function = unit_->get_function("training_energy");
   return function({params, avg_num_neighbors, basis, pair, y, i, j, atype, edges}).toTensor();
+}
+
+std::pair<torch::Tensor, std::vector<torch::Tensor>> TrainingFunction::layer(
+    int64_t k, const c10::Dict<std::string, torch::Tensor>& params, double avg_num_neighbors, const torch::Tensor& basis,
+    const torch::Tensor& pair, const torch::Tensor& y, const torch::Tensor& atype, const std::vector<torch::Tensor>& edges,
+    int64_t nlocal, const std::vector<torch::Tensor>& x) const {
+  auto& function = unit_->get_function("layer_" + std::to_string(k));
+  const auto out = function({params, avg_num_neighbors, basis, pair, y, atype, edges, nlocal, x}).toTuple();
+  return {out->elements()[0].toTensor(), out->elements()[1].toTensorVector()};
 }
 
 std::vector<torch::Tensor> TrainingFunction::edge_tables(const torch::Tensor& i, const torch::Tensor& j,

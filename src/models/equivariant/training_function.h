@@ -5,6 +5,7 @@
 #include <torch/script.h>
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "models/equivariant/equivariant.h"
@@ -32,6 +33,16 @@ class TrainingFunction {
                        const torch::Tensor& basis, const torch::Tensor& pair, const torch::Tensor& y,
                        const torch::Tensor& i, const torch::Tensor& j, const torch::Tensor& atype,
                        const std::vector<torch::Tensor>& edges) const;
+
+  /// Block k of the MD variant on its own (equivariant_layer_source(); the inference variant
+  /// only): the owned atoms' energy part e_k [nlocal] and output features (one [nlocal, f, 2l+1]
+  /// tensor per irrep; none after the last block) from the input features `x` of all nodes.
+  std::pair<torch::Tensor, std::vector<torch::Tensor>> layer(int64_t k, const c10::Dict<std::string, torch::Tensor>& params,
+                                                             double avg_num_neighbors, const torch::Tensor& basis,
+                                                             const torch::Tensor& pair, const torch::Tensor& y,
+                                                             const torch::Tensor& atype,
+                                                             const std::vector<torch::Tensor>& edges, int64_t nlocal,
+                                                             const std::vector<torch::Tensor>& x) const;
 
   /// The message contraction's edge tables of edges (i, j) over `natoms` atoms, i non-decreasing:
   /// {i, j, centre_offsets [N+1], by_neighbor [E], neighbor_offsets [N+1]}
