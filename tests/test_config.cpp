@@ -818,3 +818,24 @@ TEST(TrainConfigErrors, ModelAndDeviceKeys) {
 }
 
 }  // namespace
+
+// Label keys (docs/data.md "Label keys"): per data section; validation data takes the training
+// data's keys unless it names its own; a key must be a name.
+TEST(LabelKeys, PerDataSectionWithValidationInheriting) {
+  const std::string keys = "systems: [a, b]\n    energy_key: REF_energy\n    forces_key: REF_forces\n"
+                           "    stress_key: REF_stress";
+  TrainConfig c = parse(edit(kMinimal, "systems: [a, b]", keys) + "  validation_data: {systems: [c]}\n");
+  EXPECT_EQ(c.training_data.keys.energy, "REF_energy");
+  EXPECT_EQ(c.training_data.keys.forces, "REF_forces");
+  EXPECT_EQ(c.training_data.keys.stress, "REF_stress");
+  EXPECT_EQ(c.training_data.keys.virial, "");
+  ASSERT_TRUE(c.validation_data.has_value());
+  EXPECT_EQ(c.validation_data->keys.energy, "REF_energy") << "inherited";
+  c = parse(edit(kMinimal, "systems: [a, b]", keys) + "  validation_data: {systems: [c], energy_key: E}\n");
+  EXPECT_EQ(c.validation_data->keys.energy, "E");
+  EXPECT_EQ(c.validation_data->keys.forces, "") << "its own keys, none inherited";
+  EXPECT_TRUE(parse(kMinimal).training_data.keys.defaults());
+  EXPECT_EQ(parse_error(edit(kMinimal, "systems: [a, b]", "systems: [a, b]\n    energy_key: \"REF energy\"")),
+            "input.yaml: training.training_data.energy_key: expected a key name (no spaces, quotes or '='), got "
+            "\"REF energy\"");
+}

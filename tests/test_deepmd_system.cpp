@@ -693,3 +693,34 @@ TEST(StreamedChanges, AFrameBeyondTheSystemIsNamed) {
   const std::string msg = error_of([&] { s.reader->read(4); });
   EXPECT_TRUE(contains(msg, tmp / "sys: frame 4: beyond the system's 4 frames")) << msg;
 }
+
+// Label keys (docs/data.md "Label keys"): labels stored as <key>.npy read, with the keys, as the
+// default names do; a key whose file is missing, or a stress key, is an error naming the set.
+TEST(DeepmdSystem, LabelsUnderTheirOwnKeys) {
+  TempDir tmp;
+  const std::string plain = tmp / "plain", named = tmp / "named";
+  for (const std::string& dir : {plain, named}) {
+    write_text(dir + "/type.raw", "0 1 1\n");
+    write_text(dir + "/type_map.raw", "O H\n");
+    write_set(dir, "set.000", 2, 3, 0, true, true);
+  }
+  for (const char* label : {"energy", "force", "virial"})
+    fs::rename(named + "/set.000/" + label + ".npy", named + "/set.000/REF_" + label + ".npy");
+  mlip::data::LabelKeys keys;
+  keys.energy = "REF_energy", keys.forces = "REF_force", keys.virial = "REF_virial";
+  const System a = read_deepmd_system(plain, {"O", "H"}), b = read_deepmd_system(named, {"O", "H"}, keys);
+  EXPECT_EQ(a.energy, b.energy);
+  EXPECT_EQ(a.force, b.force);
+  EXPECT_EQ(a.virial, b.virial);
+  ASSERT_EQ(b.virial.size(), 18u);
+  // Without the keys the labels are absent (they are optional in DeePMD systems) ...
+  EXPECT_TRUE(read_deepmd_system(named, {"O", "H"}).energy.empty());
+  // ... but a label a key names must be there.
+  keys.energy = "DFT_energy";
+  const std::string msg = error_of([&] { read_deepmd_system(named, {"O", "H"}, keys); });
+  EXPECT_TRUE(contains(msg, named + "/set.000: energy_key 'DFT_energy': no DFT_energy.npy here")) << msg;
+  mlip::data::LabelKeys stress;
+  stress.stress = "REF_stress";
+  EXPECT_TRUE(contains(error_of([&] { read_deepmd_system(named, {"O", "H"}, stress); }),
+                       "stress_key 'REF_stress': DeePMD systems keep virials"));
+}

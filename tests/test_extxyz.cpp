@@ -241,7 +241,7 @@ TEST(Extxyz, Errors) {
   // Missing forces column.
   expect_error("1\nLattice=\"5 0 0 0 5 0 0 0 5\" Properties=species:S:1:pos:R:3 energy=-1 "
                "pbc=\"T T T\"\nH 0 0 0\n",
-               {path + ":2", "no forces", "forces:R:3"});
+               {path + ":2", "no forces", "column 'forces' (or 'force') of type R and count 3", "(frame 0)"});
   // Missing energy.
   expect_error("1\n" + std::string(kProps) + "pbc=\"F F F\"\nH 0 0 0 0 0 0\n",
                {path + ":2", "no energy", "'energy'"});
@@ -320,4 +320,55 @@ TEST(Extxyz, StreamedFileChangedIsAnErrorNamingTheFrame) {
   // And at start.
   msg = error_of([&] { mlip::data::open_extxyz(path, {"O", "H"}); });
   EXPECT_TRUE(contains(msg, path + ": is a FIFO (named pipe), expected a regular file")) << msg;
+}
+
+// Label keys (docs/data.md "Label keys"): a file kept as MACE's users keep it (REF_energy,
+// REF_forces, REF_stress) reads, with the keys, exactly as the same file with the default names;
+// without them, the error names the file, the frame and the keys that are there.
+TEST(Extxyz, LabelsUnderTheirOwnKeys) {
+  TempDir tmp;
+  const std::string plain = tmp / "plain.xyz", mace = tmp / "mace.xyz";
+  const std::string stress = "stress=\"0.001 0.0004 0.0 0.0004 0.002 0.0 0.0 0.0 0.003\" pbc=\"T T T\"";
+  const std::string text = water_frame(0, stress) + water_frame(1, stress, "HOH");
+  write_text(plain, text);
+  // The same frames with every label renamed, and decoys under the default names in the second.
+  std::string renamed = text;
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t at = renamed.find(from); at != std::string::npos; at = renamed.find(from, at + to.size()))
+      renamed.replace(at, from.size(), to);
+  };
+  replace_all("energy=", "REF_energy=");
+  replace_all("forces:R:3", "REF_forces:R:3");
+  replace_all("stress=", "REF_stress=");
+  write_text(mace, renamed);
+  mlip::data::LabelKeys keys;
+  keys.energy = "REF_energy", keys.forces = "REF_forces", keys.stress = "REF_stress";
+  for (auto loading : {mlip::data::Loading::kInMemory, mlip::data::Loading::kStreamed}) {
+    std::vector<std::string> names = {"O", "H"}, names2 = {"O", "H"};
+    auto a = load_systems({plain}, names, "", loading);
+    auto b = load_systems({mace}, names2, "", loading, keys);
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(b.size(), 1u);
+    for (int64_t f = 0; f < 2; ++f) {
+      const auto fa = a[0].frame(f), fb = b[0].frame(f);
+      EXPECT_EQ(fa.energy, fb.energy);
+      EXPECT_EQ(fa.force, fb.force);
+      EXPECT_EQ(fa.virial, fb.virial);
+      ASSERT_EQ(fb.virial.size(), 9u);
+      EXPECT_DOUBLE_EQ(fb.virial[1], -0.0004 * 1320.0) << "virial = -stress * volume";
+    }
+  }
+  // Without the keys: the file, the frame and the keys that are there.
+  const std::string msg = error_of([&] { read_extxyz(mace, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, mace + ":2 (frame 0): no energy")) << msg;
+  EXPECT_TRUE(contains(msg, "REF_energy, REF_stress, pbc")) << msg;
+  EXPECT_TRUE(contains(msg, "energy_key")) << msg;
+  // A key that is not there, and forces under a name that is not a column.
+  keys.energy = "DFT_energy";
+  const std::string missing = error_of([&] { read_extxyz(mace, {"O", "H"}, keys); });
+  EXPECT_TRUE(contains(missing, "expected the key 'DFT_energy' (energy_key)")) << missing;
+  keys.energy = "REF_energy", keys.forces = "DFT_forces";
+  const std::string no_forces = error_of([&] { read_extxyz(mace, {"O", "H"}, keys); });
+  EXPECT_TRUE(contains(no_forces, "(frame 0): no forces: expected a column 'DFT_forces' (forces_key)")) << no_forces;
+  EXPECT_TRUE(contains(no_forces, "the columns are species, pos, REF_forces")) << no_forces;
 }

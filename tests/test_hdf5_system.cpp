@@ -344,6 +344,37 @@ void system_with_types(Writer& w, const std::string& group, const System& s,
   w.floats(group + "/set.000/force.npy", {hsize_t(s.nframes), n3}, s.force);
 }
 
+// Label keys (docs/data.md "Label keys"): labels stored as <key>.npy read, with the keys, as the
+// default names do, streamed; a key whose dataset is missing is an error naming the group.
+TEST(Hdf5System, LabelsUnderTheirOwnKeys) {
+  TempDir tmp;
+  mlip::test::write_system(tmp / "cluster", 3, 6, 7, 4);
+  const System s = mlip::data::read_deepmd_system(tmp / "cluster", {"O", "H"});
+  const std::string path = tmp / "keys.hdf5";
+  {
+    Writer w(path);
+    w.ints("/sys/type.raw", std::vector<long long>(s.types.begin(), s.types.end()));
+    w.ints("/sys/nopbc", {1});
+    const hsize_t n3 = hsize_t(s.natoms()) * 3;
+    w.floats("/sys/set.000/coord.npy", {hsize_t(s.nframes), n3}, s.coord);
+    w.floats("/sys/set.000/REF_energy.npy", {hsize_t(s.nframes)}, s.energy);
+    w.floats("/sys/set.000/REF_force.npy", {hsize_t(s.nframes), n3}, s.force);
+  }
+  mlip::data::LabelKeys keys;
+  keys.energy = "REF_energy", keys.forces = "REF_force";
+  auto systems = mlip::data::open_hdf5_systems(path, "", {"O", "H"}, keys);
+  ASSERT_EQ(systems.size(), 1u);
+  ASSERT_TRUE(systems[0].has_energy && systems[0].has_force);
+  for (int64_t f = 0; f < s.nframes; ++f) {
+    const auto frame = systems[0].frame(f);
+    EXPECT_EQ(frame.energy, std::vector<double>{s.energy[size_t(f)]});
+    EXPECT_EQ(frame.force, std::vector<double>(s.force.begin() + f * 3 * s.natoms(), s.force.begin() + (f + 1) * 3 * s.natoms()));
+  }
+  keys.forces = "DFT_force";
+  const std::string msg = error_of([&] { mlip::data::open_hdf5_systems(path, "", {"O", "H"}, keys); });
+  EXPECT_TRUE(contains(msg, path + "#/sys/set.000: forces_key 'DFT_force': no DFT_force.npy here")) << msg;
+}
+
 /// `mlip neighbor-stat -s <system>` through the real CLI, under a time limit (a cycle must not
 /// hang it): exit 1 and `needle` in the message, or exit 0 when needle is empty.
 void expect_cli(const std::string& system, const std::string& needle) {

@@ -73,7 +73,16 @@ const char* kNeighborStatUsage =
     "  -s, --system <path> ...   systems to scan (at least one)\n"
     "  -r, --rcut <Å>            cutoff radius (default 6.0)\n"
     "  -t, --type-map <name> ... type names; default: the data's type_map.raw\n"
+    "  --energy-key <key>        where the files keep the energy (default energy; docs/data.md)\n"
+    "  --forces-key <key>        ... the forces (default forces, DeePMD: force)\n"
+    "  --stress-key <key>        ... the stress, eV/Å³, ASE's sign (default stress)\n"
+    "  --virial-key <key>        ... the virial, eV (default virial)\n"
     "  -h, --help                show this help\n";
+
+/// --energy-key, --forces-key, --stress-key, --virial-key (docs/data.md "Label keys"): takes the
+/// value into `keys` and returns true when `a` is one of them.
+bool take_label_key(const std::string& a, const std::vector<std::string>& args, std::size_t& i, data::LabelKeys& keys,
+                    const char* usage);
 
 bool is_flag(const std::string& a) { return a.size() > 1 && a[0] == '-' && !std::isdigit(static_cast<unsigned char>(a[1])) && a[1] != '.'; }
 
@@ -92,6 +101,7 @@ double parse_positive(const std::string& flag, const std::string& value, const s
 
 int neighbor_stat_command(const std::vector<std::string>& args) {
   std::vector<std::string> systems, type_map;
+  data::LabelKeys keys;
   double rcut = 6.0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -107,6 +117,7 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
     } else if (a == "-r" || a == "--rcut") {
       if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kNeighborStatUsage};
       rcut = parse_positive(a, args[++i], kNeighborStatUsage);
+    } else if (take_label_key(a, args, i, keys, kNeighborStatUsage)) {
     } else {
       throw UsageError{"neighbor-stat: unknown option '" + a + "'", kNeighborStatUsage};
     }
@@ -118,7 +129,7 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
   g_doing = "scanning neighbours within -r " + radius.str() + " Å";
 
   // Streamed: every frame is scanned, one at a time (docs/data.md).
-  auto data = data::load_systems(systems, type_map, "", data::Loading::kStreamed);
+  auto data = data::load_systems(systems, type_map, "", data::Loading::kStreamed, keys);
   int64_t frames = 0, atoms = 0;
   for (auto& s : data) frames += s.nframes, atoms += s.nframes * s.natoms();
   std::cout << "neighbor-stat: " << data.size() << " system(s), " << frames << " frame(s), "
@@ -193,6 +204,10 @@ const char* kTestUsage =
     "  -s, --system <path> ...  labelled systems (DeePMD npy folders or extended XYZ)\n"
     "  -n, --numb-test <N>      frames per system (default: all)\n"
     "  -d, --detail <prefix>    write <prefix>.e.out, .e_peratom.out, .f.out (and .v.out)\n"
+    "  --energy-key <key>       where the files keep the energy (default energy; docs/data.md)\n"
+    "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
+    "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
+    "  --virial-key <key>       ... the virial, eV (default virial)\n"
     "  -h, --help               show this help\n";
 
 const char* kLammpsUsage =
@@ -255,6 +270,20 @@ std::string library_error_text(const std::exception& e) {
 std::string take_value(const std::vector<std::string>& args, std::size_t& i, const char* usage) {
   if (i + 1 >= args.size() || is_flag(args[i + 1])) throw UsageError{args[i] + ": expected a value", usage};
   return args[++i];
+}
+
+bool take_label_key(const std::string& a, const std::vector<std::string>& args, std::size_t& i, data::LabelKeys& keys,
+                    const char* usage) {
+  std::string* key = a == "--energy-key"   ? &keys.energy
+                     : a == "--forces-key" ? &keys.forces
+                     : a == "--stress-key" ? &keys.stress
+                     : a == "--virial-key" ? &keys.virial
+                                           : nullptr;
+  if (key == nullptr) return false;
+  *key = take_value(args, i, usage);
+  if (key->find_first_of(" \t\"=") != std::string::npos)
+    throw UsageError{a + ": expected a key name (no spaces, quotes or '='), got '" + *key + "'", usage};
+  return true;
 }
 
 /// Prefixes every line written to the stream it replaces with "[rank R] " (--log-mode collect).
@@ -452,6 +481,7 @@ int test_command(const std::vector<std::string>& args) {
         throw UsageError{a + ": expected a positive integer, got '" + v + "'", kTestUsage};
     } else if (a == "-d" || a == "--detail") {
       options.detail = take_value(args, i, kTestUsage);
+    } else if (take_label_key(a, args, i, options.keys, kTestUsage)) {
     } else {
       throw UsageError{"test: unknown option '" + a + "'", kTestUsage};
     }

@@ -230,7 +230,26 @@ bool label_in_set(const std::string& path, const std::string& label, bool here, 
   return here;
 }
 
-System open_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map) {
+std::array<std::string, 3> deepmd_label_files(const LabelKeys& keys, const std::string& where) {
+  if (!keys.stress.empty())
+    throw Error(where + ": stress_key '" + keys.stress + "': DeePMD systems keep virials (virial.npy, eV), not "
+                "stresses; use virial_key for a virial under another name");
+  return {(keys.energy.empty() ? "energy" : keys.energy) + ".npy", (keys.forces.empty() ? "force" : keys.forces) + ".npy",
+          (keys.virial.empty() ? "virial" : keys.virial) + ".npy"};
+}
+
+void check_named_labels(const LabelKeys& keys, const std::string& first_set, bool energy, bool forces, bool virial) {
+  auto missing = [&](const std::string& key, const std::string& name) {
+    throw Error(first_set + ": " + key + " '" + name + "': no " + name + ".npy here (the label named by " + key +
+                " must be in every set)");
+  };
+  if (!keys.energy.empty() && !energy) missing("energy_key", keys.energy);
+  if (!keys.forces.empty() && !forces) missing("forces_key", keys.forces);
+  if (!keys.virial.empty() && !virial) missing("virial_key", keys.virial);
+}
+
+System open_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map, const LabelKeys& keys) {
+  const std::array<std::string, 3> names = deepmd_label_files(keys, dir);
   if (!fs::is_directory(dir)) {
     throw Error(dir + ": not a folder (expected a DeePMD system folder holding type.raw)");
   }
@@ -295,9 +314,10 @@ System open_deepmd_system(const std::string& dir, const std::vector<std::string>
       if (label_in_set(path, file, fs::exists(path), first, has, first_set, "folder"))
         out = open_frames(path, nf, per_frame, what);
     };
-    label("energy.npy", has_energy, 1, "", sf.energy);
-    label("force.npy", has_force, 3 * natoms, "3*natoms, " + natoms_note, sf.force);
-    label("virial.npy", has_virial, 9, "9", sf.virial);
+    label(names[0], has_energy, 1, "", sf.energy);
+    label(names[1], has_force, 3 * natoms, "3*natoms, " + natoms_note, sf.force);
+    label(names[2], has_virial, 9, "9", sf.virial);
+    if (first) check_named_labels(keys, set_dir, has_energy, has_force, has_virial);
     sf.nframes = nf;
     sys.nframes += nf;
     files.push_back(std::move(sf));
@@ -310,8 +330,8 @@ System open_deepmd_system(const std::string& dir, const std::vector<std::string>
   return sys;
 }
 
-System read_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map) {
-  System sys = open_deepmd_system(dir, type_map);
+System read_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map, const LabelKeys& keys) {
+  System sys = open_deepmd_system(dir, type_map, keys);
   sys.load_all();
   return sys;
 }

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
+#include "data/label_keys.h"
 #include "data/system.h"
 
 namespace mlip::data {
@@ -16,13 +18,24 @@ namespace mlip::data {
 /// (a name used by type.raw but missing from it is an error; unused names are ignored);
 /// without type_map.raw the ids of type.raw are used as indices into it. When empty, the
 /// system's own type_map.raw (or "type_0", "type_1", ...) is used.
-/// Throws mlip::Error naming the file and what was wrong.
-System read_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map);
+/// keys: the labels' file names (data/label_keys.h: `<energy>.npy`, ...; a label named there must
+/// be in the sets). Throws mlip::Error naming the file and what was wrong.
+System read_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map,
+                          const LabelKeys& keys = {});
 
 /// As read_deepmd_system, but reads only type.raw, type_map.raw and the .npy headers (every check
 /// of the shapes is made here, with the same messages); the frames are read when asked for
 /// (System::frame, streamed).
-System open_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map);
+System open_deepmd_system(const std::string& dir, const std::vector<std::string>& type_map,
+                          const LabelKeys& keys = {});
+
+/// The energy, force and virial file names of a DeePMD set under `keys` ({"energy.npy",
+/// "force.npy", "virial.npy"} by default); a stress_key is an error naming `where`.
+std::array<std::string, 3> deepmd_label_files(const LabelKeys& keys, const std::string& where);
+
+/// A label named by a key (energy_key, forces_key, virial_key) that the first set lacks is an
+/// error naming that set (first_set) and the key.
+void check_named_labels(const LabelKeys& keys, const std::string& first_set, bool energy, bool forces, bool virial);
 
 /// Sets sys.type_map and sys.types from the raw type ids of type.raw and, when the system names
 /// them, the names of type_map.raw (names_in_file; nullptr when absent), onto the model's

@@ -198,8 +198,16 @@ double det3(const std::array<double, 9>& m) {
          m[2] * (m[3] * m[7] - m[4] * m[6]);
 }
 
+/// The keys of a comment line, for messages: "Lattice, Properties, REF_energy, pbc".
+std::string key_list(const std::map<std::string, KeyValue>& kv) {
+  std::string out;
+  for (const auto& [key, value] : kv) out += (out.empty() ? "" : ", ") + key;
+  return out.empty() ? "none" : out;
+}
+
+/// frame: its index in the file (0-based), for messages; -1 when not known.
 XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms,
-                 int64_t count_line) {
+                 int64_t count_line, const LabelKeys& keys, int64_t frame) {
   XyzFrame fr;
   fr.line = count_line;
   std::string comment;
@@ -210,6 +218,7 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   }
   ++line_no;
   const std::string where = path + ":" + std::to_string(line_no);
+  const std::string which = frame >= 0 ? " (frame " + std::to_string(frame) + ")" : "";
   std::map<std::string, KeyValue> kv = parse_comment(comment, where);
 
   // Properties: name:type:count triplets.
@@ -264,34 +273,47 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   };
   const Column* species = find_col({"species"});
   const Column* pos = find_col({"pos", "positions"});
-  const Column* force = find_col({"forces", "force"});
+  const Column* force =
+      keys.forces.empty() ? find_col({"forces", "force"}) : find_col({keys.forces.c_str()});
   if (!species || species->type != 'S' || species->count != 1) {
     throw Error(where + ": key 'Properties': expected a species:S:1 column, got '" + props + "'");
   }
   if (!pos || pos->type != 'R' || pos->count != 3) {
     throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + props + "'");
   }
-  if (!force) {
-    throw Error(where + ": no forces: key 'Properties' has no forces:R:3 (or force:R:3) column "
-                        "(got '" + props + "'); forces are required for training data");
-  }
-  if (force->type != 'R' || force->count != 3) {
-    throw Error(where + ": key 'Properties': expected column '" + force->name +
-                "' of type R and count 3, got '" + props + "'");
-  }
-
   // Energy.
-  const char* energy_key = kv.count("energy") ? "energy" : kv.count("free_energy") ? "free_energy"
-                                                                                   : nullptr;
-  if (!energy_key) {
-    throw Error(where + ": no energy: expected key 'energy' (or 'free_energy') in the comment "
-                        "line; energy is required for training data");
+  const std::string energy_key = !keys.energy.empty()     ? keys.energy
+                                 : kv.count("energy")      ? "energy"
+                                 : kv.count("free_energy") ? "free_energy"
+                                                           : "";
+  std::string columns_list;
+  for (const Column& c : columns) columns_list += (columns_list.empty() ? "" : ", ") + c.name;
+  if (energy_key.empty() || kv.count(energy_key) == 0) {
+    throw Error(where + which + ": no energy" + (force ? "" : " and no forces") + ": expected the key " +
+                (keys.energy.empty() ? "'energy' (or 'free_energy')" : "'" + keys.energy + "' (energy_key)") +
+                " in the comment line; its keys are " + key_list(kv) +
+                (force ? "" : "; and a column " + std::string(keys.forces.empty() ? "'forces'" : "'" + keys.forces + "'") +
+                                  " in Properties, whose columns are " + columns_list) +
+                (keys.energy.empty() ? " (for labels under other names: energy_key, forces_key in the data section, "
+                                       "or --energy-key, --forces-key)"
+                                     : ""));
   }
   {
     const std::string& ev = kv[energy_key].value;
     if (!parse_double(trim(ev), fr.energy)) {
       throw Error(where + ": key '" + energy_key + "': expected a number, got '" + ev + "'");
     }
+  }
+
+  if (!force) {
+    throw Error(where + which + ": no forces: expected a column " +
+                (keys.forces.empty() ? "'forces' (or 'force')" : "'" + keys.forces + "' (forces_key)") +
+                " of type R and count 3 in Properties; the columns are " + columns_list +
+                (keys.forces.empty() ? " (for forces under another name: forces_key in the data section, or --forces-key)" : ""));
+  }
+  if (force->type != 'R' || force->count != 3) {
+    throw Error(where + ": key 'Properties': expected column '" + force->name +
+                "' of type R and count 3, got '" + props + "'");
   }
 
   // Cell and periodicity.
@@ -325,17 +347,18 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   if (!periodic) fr.has_cell = false;  // a cell without periodicity plays no role
 
   // Virial: given directly, or from the stress (virial = -stress * volume).
-  if (kv.count("virial")) {
-    std::vector<double> v = parse_numbers(kv["virial"].value, "virial", where, 9, 9);
+  const std::string virial_key = keys.virial_name(), stress_key = keys.stress_name();
+  if (kv.count(virial_key)) {
+    std::vector<double> v = parse_numbers(kv[virial_key].value, virial_key, where, 9, 9);
     std::copy(v.begin(), v.end(), fr.virial.begin());
     fr.has_virial = true;
-  } else if (kv.count("stress")) {
-    std::vector<double> s = parse_numbers(kv["stress"].value, "stress", where, 9, 6);
+  } else if (kv.count(stress_key)) {
+    std::vector<double> s = parse_numbers(kv[stress_key].value, stress_key, where, 9, 6);
     if (s.size() == 6) {  // Voigt order xx yy zz yz xz xy
       s = {s[0], s[5], s[4], s[5], s[1], s[3], s[4], s[3], s[2]};
     }
     if (!kv.count("Lattice")) {
-      throw Error(where + ": key 'stress' given but no Lattice: the virial (-stress * volume) "
+      throw Error(where + ": key '" + stress_key + "' given but no Lattice: the virial (-stress * volume) "
                           "needs the cell volume");
     }
     std::array<double, 9> cell{};
@@ -413,7 +436,8 @@ void frame_types(const XyzFrame& f, const std::map<std::string, int>& index, con
 
 /// The frame at `place`, parsed again from the file, which must still be the file recorded as
 /// `identity` when it was opened (check_unchanged).
-XyzFrame read_frame_at(const std::string& path, const FileIdentity& identity, const FramePlace& place) {
+XyzFrame read_frame_at(const std::string& path, const FileIdentity& identity, const FramePlace& place,
+                       const LabelKeys& keys) {
   const OpenedFile file(path, identity);
   // The frame's text: its count line, comment line and atom lines, read from its offset in
   // chunks until they are all in (or the file ends: read_frame then says what is missing).
@@ -445,16 +469,16 @@ XyzFrame read_frame_at(const std::string& path, const FileIdentity& identity, co
     throw Error(path + ":" + std::to_string(place.line) + ": expected the atom count of a frame, got '" + t +
                 "' (file changed since it was opened?)");
   int64_t line_no = place.line;
-  return read_frame(in, path, line_no, std::stoll(t), place.line);
+  return read_frame(in, path, line_no, std::stoll(t), place.line, keys, -1);
 }
 
 /// Reads the frames of one composition of an extended XYZ file when asked for.
 class ExtxyzFrameReader : public FrameReader {
  public:
   ExtxyzFrameReader(std::string system, std::string path, FileIdentity identity, std::vector<std::string> names,
-                    std::vector<FramePlace> places, bool virial)
+                    std::vector<FramePlace> places, bool virial, LabelKeys keys)
       : system_(std::move(system)), path_(std::move(path)), identity_(identity), names_(std::move(names)),
-        places_(std::move(places)), virial_(virial) {
+        places_(std::move(places)), virial_(virial), keys_(std::move(keys)) {
     for (size_t i = 0; i < names_.size(); ++i) index_.emplace(names_[i], static_cast<int>(i));
   }
 
@@ -473,7 +497,7 @@ class ExtxyzFrameReader : public FrameReader {
 
  private:
   data::Frame read_at(const FramePlace& place) const {
-    const XyzFrame f = read_frame_at(path_, identity_, place);
+    const XyzFrame f = read_frame_at(path_, identity_, place, keys_);
     std::vector<int> types;
     std::vector<int64_t> order;
     frame_types(f, index_, names_, path_, types, order);
@@ -500,11 +524,13 @@ class ExtxyzFrameReader : public FrameReader {
   std::map<std::string, int> index_;
   std::vector<FramePlace> places_;
   bool virial_;
+  LabelKeys keys_;
 };
 
 }  // namespace
 
-std::vector<System> open_extxyz(const std::string& path, const std::vector<std::string>& type_map) {
+std::vector<System> open_extxyz(const std::string& path, const std::vector<std::string>& type_map,
+                                const LabelKeys& keys) {
   const FileIdentity identity = OpenedFile(path).identity();  // refuses a FIFO without blocking on it
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
@@ -551,7 +577,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
     }
     Seen s;
     s.place = {offset, line_no};
-    const XyzFrame f = read_frame(in, path, line_no, natoms, line_no);
+    const XyzFrame f = read_frame(in, path, line_no, natoms, line_no, keys, int64_t(seen.size()));
     for (const std::string& e : f.elements) ++s.counts[e];
     s.pbc = f.pbc;
     s.has_cell = f.has_cell;
@@ -582,7 +608,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
       auto it = index.find(e);
       if (it == index.end()) {
         // Parse the frame again for the message naming the first atom of that element.
-        const XyzFrame fr = read_frame_at(path, identity, f.place);
+        const XyzFrame fr = read_frame_at(path, identity, f.place, keys);
         std::vector<int> types;
         std::vector<int64_t> order;
         frame_types(fr, index, names, path, types, order);
@@ -625,12 +651,13 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
   check_unchanged(path, identity, regular_file_identity(path));
   for (size_t k = 0; k < systems.size(); ++k)
     systems[k].reader = std::make_shared<ExtxyzFrameReader>(systems[k].name, path, identity, names,
-                                                            std::move(places[k]), systems[k].has_virial);
+                                                            std::move(places[k]), systems[k].has_virial, keys);
   return systems;
 }
 
-std::vector<System> read_extxyz(const std::string& path, const std::vector<std::string>& type_map) {
-  std::vector<System> systems = open_extxyz(path, type_map);
+std::vector<System> read_extxyz(const std::string& path, const std::vector<std::string>& type_map,
+                                const LabelKeys& keys) {
+  std::vector<System> systems = open_extxyz(path, type_map, keys);
   for (System& s : systems) s.load_all();
   return systems;
 }

@@ -345,9 +345,9 @@ struct SetDatasets {
 class Hdf5FrameReader : public FrameReader {
  public:
   Hdf5FrameReader(std::string system, std::string file, FileIdentity identity, std::vector<SetDatasets> sets,
-                  int64_t natoms, bool has_box, bool energy, bool force, bool virial)
+                  int64_t natoms, bool has_box, bool energy, bool force, bool virial, std::array<std::string, 3> names)
       : system_(std::move(system)), file_(std::move(file)), identity_(identity), sets_(std::move(sets)),
-        natoms_(natoms), has_box_(has_box), energy_(energy), force_(force), virial_(virial) {}
+        natoms_(natoms), has_box_(has_box), energy_(energy), force_(force), virial_(virial), names_(std::move(names)) {}
 
   Frame read(int64_t frame) const override {
     return read_naming_frame(system_, frame, where(frame), [&] {
@@ -366,9 +366,9 @@ class Hdf5FrameReader : public FrameReader {
       Frame out;
       out.coord = rows("coord.npy", set.coord, 3 * natoms_);
       if (has_box_) out.box = rows("box.npy", set.box, 9);
-      if (energy_) out.energy = rows("energy.npy", set.energy, 1);
-      if (force_) out.force = rows("force.npy", set.force, 3 * natoms_);
-      if (virial_) out.virial = rows("virial.npy", set.virial, 9);
+      if (energy_) out.energy = rows(names_[0].c_str(), set.energy, 1);
+      if (force_) out.force = rows(names_[1].c_str(), set.force, 3 * natoms_);
+      if (virial_) out.virial = rows(names_[2].c_str(), set.virial, 9);
       return out;
     });
   }
@@ -394,10 +394,12 @@ class Hdf5FrameReader : public FrameReader {
   std::vector<SetDatasets> sets_;
   int64_t natoms_;
   bool has_box_, energy_, force_, virial_;
+  std::array<std::string, 3> names_;  // the energy, force and virial datasets (LabelKeys)
 };
 
 System open_system(hid_t h, const std::string& file, const FileIdentity& identity, const std::string& group,
-                   const std::vector<std::string>& type_map) {
+                   const std::vector<std::string>& type_map, const LabelKeys& keys) {
+  const std::array<std::string, 3> names = deepmd_label_files(keys, where(file, group));
   System sys;
   sys.name = where(file, group);
   const std::string type_path = join_path(group, "type.raw");
@@ -453,9 +455,10 @@ System open_system(hid_t h, const std::string& file, const FileIdentity& identit
       if (label_in_set(where(file, path), name, link_exists(h, path), first, has, first_set, "group"))
         shape = array(name, nf, per_frame, what);
     };
-    label("energy.npy", has_energy, 1, "", sd.energy);
-    label("force.npy", has_force, 3 * natoms, "3*natoms, " + natoms_note, sd.force);
-    label("virial.npy", has_virial, 9, "9", sd.virial);
+    label(names[0], has_energy, 1, "", sd.energy);
+    label(names[1], has_force, 3 * natoms, "3*natoms, " + natoms_note, sd.force);
+    label(names[2], has_virial, 9, "9", sd.virial);
+    if (first) check_named_labels(keys, where(file, sd.group), has_energy, has_force, has_virial);
     sd.nframes = nf;
     sys.nframes += nf;
     datasets.push_back(std::move(sd));
@@ -465,7 +468,7 @@ System open_system(hid_t h, const std::string& file, const FileIdentity& identit
   sys.has_cell = !nopbc;
   sys.has_energy = has_energy, sys.has_force = has_force, sys.has_virial = has_virial;
   sys.reader = std::make_shared<Hdf5FrameReader>(sys.name, file, identity, std::move(datasets), natoms, !nopbc,
-                                                 has_energy, has_force, has_virial);
+                                                 has_energy, has_force, has_virial, names);
   return sys;
 }
 
@@ -515,7 +518,7 @@ void find_systems(hid_t h, const std::string& file, const std::string& group, st
 bool hdf5_available() { return true; }
 
 std::vector<System> open_hdf5_systems(const std::string& file, const std::string& group_given,
-                                      const std::vector<std::string>& type_map) {
+                                      const std::vector<std::string>& type_map, const LabelKeys& keys) {
   std::string group = group_given.empty() ? "/" : group_given;
   if (group[0] != '/') group = "/" + group;
   while (group.size() > 1 && group.back() == '/') group.pop_back();
@@ -530,7 +533,7 @@ std::vector<System> open_hdf5_systems(const std::string& file, const std::string
   if (groups.empty())
     throw Error(where(file, group) + ": no DeePMD system found: no type.raw in this group or any group under it");
   std::vector<System> systems;
-  for (const std::string& g : groups) systems.push_back(open_system(h.get(), file, identity, g, type_map));
+  for (const std::string& g : groups) systems.push_back(open_system(h.get(), file, identity, g, type_map, keys));
   return systems;
 }
 
@@ -542,7 +545,8 @@ namespace mlip::data {
 
 bool hdf5_available() { return false; }
 
-std::vector<System> open_hdf5_systems(const std::string& file, const std::string&, const std::vector<std::string>&) {
+std::vector<System> open_hdf5_systems(const std::string& file, const std::string&, const std::vector<std::string>&,
+                                      const LabelKeys&) {
   throw Error(file + ": this build of mlip reads no HDF5 files (configured without the HDF5 C library: install "
               "libhdf5-dev and configure again with -DMLIP_HDF5=ON)");
 }

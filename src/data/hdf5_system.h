@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "data/label_keys.h"
 #include "data/system.h"
 
 namespace mlip::data {
@@ -20,8 +21,9 @@ bool hdf5_available();
 /// (recursively, in name order); "/a/b" opens that group (a system, or groups holding systems).
 /// Only the structure, types, shapes and dtypes are read here; frames are read when asked for
 /// (System::frame), each with its own open and close of the file. type_map as in
-/// read_deepmd_system. Throws mlip::Error naming the file, the dataset and what was wrong.
+/// read_deepmd_system. keys: the label datasets' names (data/label_keys.h: `<energy>.npy`, ...).
+/// Throws mlip::Error naming the file, the dataset and what was wrong.
 std::vector<System> open_hdf5_systems(const std::string& file, const std::string& group,
-                                      const std::vector<std::string>& type_map);
+                                      const std::vector<std::string>& type_map, const LabelKeys& keys = {});
 
 }  // namespace mlip::data

@@ -106,7 +106,7 @@ void sort_atoms_by_type(System& s) {
 
 std::vector<System> load_systems(const std::vector<std::string>& paths,
                                  std::vector<std::string>& type_map,
-                                 const std::string& base_dir, Loading loading) {
+                                 const std::string& base_dir, Loading loading, const LabelKeys& keys) {
   if (paths.empty()) throw Error("data systems: expected at least one path, got none");
   const bool fill_type_map = type_map.empty();
   std::vector<System> systems;
@@ -150,16 +150,16 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
                     origin + hint);
       }
       for (const std::string& d : dirs) {
-        systems.push_back(open_deepmd_system(d, type_map));
+        systems.push_back(open_deepmd_system(d, type_map, keys));
         from_xyz.push_back(false);
       }
     } else if (is_hdf5_path(p)) {
-      for (System& s : open_hdf5_systems(ps, hdf5_group, type_map)) {
+      for (System& s : open_hdf5_systems(ps, hdf5_group, type_map, keys)) {
         systems.push_back(std::move(s));
         from_xyz.push_back(false);
       }
     } else if (is_xyz_path(p)) {
-      for (System& s : open_extxyz(ps, type_map)) {
+      for (System& s : open_extxyz(ps, type_map, keys)) {
         systems.push_back(std::move(s));
         from_xyz.push_back(true);
       }

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "data/label_keys.h"
 #include "data/system.h"
 
 namespace mlip::data {
@@ -22,10 +23,12 @@ enum class Loading { kInMemory, kStreamed };
 ///
 /// type_map: in/out. When empty on entry it is filled from the data (the first system's
 /// type_map.raw, extended by later names; the sorted element names for extxyz) and then applied
-/// to all systems. Throws mlip::Error for a path that does not exist or holds no system.
+/// to all systems. keys: where the files keep their labels (data/label_keys.h). Throws
+/// mlip::Error for a path that does not exist or holds no system.
 std::vector<System> load_systems(const std::vector<std::string>& paths,
                                  std::vector<std::string>& type_map,
-                                 const std::string& base_dir = "", Loading loading = Loading::kInMemory);
+                                 const std::string& base_dir = "", Loading loading = Loading::kInMemory,
+                                 const LabelKeys& keys = {});
 
 /// Checks one system for values that would give a silent wrong answer: NaN/Inf in coordinates,
 /// cells or labels, a missing or singular cell in a periodic direction. Throws mlip::Error

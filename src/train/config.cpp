@@ -180,6 +180,17 @@ DataConfig read_data(const Section& s, const std::string& input_dir, bool valida
       expected(s.path_of("sys_probs"), "at least one positive probability", s.get("sys_probs"));
     }
   }
+  // Where the files keep their labels (docs/data.md "Label keys"); empty: the default names.
+  auto key = [&](const char* name) {
+    const std::string value = s.text(name, "");
+    if (s.has(name) && (value.empty() || value.find_first_of(" \t\"=") != std::string::npos))
+      expected(s.path_of(name), "a key name (no spaces, quotes or '=')", s.get(name));
+    return value;
+  };
+  d.keys.energy = key("energy_key");
+  d.keys.forces = key("forces_key");
+  d.keys.stress = key("stress_key");
+  d.keys.virial = key("virial_key");
   if (validation) {
     d.numb_btch = s.integer("numb_btch", d.numb_btch);
     d.single_rank = s.flag("single_rank", d.single_rank);
@@ -198,7 +209,8 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
   const std::string steps_key = t.current_or_old("numb_steps", "stop_batch");
   if (!t.has(steps_key)) fail(t.path_of("numb_steps"), "required key is missing");
 
-  const std::vector<std::string> data_keys = {"systems", "batch_size", "auto_prob", "sys_probs"};
+  const std::vector<std::string> data_keys = {"systems",    "batch_size",  "auto_prob", "sys_probs",
+                                              "energy_key", "forces_key", "stress_key", "virial_key"};
   c.training_data =
       read_data(t.section("training_data", data_keys, {"auto_prob_style"}), input_dir, false);
   if (t.has_value("validation_data")) {
@@ -206,6 +218,8 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
     keys.insert(keys.end(), {"numb_btch", "single_rank", "padded"});
     c.validation_data =
         read_data(t.section("validation_data", keys, {"auto_prob_style"}), input_dir, true);
+    // Validation data kept as the training data is: its keys unless it names its own.
+    if (c.validation_data->keys.defaults()) c.validation_data->keys = c.training_data.keys;
   }
   c.numb_steps = t.integer(steps_key, c.numb_steps);
   c.seed = t.seed("seed", c.seed);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data/label_keys.h"
 #include "train/learning_rate.h"
 
 namespace mlip::models {
@@ -35,6 +36,9 @@ struct DataConfig {
   std::string auto_prob = "prob_sys_size";
   /// Explicit per-system probabilities (overrides auto_prob); empty when not given.
   std::vector<double> sys_probs;
+  /// energy_key, forces_key, stress_key, virial_key: where the files keep their labels
+  /// (docs/data.md "Label keys"); empty names mean the defaults.
+  data::LabelKeys keys;
   /// validation only: number of batches per evaluation.
   int64_t numb_btch = 1;
   /// validation only: rank 0 evaluates the whole set (docs/distributed.md).

@@ -71,7 +71,7 @@ int run_test(const TestOptions& options) {
   const double rcut = std::stod(extra["r_max"]);
   const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
   // Streamed: frames are read one at a time, so memory does not grow with the set (docs/data.md).
-  auto systems = data::load_systems(options.systems, type_map, "", data::Loading::kStreamed);
+  auto systems = data::load_systems(options.systems, type_map, "", data::Loading::kStreamed, options.keys);
   if (type_map.size() != stored_type_names(extra).size())
     throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
 

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "data/label_keys.h"
+
 namespace mlip::train {
 
 /// `mlip test -m model -s systems [-n N] [-d prefix]`.
@@ -12,6 +14,7 @@ struct TestOptions {
   std::vector<std::string> systems;
   int64_t numb_test = 0;             ///< frames per system (0: all)
   std::string detail;                ///< prefix of the .e.out/.e_peratom.out/.f.out/.v.out files
+  data::LabelKeys keys;              ///< where the files keep their labels (docs/data.md "Label keys")
 };
 
 /// Per-system and weighted metrics of docs/training.md "Other commands". Energies, forces and

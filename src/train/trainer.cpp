@@ -292,11 +292,13 @@ ErrorSums Trainer::validate(const Prefactors& pref) {
 void Trainer::load_data() {
   std::vector<std::string> type_map = config_.model->type_map;
   // Streamed: only headers are read now; frames are read when the frame store makes them.
-  train_raw_ = data::load_systems(config_.training_data.systems, type_map, "", data::Loading::kStreamed);
+  train_raw_ = data::load_systems(config_.training_data.systems, type_map, "", data::Loading::kStreamed,
+                                  config_.training_data.keys);
   if (type_map.size() != config_.model->type_map.size())
     throw Error("model.type_map: the training data has types beyond it");
   if (config_.validation_data)
-    valid_raw_ = data::load_systems(config_.validation_data->systems, type_map, "", data::Loading::kStreamed);
+    valid_raw_ = data::load_systems(config_.validation_data->systems, type_map, "", data::Loading::kStreamed,
+                                    config_.validation_data->keys);
   int64_t frames = 0;
   for (auto& s : train_raw_) frames += s.nframes;
   std::cout << "training data: " << train_raw_.size() << " system(s), " << frames << " frame(s)";

@@ -1,0 +1,33 @@
+// Where a data file keeps its labels (docs/data.md "Label keys"), for data written by other
+// codes: MACE's users keep them as REF_energy, REF_forces, REF_stress.
+#pragma once
+
+#include <string>
+
+namespace mlip::data {
+
+/// The names under which a file holds its labels; an empty name means the default. Set per data
+/// section (training_data.energy_key, ...) and by `mlip test` / `mlip neighbor-stat` options.
+struct LabelKeys {
+  /// Energy, eV. Extended XYZ: a key of the comment line (default `energy`, else `free_energy`);
+  /// DeePMD npy / HDF5 systems: the dataset `<name>.npy` of each set (default `energy`).
+  std::string energy;
+  /// Forces, eV/Å. Extended XYZ: a column of Properties, R:3 (default `forces`, else `force`);
+  /// DeePMD systems: `<name>.npy` (default `force`).
+  std::string forces;
+  /// Virial, eV, 9 numbers row-major, W = -dE/dε. Extended XYZ: a comment key (default
+  /// `virial`); DeePMD systems: `<name>.npy` (default `virial`).
+  std::string virial;
+  /// Stress, eV/Å³, ASE's convention (σ = (1/V) dE/dε, positive when the cell pulls inwards), 9
+  /// numbers or 6 in Voigt order (xx yy zz yz xz xy); read as the virial W = -σ·V. Extended XYZ
+  /// only: a comment key (default `stress`), used where the frame has no virial.
+  std::string stress;
+
+  /// The comment-line or dataset name of each label.
+  std::string energy_name() const { return energy.empty() ? "energy" : energy; }
+  std::string virial_name() const { return virial.empty() ? "virial" : virial; }
+  std::string stress_name() const { return stress.empty() ? "stress" : stress; }
+  bool defaults() const { return energy.empty() && forces.empty() && virial.empty() && stress.empty(); }
+};
+
+}  // namespace mlip::data

@@ -1,0 +1,119 @@
+"""Label keys against ASE (docs/data.md "Label keys"): a Lennard-Jones crystal labelled by ASE's
+own calculator and written by ASE as MACE's users keep their data (REF_energy, REF_forces,
+REF_stress in Voigt order), trained, frozen and tested by mlip with energy_key, forces_key and
+stress_key. The reference virials `mlip test -d` reads must be ASE's stress turned into a
+virial, W = -dE/dε, checked here against a finite difference of the energy under strain (an
+independent reference for the sign and the Voigt order); the reference energies and forces
+must be ASE's. Without the keys, mlip must refuse the file naming the frame and the keys.
+
+`mlip neighbor-stat` takes the same keys.
+
+usage: check_label_keys.py <mlip> <work dir>
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+from ase.build import bulk
+from ase.calculators.lj import LennardJones
+from ase.io import write
+
+mlip, work = sys.argv[1:3]
+os.makedirs(work, exist_ok=True)
+rng = np.random.default_rng(7)
+calc = LennardJones(sigma=2.0, epsilon=0.01, rc=5.0, smooth=True)
+
+
+def energy_under_strain(atoms, strain):
+    a = atoms.copy()
+    a.calc = calc
+    a.set_cell(atoms.cell.array @ (np.eye(3) + strain), scale_atoms=True)
+    return a.get_potential_energy()
+
+
+frames, references = [], []
+for k in range(4):
+    atoms = bulk("Ar", "fcc", a=3.2, cubic=True).repeat((2, 2, 2))
+    atoms.set_cell(atoms.cell.array @ (np.eye(3) + 0.03 * rng.standard_normal((3, 3))), scale_atoms=True)
+    atoms.positions += 0.08 * rng.standard_normal(atoms.positions.shape)
+    atoms.calc = calc
+    energy, forces = atoms.get_potential_energy(), atoms.get_forces()
+    stress = atoms.get_stress(voigt=True)  # eV/Å³, xx yy zz yz xz xy
+    # W = -dE/dε (symmetric strain), by central differences: independent of the stress formula.
+    h = 1e-5
+    virial = np.zeros((3, 3))
+    for a in range(3):
+        for b in range(3):
+            e = np.zeros((3, 3))
+            e[a, b] += h / 2
+            e[b, a] += h / 2
+            virial[a, b] = -(energy_under_strain(atoms, e) - energy_under_strain(atoms, -e)) / (2 * h)
+    out = atoms.copy()
+    out.calc = None  # no calculator: ASE would write its results under the default keys
+    out.info["REF_energy"] = energy
+    out.info["REF_stress"] = stress
+    out.info["config_type"] = "crystal"
+    out.arrays["REF_forces"] = forces
+    frames.append(out)
+    references.append((energy, forces, virial))
+data = os.path.join(work, "lj.xyz")
+write(data, frames, format="extxyz")
+text = open(data).read()
+assert "REF_stress" in text and "energy=" not in text.replace("REF_energy=", ""), "ASE wrote unexpected keys"
+
+with open(os.path.join(work, "input.yaml"), "w") as f:
+    f.write(f"""model:
+  type_map: [Ar]
+  descriptor: {{type: se_e2_a, sel: [60], rcut: 4.5, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4, seed: 2}}
+  fitting_net: {{neuron: [8, 8], seed: 2}}
+learning_rate: {{start_lr: 0.001, stop_lr: 0.0005, decay_steps: 5}}
+loss: {{start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1, start_pref_v: 0.1, limit_pref_v: 0.1}}
+training:
+  training_data: {{systems: [{data}], batch_size: 1, energy_key: REF_energy, forces_key: REF_forces, stress_key: REF_stress}}
+  numb_steps: 2
+  seed: 1
+  disp_freq: 1
+  save_freq: 2
+""")
+
+
+def run(*args, check=True):
+    proc = subprocess.run([mlip, *args], cwd=work, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        sys.exit(f"FAILED: mlip {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+run("train", "input.yaml", "-o", "run")
+run("freeze", "-c", "run", "-o", "model.pt")
+run("test", "-m", "model.pt", "-s", data, "-d", "detail", "--energy-key", "REF_energy", "--forces-key", "REF_forces",
+    "--stress-key", "REF_stress")
+failed = []
+e_out = np.loadtxt(os.path.join(work, "detail.e.out"), ndmin=2)
+v_out = np.loadtxt(os.path.join(work, "detail.v.out"), ndmin=2)
+f_out = np.loadtxt(os.path.join(work, "detail.f.out"), ndmin=2)
+reference_e = np.array([r[0] for r in references])
+reference_f = np.round(np.concatenate([r[1] for r in references]), 8)  # ASE writes 8 decimals
+reference_v = np.stack([r[2].reshape(9) for r in references])
+checks = [("energies", e_out[:, 0], reference_e, 1e-10), ("forces", f_out[:, :3], reference_f, 1e-9),
+          ("virials (-stress * volume against -dE/dstrain)", v_out[:, :9], reference_v, 1e-6)]
+for name, got, want, tol in checks:
+    diff = np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
+    print(f"reference {name}: max relative difference {diff:.2e} (tolerance {tol:g})")
+    if not diff <= tol:
+        failed.append(name)
+print(f"largest virial component {np.abs(reference_v).max():.3e} eV")
+
+stat = run("neighbor-stat", "-s", data, "-r", "4.5", "--energy-key", "REF_energy", "--forces-key", "REF_forces")
+print("neighbor-stat with the keys:", stat.stdout.strip().splitlines()[0])
+
+proc = run("test", "-m", "model.pt", "-s", data, check=False)
+message = proc.stderr + proc.stdout
+expected = ["lj.xyz:2 (frame 0): no energy and no forces", "REF_energy", "REF_stress", "REF_forces", "--energy-key"]
+print("without the keys:", message.strip().splitlines()[-1] if message.strip() else "(nothing)")
+if proc.returncode != 1 or not all(e in message for e in expected):
+    failed.append(f"the refusal without keys (exit {proc.returncode}, expected 1 and {expected})")
+if failed:
+    sys.exit("FAILED: " + "; ".join(failed))
+print("ok")
