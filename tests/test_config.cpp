@@ -540,13 +540,13 @@ TEST(TrainConfigErrors, MisspelledKeysSuggestTheNearestKnownKey) {
 TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
   EXPECT_EQ(parse_error(edit(kMinimal, "  type_map:", "  foo: 1\n  type_map:")),
             "input.yaml: model.foo: unknown key (known: type, type_map, descriptor, fitting_net, "
-            "data_stat_nbatch, data_stat_protect)");
+            "data_stat_nbatch, data_stat_protect, e0s)");
   // model.type: equivariant has its own keys.
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], foo: 1}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.foo: unknown key (known: type, type_map, r_max, num_features, l_max, parity, num_layers, "
             "num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed, correlation, "
-            "readout, data_stat_nbatch)");
+            "readout, data_stat_nbatch, e0s)");
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], correlation: 4}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.correlation: expected 1, 2 or 3, got 4");
@@ -838,4 +838,25 @@ TEST(LabelKeys, PerDataSectionWithValidationInheriting) {
   EXPECT_EQ(parse_error(edit(kMinimal, "systems: [a, b]", "systems: [a, b]\n    energy_key: \"REF energy\"")),
             "input.yaml: training.training_data.energy_key: expected a key name (no spaces, quotes or '='), got "
             "\"REF energy\"");
+}
+
+// model.e0s (docs/training.md "Reference energies"): fit (default), isolated, or an energy for
+// every type; anything else names the key.
+TEST(ReferenceEnergies, FormsAndErrors) {
+  using Kind = mlip::models::ReferenceEnergies::Kind;
+  EXPECT_EQ(parse(kMinimal).model->e0s.kind, Kind::kFit);
+  EXPECT_EQ(parse(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: isolated")).model->e0s.kind,
+            Kind::kIsolated);
+  const auto given = parse(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {O: -2035.5, H: -13.6}"));
+  EXPECT_EQ(given.model->e0s.kind, Kind::kGiven);
+  EXPECT_EQ(given.model->e0s.given.at("O"), -2035.5);
+  EXPECT_EQ(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: average")),
+            "input.yaml: model.e0s: expected fit, isolated, or a mapping {element: eV} for every type of type_map, "
+            "got average");
+  EXPECT_TRUE(contains(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {O: -2035.5}")),
+                       "model.e0s: has no energy for the type \"H\" of type_map"));
+  EXPECT_TRUE(contains(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {O: -1, H: -1, C: -3}")),
+                       "model.e0s.C: is not a type of type_map"));
+  EXPECT_TRUE(contains(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {O: x, H: -1}")),
+                       "model.e0s.O: expected a number (eV), got x"));
 }

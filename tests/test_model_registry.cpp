@@ -69,7 +69,8 @@ class PairModel final : public models::Model {
     out->j = pairs.neighbor.to(device_);
     return out;
   }
-  void compute_statistics(const std::vector<models::StatisticsFrames>& frames, std::ostream& log) override {
+  void compute_statistics(const std::vector<models::StatisticsFrames>& frames, const std::vector<double>&,
+                          std::ostream& log) override {
     ++statistics_calls;
     log << "pair model: statistics from " << frames.size() << " system(s)\n";
   }

@@ -194,7 +194,7 @@ const char* kFreezeUsage =
     "  -h, --help               show this help\n";
 
 const char* kTestUsage =
-    "usage: mlip test -m <model> -s <system>... [-n <frames>] [-d <prefix>]\n"
+    "usage: mlip test -m <model> -s <system>... [-n <frames>] [-d <prefix>] [--xyz <file>]\n"
     "\n"
     "Energy, force and virial errors (MAE, RMSE, per atom) per system and weighted over the\n"
     "systems, as DeePMD-kit's dp test prints them. Always runs on one process.\n"
@@ -204,6 +204,8 @@ const char* kTestUsage =
     "  -s, --system <path> ...  labelled systems (DeePMD npy folders or extended XYZ)\n"
     "  -n, --numb-test <N>      frames per system (default: all)\n"
     "  -d, --detail <prefix>    write <prefix>.e.out, .e_peratom.out, .f.out (and .v.out)\n"
+    "  --xyz <file>             write the frames with the predictions (mlip_energy, mlip_forces,\n"
+    "                           mlip_stress) as extended XYZ, for ASE\n"
     "  --energy-key <key>       where the files keep the energy (default energy; docs/data.md)\n"
     "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
     "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
@@ -481,6 +483,8 @@ int test_command(const std::vector<std::string>& args) {
         throw UsageError{a + ": expected a positive integer, got '" + v + "'", kTestUsage};
     } else if (a == "-d" || a == "--detail") {
       options.detail = take_value(args, i, kTestUsage);
+    } else if (a == "--xyz") {
+      options.xyz = take_value(args, i, kTestUsage);
     } else if (take_label_key(a, args, i, options.keys, kTestUsage)) {
     } else {
       throw UsageError{"test: unknown option '" + a + "'", kTestUsage};
@@ -491,6 +495,9 @@ int test_command(const std::vector<std::string>& args) {
   check_checkpoint_path(options.model, "the model");
   for (const auto& system : options.systems) check_input_path(system, "the system");
   if (!options.detail.empty()) check_test_detail_outputs(options.detail);
+  if (!options.xyz.empty())
+    archive::check_output_target(options.xyz, archive::SpecialTarget::kStream, "--xyz " + options.xyz,
+                                 "the predictions file");
   g_doing = "testing " + options.model;
   return train::run_test(options);
 }

@@ -185,6 +185,8 @@ struct XyzFrame {
   double energy = 0;
   bool has_virial = false;
   std::array<double, 9> virial{};
+  std::string config_type = "Default";  ///< the `config_type` key
+  double weight = 1.0;                  ///< the weight key (LabelKeys::weight_name())
 };
 
 std::string pbc_string(const std::array<bool, 3>& pbc) {
@@ -281,6 +283,8 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   if (!pos || pos->type != 'R' || pos->count != 3) {
     throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + props + "'");
   }
+  // An isolated atom (MACE's config_type=IsolatedAtom) needs no forces: they are zero.
+  const bool isolated = kv.count("config_type") != 0 && trim(kv["config_type"].value) == "IsolatedAtom";
   // Energy.
   const std::string energy_key = !keys.energy.empty()     ? keys.energy
                                  : kv.count("energy")      ? "energy"
@@ -289,10 +293,10 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   std::string columns_list;
   for (const Column& c : columns) columns_list += (columns_list.empty() ? "" : ", ") + c.name;
   if (energy_key.empty() || kv.count(energy_key) == 0) {
-    throw Error(where + which + ": no energy" + (force ? "" : " and no forces") + ": expected the key " +
+    throw Error(where + which + ": no energy" + (force || isolated ? "" : " and no forces") + ": expected the key " +
                 (keys.energy.empty() ? "'energy' (or 'free_energy')" : "'" + keys.energy + "' (energy_key)") +
                 " in the comment line; its keys are " + key_list(kv) +
-                (force ? "" : "; and a column " + std::string(keys.forces.empty() ? "'forces'" : "'" + keys.forces + "'") +
+                (force || isolated ? "" : "; and a column " + std::string(keys.forces.empty() ? "'forces'" : "'" + keys.forces + "'") +
                                   " in Properties, whose columns are " + columns_list) +
                 (keys.energy.empty() ? " (for labels under other names: energy_key, forces_key in the data section, "
                                        "or --energy-key, --forces-key)"
@@ -305,13 +309,13 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
     }
   }
 
-  if (!force) {
+  if (!force && !isolated) {
     throw Error(where + which + ": no forces: expected a column " +
                 (keys.forces.empty() ? "'forces' (or 'force')" : "'" + keys.forces + "' (forces_key)") +
                 " of type R and count 3 in Properties; the columns are " + columns_list +
                 (keys.forces.empty() ? " (for forces under another name: forces_key in the data section, or --forces-key)" : ""));
   }
-  if (force->type != 'R' || force->count != 3) {
+  if (force && (force->type != 'R' || force->count != 3)) {
     throw Error(where + ": key 'Properties': expected column '" + force->name +
                 "' of type R and count 3, got '" + props + "'");
   }
@@ -369,6 +373,19 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
     fr.has_virial = true;
   }
 
+  // What kind of configuration, and its weight in the loss (MACE's keys).
+  if (kv.count("config_type")) {
+    fr.config_type = trim(kv["config_type"].value);
+    if (fr.config_type.empty() || fr.config_type.find_first_of(",[]") != std::string::npos)
+      throw Error(where + ": key 'config_type': expected a name without ',', '[' or ']', got '" + fr.config_type + "'");
+  }
+  const std::string weight_key = keys.weight_name();
+  if (kv.count(weight_key)) {
+    const std::string& wv = kv[weight_key].value;
+    if (!parse_double(trim(wv), fr.weight) || !std::isfinite(fr.weight) || fr.weight < 0)
+      throw Error(where + ": key '" + weight_key + "': expected a number >= 0 (the frame's weight), got '" + wv + "'");
+  }
+
   // Atom lines.
   // Grown line by line: the count line may be wrong (or absurd) and must not size allocations.
   const int64_t guess = std::min<int64_t>(natoms, 1 << 16);
@@ -405,7 +422,8 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
       }
     };
     read3(pos, &fr.pos[3 * a]);
-    read3(force, &fr.force[3 * a]);
+    if (force) read3(force, &fr.force[3 * a]);
+    else std::fill(fr.force.begin() + 3 * a, fr.force.end(), 0.0);
   }
   return fr;
 }
@@ -513,6 +531,7 @@ class ExtxyzFrameReader : public FrameReader {
     if (f.has_cell) out.box.assign(f.cell.begin(), f.cell.end());
     out.energy = {f.energy};
     if (virial_) out.virial.assign(f.virial.begin(), f.virial.end());
+    out.weight = f.weight;
     return out;
   }
 
@@ -542,6 +561,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
     std::map<std::string, int64_t> counts;
     std::array<bool, 3> pbc{};
     bool has_cell = false, has_virial = false;
+    std::string config_type;
   };
   std::vector<Seen> seen;
   std::string line;
@@ -582,6 +602,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
     s.pbc = f.pbc;
     s.has_cell = f.has_cell;
     s.has_virial = f.has_virial;
+    s.config_type = f.config_type;
     seen.push_back(std::move(s));
   }
   if (seen.empty()) throw Error(path + ": no frames (empty extended XYZ file)");
@@ -615,7 +636,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
       }
       counts[size_t(it->second)] += n;
     }
-    auto key = std::make_pair(counts, pbc_string(f.pbc));
+    auto key = std::make_pair(counts, pbc_string(f.pbc) + "|" + f.config_type);
     auto g = group.find(key);
     if (g == group.end()) {
       System s;
@@ -623,7 +644,10 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
       for (size_t t = 0; t < names.size(); ++t) {
         if (counts[t]) comp += names[t] + std::to_string(counts[t]);
       }
-      s.name = path + "[" + comp + (key.second == "TTT" ? "" : ",pbc=" + key.second) + "]";
+      const std::string pbc = pbc_string(f.pbc);
+      s.name = path + "[" + comp + (pbc == "TTT" ? "" : ",pbc=" + pbc) +
+               (f.config_type == "Default" ? "" : ",config_type=" + f.config_type) + "]";
+      s.config_type = f.config_type;
       s.type_map = names;
       s.pbc = f.pbc;
       for (size_t t = 0; t < names.size(); ++t) s.types.insert(s.types.end(), size_t(counts[t]), int(t));

@@ -22,12 +22,18 @@ struct LabelKeys {
   /// numbers or 6 in Voigt order (xx yy zz yz xz xy); read as the virial W = -σ·V. Extended XYZ
   /// only: a comment key (default `stress`), used where the frame has no virial.
   std::string stress;
+  /// Per-frame weight in the loss, >= 0 (MACE's `config_weight`). Extended XYZ only: a comment
+  /// key (default `config_weight`); a frame without it has weight 1.
+  std::string weight;
 
   /// The comment-line or dataset name of each label.
   std::string energy_name() const { return energy.empty() ? "energy" : energy; }
   std::string virial_name() const { return virial.empty() ? "virial" : virial; }
   std::string stress_name() const { return stress.empty() ? "stress" : stress; }
-  bool defaults() const { return energy.empty() && forces.empty() && virial.empty() && stress.empty(); }
+  std::string weight_name() const { return weight.empty() ? "config_weight" : weight; }
+  bool defaults() const {
+    return energy.empty() && forces.empty() && virial.empty() && stress.empty() && weight.empty();
+  }
 };
 
 }  // namespace mlip::data

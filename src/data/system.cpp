@@ -152,6 +152,7 @@ Frame System::frame(int64_t f) const {
     slice(energy, 1, out.energy);
     slice(force, n3, out.force);
     slice(virial, 9, out.virial);
+    if (!weight.empty()) out.weight = weight[size_t(f)];
     return out;  // checked when the system was loaded
   }
   if (!reader) throw Error(name + ": has neither frames in memory nor a reader");
@@ -183,9 +184,12 @@ Frame System::frame(int64_t f) const {
 
 void System::load_all() {
   if (in_memory() || nframes == 0) return;
-  std::vector<double> c, b, e, fo, v;
+  std::vector<double> c, b, e, fo, v, w;
+  bool weighted = false;
   for (int64_t f = 0; f < nframes; ++f) {
     Frame fr = frame(f);
+    w.push_back(fr.weight);
+    weighted = weighted || fr.weight != 1.0;
     c.insert(c.end(), fr.coord.begin(), fr.coord.end());
     b.insert(b.end(), fr.box.begin(), fr.box.end());
     e.insert(e.end(), fr.energy.begin(), fr.energy.end());
@@ -193,6 +197,7 @@ void System::load_all() {
     v.insert(v.end(), fr.virial.begin(), fr.virial.end());
   }
   coord.swap(c), box.swap(b), energy.swap(e), force.swap(fo), virial.swap(v);
+  if (weighted) weight.swap(w);
   atom_order.clear();
 }
 

@@ -22,6 +22,9 @@ struct Frame {
   std::vector<double> force;
   /// [9] virial, eV (XX XY XZ YX ...); empty when not labelled.
   std::vector<double> virial;
+  /// The frame's weight in the loss (extended XYZ: the key LabelKeys::weight_name(), MACE's
+  /// `config_weight`), dimensionless, >= 0; 1 when the file gives none.
+  double weight = 1.0;
 
   /// nullptr when the frame has no cell.
   const double* cell() const { return box.empty() ? nullptr : box.data(); }
@@ -67,6 +70,10 @@ struct System {
   int64_t nframes = 0;
   /// Which labels every frame has (known from the files' headers, in memory or not).
   bool has_cell = false, has_energy = false, has_force = false, has_virial = false;
+  /// The kind of configuration its frames are (extended XYZ: the frames' `config_type` key, as
+  /// MACE groups its data; frames of different types are different systems); "Default"
+  /// elsewhere. "IsolatedAtom" marks isolated atoms, the reference energies (docs/data.md).
+  std::string config_type = "Default";
 
   /// In memory only: [nframes, natoms, 3] positions, Å.
   std::vector<double> coord;
@@ -78,6 +85,8 @@ struct System {
   std::vector<double> force;
   /// In memory only: [nframes, 9] virials, eV (empty when not labelled).
   std::vector<double> virial;
+  /// In memory only: [nframes] frame weights (empty: every weight is 1).
+  std::vector<double> weight;
 
   /// Streamed: where frames come from (shared by copies of the System).
   std::shared_ptr<const FrameReader> reader;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,19 @@ namespace mlip::models {
 
 /// A model's part of the training input (the `model` section), read and checked by its
 /// registry entry (models/registry.h). Each model derives its own settings from this.
+/// model.e0s: where the per-type reference energies E0 (the energy of each type's isolated
+/// atom, which the model's atomic energies start from) come from (docs/training.md "Reference
+/// energies"; MACE's E0s).
+struct ReferenceEnergies {
+  enum class Kind {
+    kFit,       ///< `fit` (default): the least-squares fit of the frames' energies to their composition
+    kIsolated,  ///< `isolated`: the training data's frames with config_type=IsolatedAtom
+    kGiven,     ///< {element: eV, ...}: as written
+  };
+  Kind kind = Kind::kFit;
+  std::map<std::string, double> given;  ///< kGiven: eV per type name
+};
+
 struct ModelSettings {
   virtual ~ModelSettings() = default;
   /// The registry name of the model ("se_e2_a", "equivariant", ...).
@@ -26,6 +40,8 @@ struct ModelSettings {
   /// model.data_stat_nbatch: the statistics (energy bias, normalisations) use the first this
   /// many batches of every training system.
   int64_t statistics_batches = 10;
+  /// model.e0s.
+  ReferenceEnergies e0s;
 
   /// The interaction range, Å: pairs farther apart never interact (the frozen model's r_max).
   virtual double cutoff() const = 0;
@@ -114,8 +130,10 @@ class Model {
   virtual std::string preparation_warning() const { return ""; }
 
   /// Sets the statistics (energy bias, normalisations) from these frames, printing what it
-  /// found to `log`.
-  virtual void compute_statistics(const std::vector<StatisticsFrames>& frames, std::ostream& log) = 0;
+  /// found to `log`. reference_energies: [ntypes] eV, the E0s the per-type energy bias takes
+  /// instead of the fit (model.e0s isolated or given); empty: fit.
+  virtual void compute_statistics(const std::vector<StatisticsFrames>& frames,
+                                  const std::vector<double>& reference_energies, std::ostream& log) = 0;
 
   /// Energies, forces and virials of `frames` (inputs of frames of the system `atoms`). With
   /// `training`, keeps what backward() needs.

@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <mutex>
 
@@ -112,17 +113,48 @@ const ModelEntry& select_model(const YAML::Node& model) {
   return *entry;
 }
 
+/// model.e0s: fit, isolated, or {element: eV} for every type of type_map.
+ReferenceEnergies read_e0s(const Section& m, const std::vector<std::string>& type_map) {
+  ReferenceEnergies e;
+  if (!m.has("e0s")) return e;
+  const YAML::Node node = m.get("e0s");
+  const std::string expected_text = "fit, isolated, or a mapping {element: eV} for every type of type_map";
+  if (node.IsScalar()) {
+    const std::string v = node.Scalar();
+    if (v == "fit") return e;
+    if (v == "isolated") return e.kind = ReferenceEnergies::Kind::kIsolated, e;
+    expected(m.path_of("e0s"), expected_text, node);
+  }
+  if (!node.IsMap()) expected(m.path_of("e0s"), expected_text, node);
+  e.kind = ReferenceEnergies::Kind::kGiven;
+  for (const auto& kv : node) {
+    const std::string name = kv.first.as<std::string>();
+    if (std::find(type_map.begin(), type_map.end(), name) == type_map.end())
+      fail(m.path_of("e0s") + "." + name, "is not a type of type_map " + quoted_list(type_map));
+    double value = 0;
+    if (!kv.second.IsScalar() || !YAML::convert<double>::decode(kv.second, value) || !std::isfinite(value))
+      expected(m.path_of("e0s") + "." + name, "a number (eV)", kv.second);
+    e.given[name] = value;
+  }
+  for (const auto& name : type_map)
+    if (e.given.count(name) == 0) fail(m.path_of("e0s"), "has no energy for the type \"" + name + "\" of type_map");
+  return e;
+}
+
 }  // namespace
 
 std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& node) {
   const ModelEntry& entry = select_model(node);
-  const Section m(node, "model", entry.keys);
+  std::vector<std::string> keys = entry.keys;
+  keys.push_back("e0s");  // every model's (ModelSettings::e0s)
+  const Section m(node, "model", keys);
   m.require({"type_map"});
   std::vector<std::string> type_map;
   read_type_map(m, type_map);
   std::shared_ptr<ModelSettings> settings = entry.read(m, type_map);
   settings->type_map = type_map;
   settings->statistics_batches = m.integer("data_stat_nbatch", settings->statistics_batches);
+  settings->e0s = read_e0s(m, type_map);
   return settings;
 }
 

@@ -191,6 +191,7 @@ DataConfig read_data(const Section& s, const std::string& input_dir, bool valida
   d.keys.forces = key("forces_key");
   d.keys.stress = key("stress_key");
   d.keys.virial = key("virial_key");
+  d.keys.weight = key("weight_key");
   if (validation) {
     d.numb_btch = s.integer("numb_btch", d.numb_btch);
     d.single_rank = s.flag("single_rank", d.single_rank);
@@ -210,7 +211,7 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
   if (!t.has(steps_key)) fail(t.path_of("numb_steps"), "required key is missing");
 
   const std::vector<std::string> data_keys = {"systems",    "batch_size",  "auto_prob", "sys_probs",
-                                              "energy_key", "forces_key", "stress_key", "virial_key"};
+                                              "energy_key", "forces_key", "stress_key", "virial_key", "weight_key"};
   c.training_data =
       read_data(t.section("training_data", data_keys, {"auto_prob_style"}), input_dir, false);
   if (t.has_value("validation_data")) {
@@ -222,6 +223,19 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
     if (c.validation_data->keys.defaults()) c.validation_data->keys = c.training_data.keys;
   }
   c.numb_steps = t.integer(steps_key, c.numb_steps);
+  // MACE's config_type_weights: {config_type: weight >= 0}; types not named weigh 1.
+  if (t.has_value("config_type_weights")) {
+    const YAML::Node w = t.get("config_type_weights");
+    if (!w.IsMap()) expected(t.path_of("config_type_weights"), "a mapping {config_type: weight}", w);
+    for (const auto& kv : w) {
+      const std::string name = kv.first.as<std::string>();
+      double value = -1;
+      if (!kv.second.IsScalar() || !YAML::convert<double>::decode(kv.second, value) || !std::isfinite(value) ||
+          value < 0)
+        expected(t.path_of("config_type_weights") + "." + name, "a number >= 0", kv.second);
+      c.config_type_weights[name] = value;
+    }
+  }
   c.seed = t.seed("seed", c.seed);
   c.disp_file = t.text("disp_file", c.disp_file);
   c.disp_freq = t.integer("disp_freq", c.disp_freq);
@@ -283,7 +297,8 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
   read_training(top.section("training",
                             {"training_data", "validation_data", "numb_steps", "seed", "disp_file",
                              "disp_freq", "save_freq", "save_ckpt", "max_ckpt_keep", "ema_decay", "device",
-                             "cache_mb", "data_workers", "disp_training", "time_training", "profiling", "tensorboard"},
+                             "cache_mb", "data_workers", "disp_training", "time_training", "profiling", "tensorboard",
+                             "config_type_weights"},
                             {"stop_batch"}),
                 input_dir, c);
   c.learning_rate.numb_steps = c.numb_steps;

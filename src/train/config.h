@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,7 +37,7 @@ struct DataConfig {
   std::string auto_prob = "prob_sys_size";
   /// Explicit per-system probabilities (overrides auto_prob); empty when not given.
   std::vector<double> sys_probs;
-  /// energy_key, forces_key, stress_key, virial_key: where the files keep their labels
+  /// energy_key, forces_key, stress_key, virial_key, weight_key: where the files keep their labels
   /// (docs/data.md "Label keys"); empty names mean the defaults.
   data::LabelKeys keys;
   /// validation only: number of batches per evaluation.
@@ -64,6 +65,9 @@ struct TrainConfig {
   double start_pref_v = 0.0, limit_pref_v = 0.0;
   // training
   DataConfig training_data;
+  /// training.config_type_weights (MACE's): the loss weight of the frames of each config_type
+  /// (docs/training.md "Weights"); a type not named weighs 1.
+  std::map<std::string, double> config_type_weights;
   std::optional<DataConfig> validation_data;
   int64_t numb_steps = 0;
   std::optional<uint64_t> seed;

@@ -68,6 +68,7 @@ std::shared_ptr<const PreparedFrame> FrameStore::make(const Key& key) {
   if (!frame.energy.empty()) out->energy = to_tensor(frame.energy);
   if (!frame.force.empty()) out->force = to_tensor(frame.force).reshape({system.natoms(), 3});
   if (!frame.virial.empty()) out->virial = to_tensor(frame.virial);
+  out->weight = frame.weight;
   out->bytes = out->input->bytes() + models::tensor_bytes(out->energy) + models::tensor_bytes(out->force) +
                models::tensor_bytes(out->virial);
   return out;

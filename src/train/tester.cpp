@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <iomanip>
 #include <sstream>
 
+#include "data/extxyz_writer.h"
 #include "data/load.h"
 #include "data/neighbor_list.h"
 #include "error.h"
@@ -39,6 +41,13 @@ struct Stat {
 struct Metrics {
   Stat e, e_atom, f, v, v_atom;
   int64_t frames = 0;
+  /// Pools another set's errors into these (MAE and RMSE weighted by element counts).
+  Metrics& operator+=(const Metrics& o) {
+    for (auto [to, from] : {std::pair{&e, &o.e}, {&e_atom, &o.e_atom}, {&f, &o.f}, {&v, &o.v}, {&v_atom, &o.v_atom}})
+      to->abs += from->abs, to->sq += from->sq, to->n += from->n;
+    frames += o.frames;
+    return *this;
+  }
 };
 
 void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
@@ -90,12 +99,16 @@ int run_test(const TestOptions& options) {
     fea->write("# data_e pred_e\n");
     ff->write("# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n");
   }
+  std::unique_ptr<OutputFile> fxyz;
+  if (!options.xyz.empty())
+    fxyz = std::make_unique<OutputFile>(options.xyz, OutputFile::Mode::kReplace, "the predictions file",
+                                        SpecialTarget::kStream);
   std::ostringstream line;
-  // Over systems: MAE weighted by element count, RMSE = sqrt(sum rmse^2 n / sum n).
+  // Over systems: MAE weighted by element count, RMSE = sqrt(sum rmse^2 n / sum n); the same per
+  // config type (extended XYZ's config_type, docs/data.md).
   Metrics total;
-  double we_mae = 0, we_rmse = 0, wea_mae = 0, wea_rmse = 0, wf_mae = 0, wf_rmse = 0, wv_mae = 0, wv_rmse = 0,
-         wva_mae = 0, wva_rmse = 0;
-  int64_t ne = 0, nf_comp = 0, nv = 0;
+  std::map<std::string, Metrics> by_type;
+  std::map<std::string, int64_t> systems_of_type;
   bool any_e = false, any_f = false, any_v = false;
   data::NeighborListBuilder<double> builder;
   for (const auto& sys : systems) {
@@ -170,6 +183,8 @@ int run_test(const TestOptions& options) {
           fv->write(line.str());
         }
       }
+      if (fxyz) fxyz->write(data::extxyz_frame(sys, frame, options.keys, "mlip", e_pred, forces.data_ptr<double>(),
+                                                virial.data_ptr<double>()));
       ++m.frames;
     }
     std::printf("# ---------------output of mlip test---------------\n");
@@ -178,19 +193,19 @@ int run_test(const TestOptions& options) {
     print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0);
     std::printf("# -----------------------------------------------\n");
     any_e |= m.e.n > 0, any_f |= m.f.n > 0, any_v |= m.v.n > 0;
-    we_mae += m.e.abs, we_rmse += m.e.sq, wea_mae += m.e_atom.abs, wea_rmse += m.e_atom.sq, ne += m.e.n;
-    wf_mae += m.f.abs, wf_rmse += m.f.sq, nf_comp += m.f.n;
-    wv_mae += m.v.abs, wv_rmse += m.v.sq, wva_mae += m.v_atom.abs, wva_rmse += m.v_atom.sq, nv += m.v.n;
-    total.frames += m.frames;
+    total += m;  // element-count weighting of MAE and RMSE^2 is the same as pooling the elements
+    by_type[sys.config_type] += m;
+    ++systems_of_type[sys.config_type];
   }
-  // Element-count weighting of MAE and RMSE^2 is the same as pooling the elements.
-  total.e = {we_mae, we_rmse, ne};
-  total.e_atom = {wea_mae, wea_rmse, ne};
-  total.f = {wf_mae, wf_rmse, nf_comp};
-  total.v = {wv_mae, wv_rmse, nv};
-  total.v_atom = {wva_mae, wva_rmse, nv};
-  for (auto* file : {fe.get(), fea.get(), ff.get(), fv.get()})
+  for (auto* file : {fe.get(), fea.get(), ff.get(), fv.get(), fxyz.get()})
     if (file) file->commit();
+  if (by_type.size() > 1 || by_type.count("Default") == 0)
+    for (const auto& [type, m] : by_type) {
+      std::printf("# ----------config type %s-----------\n", type.c_str());
+      std::printf("# number of systems : %ld, frames : %ld\n", long(systems_of_type[type]), long(m.frames));
+      print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0);
+      std::printf("# -----------------------------------------------\n");
+    }
   std::printf("# ----------weighted average of errors-----------\n");
   std::printf("# number of systems : %zu\n", systems.size());
   print_metrics(total, any_e, any_f, any_v);

@@ -15,6 +15,9 @@ struct TestOptions {
   int64_t numb_test = 0;             ///< frames per system (0: all)
   std::string detail;                ///< prefix of the .e.out/.e_peratom.out/.f.out/.v.out files
   data::LabelKeys keys;              ///< where the files keep their labels (docs/data.md "Label keys")
+  /// --xyz: write the frames with the predictions (mlip_energy, mlip_forces, mlip_stress) here
+  /// as extended XYZ (docs/data.md "Predictions as extended XYZ"); empty: none.
+  std::string xyz;
 };
 
 /// Per-system and weighted metrics of docs/training.md "Other commands". Energies, forces and

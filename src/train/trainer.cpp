@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -70,6 +71,8 @@ struct SystemData {
   int64_t nframes = 0, batch = 1;
   models::SystemAtoms atoms;
   bool has_force = false, has_virial = false;
+  std::string config_type = "Default";
+  double weight = 1.0;  ///< training.config_type_weights of its config_type
 };
 
 /// Sums of squared errors of a set of frames, for exact RMSEs over several batches. The sums
@@ -193,6 +196,11 @@ class Trainer {
   TrainOptions options_;
   torch::Device device_ = torch::kCPU;
   std::vector<data::System> train_raw_, valid_raw_;
+  /// The training data's isolated atoms (config_type=IsolatedAtom): not trained on; the
+  /// reference energies of model.e0s: isolated (docs/training.md "Reference energies").
+  std::vector<data::System> isolated_;
+  /// [ntypes] eV: model.e0s resolved (empty: the fit).
+  std::vector<double> reference_energies() const;
   std::vector<SystemData> train_, valid_;
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<FrameStore> store_;
@@ -299,6 +307,24 @@ void Trainer::load_data() {
   if (config_.validation_data)
     valid_raw_ = data::load_systems(config_.validation_data->systems, type_map, "", data::Loading::kStreamed,
                                     config_.validation_data->keys);
+  // Isolated atoms are references, not training frames (MACE's convention).
+  auto isolated = [](const data::System& sys) { return sys.config_type == "IsolatedAtom"; };
+  for (const auto& sys : train_raw_)
+    if (isolated(sys)) {
+      if (sys.natoms() != 1)
+        throw Error(sys.name + ": config_type IsolatedAtom, but its frames have " + std::to_string(sys.natoms()) +
+                    " atoms (expected 1)");
+      isolated_.push_back(sys);
+    }
+  train_raw_.erase(std::remove_if(train_raw_.begin(), train_raw_.end(), isolated), train_raw_.end());
+  valid_raw_.erase(std::remove_if(valid_raw_.begin(), valid_raw_.end(), isolated), valid_raw_.end());
+  if (train_raw_.empty()) throw Error("training_data: no frames to train on besides isolated atoms");
+  if (!isolated_.empty())
+    std::cout << "isolated atoms (config_type=IsolatedAtom): " << isolated_.size()
+              << " system(s), taken out of training"
+              << (config_.model->e0s.kind == models::ReferenceEnergies::Kind::kIsolated ? ": the reference energies"
+                                                                                         : " (model.e0s is not isolated: unused)")
+              << "\n";
   int64_t frames = 0;
   for (auto& s : train_raw_) frames += s.nframes;
   std::cout << "training data: " << train_raw_.size() << " system(s), " << frames << " frame(s)";
@@ -308,6 +334,27 @@ void Trainer::load_data() {
     std::cout << "; validation data: " << valid_raw_.size() << " system(s), " << vf << " frame(s)";
   }
   std::cout << "\n";
+  // The loss weight of each config type (docs/training.md "Weights"), when there is more than one
+  // or a weight is given.
+  std::map<std::string, int64_t> per_type;
+  for (const auto& sys : train_raw_) per_type[sys.config_type] += sys.nframes;
+  if (per_type.size() > 1 || !config_.config_type_weights.empty()) {
+    std::cout << "config types (frames, loss weight):";
+    for (const auto& [name, n] : per_type) {
+      const auto w = config_.config_type_weights.find(name);
+      std::cout << " " << name << " " << n << " x " << (w == config_.config_type_weights.end() ? 1.0 : w->second)
+                << ";";
+    }
+    std::cout << " frames with a '" << config_.training_data.keys.weight_name() << "' key weigh that much more\n";
+  }
+  for (const auto& [name, weight] : config_.config_type_weights)
+    if (per_type.count(name) == 0)
+      std::cout << "warning: training.config_type_weights names '" << name
+                << "', which no training frame has (config types: " << [&] {
+                     std::string list;
+                     for (const auto& [n, count] : per_type) list += (list.empty() ? "" : ", ") + n;
+                     return list;
+                   }() << ")\n";
 }
 
 void Trainer::build_model() {
@@ -345,6 +392,9 @@ std::vector<SystemData> Trainer::prepare(const std::vector<data::System>& system
     if (!sys.has_energy) throw Error(sys.name + ": " + key + " needs energy labels (energy.npy), found none");
     d.has_force = sys.has_force;
     d.has_virial = sys.has_virial;
+    d.config_type = sys.config_type;
+    const auto w = config_.config_type_weights.find(sys.config_type);
+    if (w != config_.config_type_weights.end()) d.weight = w->second;
     out.push_back(std::move(d));
   }
   return out;
@@ -390,7 +440,34 @@ void Trainer::compute_statistics() {
     for (int64_t f = 0; f < n; ++f) sample.frames.push_back(train_raw_[s].frame(f));
     frames.push_back(std::move(sample));
   }
-  model_->compute_statistics(frames, std::cout);
+  model_->compute_statistics(frames, reference_energies(), std::cout);
+}
+
+std::vector<double> Trainer::reference_energies() const {
+  const models::ReferenceEnergies& e0s = config_.model->e0s;
+  const auto& names = config_.model->type_map;
+  std::vector<double> out;
+  if (e0s.kind == models::ReferenceEnergies::Kind::kGiven) {
+    for (const auto& name : names) out.push_back(e0s.given.at(name));
+  } else if (e0s.kind == models::ReferenceEnergies::Kind::kIsolated) {
+    // Each type's isolated-atom energy, the mean over its frames.
+    std::vector<double> sum(names.size(), 0.0), count(names.size(), 0.0);
+    for (const auto& sys : isolated_)
+      for (int64_t f = 0; f < sys.nframes; ++f) {
+        const data::Frame frame = sys.frame(f);
+        if (frame.energy.empty()) throw Error(sys.name + ": an isolated atom without an energy");
+        sum[size_t(sys.types[0])] += frame.energy[0];
+        count[size_t(sys.types[0])] += 1;
+      }
+    std::string missing;
+    for (size_t t = 0; t < names.size(); ++t)
+      if (count[t] == 0) missing += (missing.empty() ? "" : ", ") + names[t];
+    if (!missing.empty())
+      throw Error("model.e0s: isolated: no isolated atom (a one-atom frame with config_type=IsolatedAtom in the "
+                  "training data) of type " + missing);
+    for (size_t t = 0; t < names.size(); ++t) out.push_back(sum[t] / count[t]);
+  }
+  return out;
 }
 
 Prefactors Trainer::prefactors(int64_t step) const {
@@ -407,9 +484,11 @@ void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frame
   std::vector<std::shared_ptr<const PreparedFrame>> batch;
   std::vector<const models::FrameInput*> inputs;
   std::vector<torch::Tensor> energies, forces_label, virials;
+  std::vector<double> weights;  // each frame's: its config type's times its own (docs/training.md "Weights")
   for (int64_t f : frames) {
     batch.push_back(store_->get(set, system, f));
     inputs.push_back(batch.back()->input.get());
+    weights.push_back(d.weight * batch.back()->weight);
     energies.push_back(batch.back()->energy);
     if (d.has_force) forces_label.push_back(batch.back()->force);
     if (d.has_virial) virials.push_back(batch.back()->virial);
@@ -424,18 +503,19 @@ void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frame
   const double n = double(d.atoms.natoms);
   const auto zero = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
   const auto de = energy - energy_label;
-  auto loss = pref.e * (de * de).mean() / n;
+  const auto w = torch::tensor(weights, torch::kFloat64).to(device_);
+  auto loss = pref.e * (w * de * de).mean() / n;
   const auto e2 = (de * de).sum() / (n * n);
   auto f2 = zero, v2 = zero;
   if (d.has_force) {
     const auto df = forces.to(torch::kFloat64) - torch::stack(forces_label);
-    loss = loss + pref.f * (df * df).sum({1, 2}).mean() / (3 * n);
+    loss = loss + pref.f * (w * (df * df).sum({1, 2})).mean() / (3 * n);
     f2 = (df * df).sum();
     sums.force_components += df.numel();
   }
   if (d.has_virial) {
     const auto dv = virial.to(torch::kFloat64).reshape({-1, 9}) - torch::stack(virials);
-    loss = loss + pref.v * (dv * dv).mean(1).mean() / n;
+    loss = loss + pref.v * (w * (dv * dv).mean(1)).mean() / n;
     v2 = (dv * dv).mean(1).sum() / (n * n);
     sums.virial_frames += int64_t(frames.size());
   }

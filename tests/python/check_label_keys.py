@@ -8,6 +8,20 @@ must be ASE's. Without the keys, mlip must refuse the file naming the frame and 
 
 `mlip neighbor-stat` takes the same keys.
 
+Weights (docs/training.md "Weights"): the first step's training loss (computed before any update)
+with config_type_weights {crystal: 4}, and with config_weight=4 on every frame, is twice the
+unweighted one (the loss is a weighted mean of squares; lcurve prints its square root), and the
+RMSEs are the same.
+
+Reference energies (docs/training.md "Reference energies"): isolated atoms in the same file
+(config_type=IsolatedAtom, no forces, as MACE's users mark them) are taken out of training and,
+with model.e0s: isolated, are the equivariant model's per-type reference: the frozen model's
+energy of an isolated atom must equal its E0.
+
+`mlip test` reports errors per config type, and `--xyz` writes the frames with the predictions
+as extended XYZ that ASE reads: its mlip_energy and mlip_forces must be the .e.out and .f.out
+predictions, mlip_stress the virial over the volume with ASE's sign.
+
 usage: check_label_keys.py <mlip> <work dir>
 """
 import os
@@ -114,6 +128,85 @@ expected = ["lj.xyz:2 (frame 0): no energy and no forces", "REF_energy", "REF_st
 print("without the keys:", message.strip().splitlines()[-1] if message.strip() else "(nothing)")
 if proc.returncode != 1 or not all(e in message for e in expected):
     failed.append(f"the refusal without keys (exit {proc.returncode}, expected 1 and {expected})")
+# Weights: the first step's loss, weighted by config type and by frame, against the plain one.
+weighted = os.path.join(work, "lj_weighted.xyz")
+with open(weighted, "w") as f:
+    f.write(text.replace("config_type=crystal", "config_type=crystal config_weight=4.0"))
+base_input = open(os.path.join(work, "input.yaml")).read()
+with open(os.path.join(work, "by_type.yaml"), "w") as f:
+    f.write(base_input.replace("  numb_steps: 2", "  numb_steps: 2\n  config_type_weights: {crystal: 4}"))
+with open(os.path.join(work, "by_frame.yaml"), "w") as f:
+    f.write(base_input.replace(data, weighted))
+first_rows = {}
+for name, yaml in (("plain", "input.yaml"), ("by_type", "by_type.yaml"), ("by_frame", "by_frame.yaml")):
+    out = run("train", yaml, "-o", "w_" + name).stdout
+    first_rows[name] = np.loadtxt(os.path.join(work, "w_" + name, "lcurve.out"), ndmin=2)[0]
+    if name == "by_type" and "config types (frames, loss weight): crystal 4 x 4;" not in out:
+        failed.append("the training summary does not report the config type's weight:\n" + out)
+for name in ("by_type", "by_frame"):
+    ratio = first_rows[name][1] / first_rows["plain"][1]
+    same = np.allclose(first_rows[name][2:5], first_rows["plain"][2:5], rtol=1e-4)
+    print(f"weight 4 {name.replace('_', ' ')}: first-step loss ratio {ratio:.5f} (expected 2), RMSEs the same: {same}")
+    if not abs(ratio - 2) < 2e-4 or not same:
+        failed.append(f"weights {name}: loss ratio {ratio}, RMSEs the same {same}")
+
+# Reference energies: the crystal plus isolated atoms (MACE's marking), the equivariant model.
+E0 = -0.3712345678901
+with open(data) as f:
+    crystal = f.read()
+isolated = ('1\nProperties=species:S:1:pos:R:3 config_type=IsolatedAtom REF_energy=%.13f pbc="F F F"\n'
+            'Ar 0.0 0.0 0.0\n') % E0
+with_isolated = os.path.join(work, "lj_isolated.xyz")
+with open(with_isolated, "w") as f:
+    f.write(crystal + isolated)
+single = os.path.join(work, "single.xyz")
+with open(single, "w") as f:
+    f.write(isolated)
+with open(os.path.join(work, "eq.yaml"), "w") as f:
+    f.write(f"""model: {{type: equivariant, type_map: [Ar], r_max: 4.5, num_features: 4, l_max: 1, num_layers: 2,
+         seed: 2, e0s: isolated}}
+learning_rate: {{start_lr: 0.001, stop_lr: 0.0005, decay_steps: 5}}
+training:
+  training_data: {{systems: [{with_isolated}], batch_size: 1, energy_key: REF_energy, forces_key: REF_forces}}
+  numb_steps: 2
+  seed: 1
+  disp_freq: 1
+  save_freq: 2
+""")
+log = run("train", "eq.yaml", "-o", "eq").stdout
+run("freeze", "-c", "eq", "-o", "eq.pt")
+run("test", "-m", "eq.pt", "-s", single, "-d", "single", "--energy-key", "REF_energy")
+predicted = np.loadtxt(os.path.join(work, "single.e.out"), ndmin=2)[0, 1]
+print(f"isolated atom: E0 {E0:.13f}, predicted {predicted:.13f} eV")
+taken_out = "isolated atoms (config_type=IsolatedAtom): 1 system(s), taken out of training" in log
+if not taken_out:
+    failed.append("the training log does not say the isolated atoms were taken out:\n" + log)
+if not abs(predicted - E0) <= 1e-10:
+    failed.append(f"the isolated atom's energy {predicted} is not its E0 {E0}")
+# Per config type, and the predictions as extended XYZ read back by ASE.
+from ase.io import read  # noqa: E402
+report = run("test", "-m", "eq.pt", "-s", with_isolated, "-d", "both", "--xyz", "predicted.xyz", "--energy-key",
+             "REF_energy", "--forces-key", "REF_forces", "--stress-key", "REF_stress").stdout
+for needle in ("# ----------config type crystal", "# ----------config type IsolatedAtom",
+               "# number of systems : 1, frames : 4"):
+    if needle not in report:
+        failed.append(f"mlip test does not report '{needle}':\n{report}")
+predicted = read(os.path.join(work, "predicted.xyz"), ":")
+e_pred = np.loadtxt(os.path.join(work, "both.e.out"), ndmin=2)[:, 1]
+f_pred = np.loadtxt(os.path.join(work, "both.f.out"), ndmin=2)[:, 3:]
+v_pred = np.loadtxt(os.path.join(work, "both.v.out"), ndmin=2)[:, 9:]
+got_e = np.array([a.info["mlip_energy"] for a in predicted])
+got_f = np.concatenate([a.arrays["mlip_forces"] for a in predicted])
+crystal_frames = [a for a in predicted if a.info["config_type"] == "crystal"]
+got_stress = np.stack([np.asarray(a.info["mlip_stress"]).reshape(9) * a.get_volume() for a in crystal_frames])
+print(f"predictions.xyz: {len(predicted)} frames read by ASE; config types "
+      f"{sorted(set(a.info['config_type'] for a in predicted))}")
+for name, got, want in (("energies", got_e, e_pred), ("forces", got_f, f_pred),
+                        ("stress x volume against -virial", got_stress, -v_pred)):
+    diff = np.abs(got - want).max() / max(np.abs(want).max(), 1e-12)
+    print(f"  {name}: max relative difference {diff:.1e}")
+    if not diff < 1e-9:
+        failed.append(f"predictions.xyz: {name} differ by {diff}")
 if failed:
     sys.exit("FAILED: " + "; ".join(failed))
 print("ok")

@@ -166,12 +166,13 @@ class EquivariantModel final : public Model {
     return out;
   }
 
-  void compute_statistics(const std::vector<StatisticsFrames>& frames, std::ostream& log) override {
+  void compute_statistics(const std::vector<StatisticsFrames>& frames, const std::vector<double>& reference_energies,
+                          std::ostream& log) override {
     // Per-type shift (least squares), scale = RMS of the force labels of the statistics
     // frames, and the mean number of neighbours within r_max over all frames of the systems
     // (unless given); docs/equivariant.md "Statistics".
     const int ntypes = int(settings_.type_map.size());
-    const auto shift = energy_bias(frames, ntypes, "per-type energy shift", log);
+    const auto shift = energy_bias(frames, reference_energies, ntypes, "per-type energy shift", log);
     double f2 = 0, nf = 0, pairs = 0, atoms = 0;
     for (const StatisticsFrames& s : frames) {
       const data::System& sys = *s.system;

@@ -178,7 +178,8 @@ class SeAModel final : public Model {
            "model.descriptor.sel, or use sel: auto)";
   }
 
-  void compute_statistics(const std::vector<StatisticsFrames>& frames, std::ostream& log) override {
+  void compute_statistics(const std::vector<StatisticsFrames>& frames, const std::vector<double>& reference_energies,
+                          std::ostream& log) override {
     // davg/dstd from the full environment matrices (empty slots included; docs/se_e2_a.md
     // "Statistics"), made again for these frames, and the energy bias.
     const int ntypes = int(settings_.type_map.size());
@@ -191,7 +192,7 @@ class SeAModel final : public Model {
     const auto dtype = settings_.dtype();
     module_.setattr("davg", stat.davg().to(device_, dtype));
     module_.setattr("dstd", stat.dstd().to(device_, dtype));
-    module_.setattr("bias", energy_bias(frames, ntypes, "energy bias", log).to(device_, dtype));
+    module_.setattr("bias", energy_bias(frames, reference_energies, ntypes, "energy bias", log).to(device_, dtype));
   }
 
   Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames, bool training) override {
