@@ -22,11 +22,11 @@ pip_torch_venv() {
   local venv="$MLIP_CACHE/torch-$MLIP_TORCH_VERSION"
   local stamp="$venv/.mlip-complete"
   if [ ! -f "$stamp" ]; then
-    echo "[mlip setup] installing PyTorch $MLIP_TORCH_VERSION, numpy and ASE from pip into $venv (about 4.5 GB, once)"
+    echo "[mlip setup] installing PyTorch $MLIP_TORCH_VERSION, numpy, ASE and matplotlib from pip into $venv (about 4.5 GB, once)"
     rm -rf "$venv"
     mkdir -p "$MLIP_CACHE"
     /usr/bin/python3 -m venv "$venv" || { echo "setup.sh: could not make a virtual environment at $venv" >&2; return 1; }
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$MLIP_TORCH_VERSION" numpy ase \
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$MLIP_TORCH_VERSION" numpy ase matplotlib \
       >"$MLIP_CACHE/pip-install.log" 2>&1 || {
       tail -30 "$MLIP_CACHE/pip-install.log" >&2
       echo "setup.sh: pip install torch==$MLIP_TORCH_VERSION failed (log: $MLIP_CACHE/pip-install.log)" >&2

@@ -45,13 +45,14 @@ say() { echo "[mlip setup] $*"; }
 # yaml-cpp, GoogleTest, OpenMPI, the real torchrun (python3-torch), a one-node Slurm, and
 # OpenBLAS (Debian's LibTorch calls the system BLAS; the reference BLAS is ~15x slower), and the
 # HDF5 C library for DeePMD's .hdf5 systems (docs/data.md "HDF5 systems"), and the LAMMPS library
-# with its headers for pair_style mlip and `mlip lammps` (docs/lammps.md).
+# with its headers for pair_style mlip and `mlip lammps` (docs/lammps.md), and matplotlib for
+# `mlip plot` (docs/training.md "Pictures").
 PACKAGES=(
   build-essential cmake ccache pkg-config
   libtorch-dev libgloo-dev libyaml-cpp-dev
   libtrilinos-kokkos-dev googletest libgtest-dev
   libopenmpi-dev openmpi-bin
-  python3 python3-numpy python3-torch python3-ase
+  python3 python3-numpy python3-torch python3-ase python3-matplotlib
   slurm-wlm munge
   libopenblas0-openmp
   libhdf5-dev

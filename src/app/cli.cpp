@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "app/command_paths.h"
+#include "app/plot_command.h"
 #include "compat/libtorch.h"
 #include "data/kokkos_runtime.h"
 #include "data/load.h"
@@ -58,6 +59,7 @@ const char* kMainUsage =
     "  freeze          turn a checkpoint into one self-contained TorchScript file\n"
     "  test            errors of a model (frozen or checkpoint) on labelled systems\n"
     "  neighbor-stat   minimum neighbour distance and maximum neighbour counts of a data set\n"
+    "  plot            PNG pictures: the learning curve, parity plots of mlip test's results\n"
     "  lammps          run LAMMPS with pair_style mlip (every argument as lmp takes it: -in in.lammps ...)\n"
     "\n"
     "Run 'mlip <command> --help' for the options of a command.\n";
@@ -210,6 +212,20 @@ const char* kTestUsage =
     "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
     "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
     "  --virial-key <key>       ... the virial, eV (default virial)\n"
+    "  -h, --help               show this help\n";
+
+const char* kPlotUsage =
+    "usage: mlip plot [-l <lcurve.out or training folder>] [-t <test prefix>] [-o <folder>]\n"
+    "\n"
+    "Draws PNG files with matplotlib (Python 3; Debian: python3-matplotlib; MLIP_PYTHON picks the\n"
+    "interpreter): lcurve.png, the training and validation RMSEs and the learning rate against the\n"
+    "step; parity_energy.png and parity_forces.png, predictions against references from the\n"
+    "detail files of 'mlip test -d <prefix>', RMSEs in the legends, forces per element.\n"
+    "\n"
+    "options:\n"
+    "  -l, --lcurve <path>      lcurve.out, or the training folder holding it\n"
+    "  -t, --test <prefix>      the -d prefix of mlip test's detail files\n"
+    "  -o, --output <folder>    where to write the PNG files (default: .)\n"
     "  -h, --help               show this help\n";
 
 const char* kLammpsUsage =
@@ -502,6 +518,28 @@ int test_command(const std::vector<std::string>& args) {
   return train::run_test(options);
 }
 
+int plot_command(const std::vector<std::string>& args) {
+  std::vector<std::string> script_args;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kPlotUsage;
+      return kExitOk;
+    } else if (a == "-l" || a == "--lcurve") {
+      script_args.insert(script_args.end(), {"--lcurve", take_value(args, i, kPlotUsage)});
+    } else if (a == "-t" || a == "--test") {
+      script_args.insert(script_args.end(), {"--test", take_value(args, i, kPlotUsage)});
+    } else if (a == "-o" || a == "--output") {
+      script_args.insert(script_args.end(), {"--output", take_value(args, i, kPlotUsage)});
+    } else {
+      throw UsageError{"plot: unknown option '" + a + "'", kPlotUsage};
+    }
+  }
+  if (script_args.empty()) throw UsageError{"plot: nothing to draw: give -l and/or -t", kPlotUsage};
+  g_doing = "drawing pictures";
+  return run_plot_script(script_args);
+}
+
 int lammps_command(const std::vector<std::string>& args) {
   for (const auto& a : args)
     if (a == "-h" || a == "--help") {
@@ -546,6 +584,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (cmd == "freeze") return freeze_command(rest);
     if (cmd == "test") return test_command(rest);
     if (cmd == "lammps") return lammps_command(rest);
+    if (cmd == "plot") return plot_command(rest);
     if (!cmd.empty() && cmd[0] == '-') throw UsageError{"unknown option '" + cmd + "'", kMainUsage};
     throw UsageError{"unknown command '" + cmd + "'", kMainUsage};
   } catch (const UsageError& e) {

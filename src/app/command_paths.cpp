@@ -88,7 +88,7 @@ void check_training_outputs(const train::TrainConfig& config, const train::Train
 }
 
 void check_test_detail_outputs(const std::string& prefix) {
-  for (const char* suffix : {".e.out", ".e_peratom.out", ".f.out", ".v.out"}) {
+  for (const char* suffix : {".e.out", ".e_peratom.out", ".f.out", ".f_elements.out", ".v.out"}) {
     const std::string path = prefix + suffix;
     archive::check_output_target(path, archive::SpecialTarget::kStream, "-d " + prefix + ": " + path,
                                "test detail files");

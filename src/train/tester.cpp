@@ -86,7 +86,7 @@ int run_test(const TestOptions& options) {
 
   // Detail files: written beside their old versions and renamed over them at the end, so a
   // failed run (a full disk) leaves the old ones whole (archive/output_file.h).
-  std::unique_ptr<OutputFile> fe, fea, ff, fv;
+  std::unique_ptr<OutputFile> fe, fea, ff, fv, fel;
   if (!options.detail.empty()) {
     using Mode = OutputFile::Mode;
     // A FIFO or a character device is written into as a stream (docs/robustness.md "Special files").
@@ -98,6 +98,10 @@ int run_test(const TestOptions& options) {
     fe->write("# data_e pred_e\n");
     fea->write("# data_e pred_e\n");
     ff->write("# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n");
+    // The element of each row of .f.out (a file of its own: .f.out keeps dp test's columns).
+    fel = std::make_unique<OutputFile>(options.detail + ".f_elements.out", Mode::kReplace, "the force detail file",
+                                       kStream);
+    fel->write("# element of each row of " + options.detail + ".f.out\n");
   }
   std::unique_ptr<OutputFile> fxyz;
   if (!options.xyz.empty())
@@ -161,6 +165,9 @@ int run_test(const TestOptions& options) {
             line << std::setprecision(10) << fl[3 * a] << " " << fl[3 * a + 1] << " " << fl[3 * a + 2] << " "
                  << fp[3 * a] << " " << fp[3 * a + 1] << " " << fp[3 * a + 2] << "\n";
           ff->write(line.str());
+          line.str("");
+          for (int64_t a = 0; a < n; ++a) line << sys.type_map[size_t(sys.types[size_t(a)])] << "\n";
+          fel->write(line.str());
         }
       }
       if (!frame.virial.empty()) {
@@ -197,7 +204,7 @@ int run_test(const TestOptions& options) {
     by_type[sys.config_type] += m;
     ++systems_of_type[sys.config_type];
   }
-  for (auto* file : {fe.get(), fea.get(), ff.get(), fv.get(), fxyz.get()})
+  for (auto* file : {fe.get(), fea.get(), ff.get(), fv.get(), fel.get(), fxyz.get()})
     if (file) file->commit();
   if (by_type.size() > 1 || by_type.count("Default") == 0)
     for (const auto& [type, m] : by_type) {

@@ -1,4 +1,6 @@
-"""Label keys against ASE (docs/data.md "Label keys"): a Lennard-Jones crystal labelled by ASE's
+"""Users' own data, as MACE's users keep it, and pictures of the results.
+
+Label keys against ASE (docs/data.md "Label keys"): a Lennard-Jones crystal labelled by ASE's
 own calculator and written by ASE as MACE's users keep their data (REF_energy, REF_forces,
 REF_stress in Voigt order), trained, frozen and tested by mlip with energy_key, forces_key and
 stress_key. The reference virials `mlip test -d` reads must be ASE's stress turned into a
@@ -22,7 +24,10 @@ energy of an isolated atom must equal its E0.
 as extended XYZ that ASE reads: its mlip_energy and mlip_forces must be the .e.out and .f.out
 predictions, mlip_stress the virial over the volume with ASE's sign.
 
-usage: check_label_keys.py <mlip> <work dir>
+Pictures (docs/training.md "Pictures"): `mlip plot` draws lcurve.png and the two parity plots;
+each must be a PNG of a reasonable size that is not blank (many colours, pixels that vary).
+
+usage: check_user_data.py <mlip> <work dir>
 """
 import os
 import subprocess
@@ -207,6 +212,33 @@ for name, got, want in (("energies", got_e, e_pred), ("forces", got_f, f_pred),
     print(f"  {name}: max relative difference {diff:.1e}")
     if not diff < 1e-9:
         failed.append(f"predictions.xyz: {name} differ by {diff}")
+# Pictures: the learning curve and the parity plots, drawn by mlip plot with this Python.
+import matplotlib.image  # noqa: E402
+plots = os.path.join(work, "plots")
+env = dict(os.environ, MLIP_PYTHON=sys.executable)
+proc = subprocess.run([mlip, "plot", "-l", os.path.join(work, "w_plain"), "-t", os.path.join(work, "both"), "-o", plots],
+                      capture_output=True, text=True, env=env)
+print(proc.stdout.strip())
+if proc.returncode != 0:
+    failed.append(f"mlip plot exited {proc.returncode}: {proc.stderr}")
+for name in ("lcurve.png", "parity_energy.png", "parity_forces.png"):
+    path = os.path.join(plots, name)
+    if not os.path.isfile(path):
+        failed.append(f"mlip plot did not write {name}")
+        continue
+    image = matplotlib.image.imread(path)
+    colours = len(np.unique((image[:, :, :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+    print(f"  {name}: {image.shape[1]} x {image.shape[0]} pixels, {colours} colours, pixel std {image.std():.3f}")
+    if image.shape[0] < 400 or image.shape[1] < 400 or colours < 20 or image.std() < 0.02:
+        failed.append(f"{name} looks blank or too small ({image.shape}, {colours} colours)")
+with open(os.path.join(work, "both.f_elements.out")) as f:
+    elements = [line.strip() for line in f if not line.startswith("#")]
+if len(elements) != len(f_pred) or set(elements) != {"Ar"}:
+    failed.append(f"both.f_elements.out: {len(elements)} rows for {len(f_pred)} force rows, elements {set(elements)}")
+bad = subprocess.run([mlip, "plot", "-l", os.path.join(work, "nowhere")], capture_output=True, text=True, env=env)
+print("mlip plot -l nowhere:", bad.stderr.strip())
+if bad.returncode != 1 or "nowhere: no such file (expected lcurve.out" not in bad.stderr:
+    failed.append(f"mlip plot on a missing lcurve.out: exit {bad.returncode}, {bad.stderr!r}")
 if failed:
     sys.exit("FAILED: " + "; ".join(failed))
 print("ok")
