@@ -62,7 +62,7 @@ def lcurve(path, output):
     top.set_ylabel("RMSE")
     top.legend(fontsize=8)
     top.grid(True, which="both", alpha=0.3)
-    top.set_title(os.path.abspath(path), fontsize=8)
+    top.set_title(path, fontsize=8)
     bottom.plot(column["step"], column["lr"], color="black")
     bottom.set_yscale("log")
     bottom.set_xlabel("step")
