@@ -370,7 +370,7 @@ TEST(BadInput, ExtxyzMissingForcesColumn) {
   write_text(path, "2\n" + std::string(kLattice) +
                        "Properties=species:S:1:pos:R:3 energy=-1.0 pbc=\"T T T\"\n"
                        "O 1 1 1\nH 2 1 1\n");
-  expect_bad(path, {path + ":2", "no forces", "forces:R:3"});
+  expect_bad(path, {path + ":2", "no forces", "column 'forces' (or 'force') of type R and count 3", "the columns are species, pos"});
 }
 
 TEST(BadInput, ExtxyzMissingEnergy) {
