@@ -840,8 +840,8 @@ TEST(LabelKeys, PerDataSectionWithValidationInheriting) {
             "\"REF energy\"");
 }
 
-// model.e0s (docs/training.md "Reference energies"): fit (default), isolated, or an energy for
-// every type; anything else names the key.
+// model.e0s (docs/training.md "Reference energies"): fit (default), isolated, {isolated: FILE},
+// or an energy for every type; anything else names the key.
 TEST(ReferenceEnergies, FormsAndErrors) {
   using Kind = mlip::models::ReferenceEnergies::Kind;
   EXPECT_EQ(parse(kMinimal).model->e0s.kind, Kind::kFit);
@@ -851,8 +851,13 @@ TEST(ReferenceEnergies, FormsAndErrors) {
   EXPECT_EQ(given.model->e0s.kind, Kind::kGiven);
   EXPECT_EQ(given.model->e0s.given.at("O"), -2035.5);
   EXPECT_EQ(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: average")),
-            "input.yaml: model.e0s: expected fit, isolated, or a mapping {element: eV} for every type of type_map, "
-            "got average");
+            "input.yaml: model.e0s: expected fit, isolated, {isolated: FILE of isolated atoms}, or a mapping "
+            "{element: eV} for every type of type_map, got average");
+  const auto from_file = parse(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {isolated: iso.xyz}"));
+  EXPECT_EQ(from_file.model->e0s.kind, Kind::kIsolated);
+  EXPECT_EQ(from_file.model->e0s.file, "iso.xyz");
+  EXPECT_EQ(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {isolated: [a]}")),
+            "input.yaml: model.e0s.isolated: expected the path of a file of isolated atoms, got a list [a]");
   EXPECT_TRUE(contains(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {O: -2035.5}")),
                        "model.e0s: has no energy for the type \"H\" of type_map"));
   EXPECT_TRUE(contains(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: [O, H]\n  e0s: {O: -1, H: -1, C: -3}")),

@@ -152,6 +152,24 @@ TEST(Extxyz, PbcDefaultsFollowAse) {
   EXPECT_FALSE(systems[1].has_box());
 }
 
+// A frame of one atom needs no forces (they are zero: a lone atom's energy does not depend on
+// where it is), periodic or not, marked IsolatedAtom or not; two atoms do (Errors).
+TEST(Extxyz, LoneAtomNeedsNoForces) {
+  TempDir tmp;
+  const std::string path = tmp / "lone.xyz";
+  write_text(path, "1\n" + std::string(kLattice) + "Properties=species:S:1:pos:R:3 energy=-1\nH 0 0 0\n"
+                   "1\nProperties=species:S:1:pos:R:3 energy=-2 pbc=\"F F F\"\nO 0 0 0\n");
+  std::vector<System> systems = read_extxyz(path, {"O", "H"});
+  ASSERT_EQ(systems.size(), 2u);
+  for (const System& sys : systems) {
+    EXPECT_TRUE(sys.has_energy);
+    ASSERT_EQ(sys.force.size(), 3u) << sys.name;
+    EXPECT_EQ(sys.force, std::vector<double>(3, 0.0)) << sys.name;
+  }
+  EXPECT_EQ(systems[0].energy, std::vector<double>{-1.0});
+  EXPECT_EQ(systems[1].energy, std::vector<double>{-2.0});
+}
+
 TEST(Extxyz, SkipsExtraColumnsAndAcceptsForceName) {
   TempDir tmp;
   const std::string path = tmp / "extra.xyz";
@@ -238,9 +256,9 @@ TEST(Extxyz, Errors) {
       EXPECT_TRUE(contains(msg, p)) << msg << "\n  missing: " << p;
     }
   };
-  // Missing forces column.
-  expect_error("1\nLattice=\"5 0 0 0 5 0 0 0 5\" Properties=species:S:1:pos:R:3 energy=-1 "
-               "pbc=\"T T T\"\nH 0 0 0\n",
+  // Missing forces column (a one-atom frame needs none: see LoneAtomNeedsNoForces).
+  expect_error("2\nLattice=\"5 0 0 0 5 0 0 0 5\" Properties=species:S:1:pos:R:3 energy=-1 "
+               "pbc=\"T T T\"\nH 0 0 0\nH 1 0 0\n",
                {path + ":2", "no forces", "column 'forces' (or 'force') of type R and count 3", "(frame 0)"});
   // Missing energy.
   expect_error("1\n" + std::string(kProps) + "pbc=\"F F F\"\nH 0 0 0 0 0 0\n",

@@ -32,10 +32,11 @@ struct Case {
   std::vector<int64_t> sel = {12, 24};
   bool periodic = true;
   int batch = 1;
+  bool isolated_energy_is_bias = false;
   std::string name() const {
     return std::string(one_side ? "one_side" : "two_side") + (resnet_dt ? " resnet_dt" : "") + " sel " +
            std::to_string(sel[0]) + "," + std::to_string(sel[1]) + (periodic ? " periodic" : " cluster") + " batch " +
-           std::to_string(batch);
+           std::to_string(batch) + (isolated_energy_is_bias ? " isolated_energy_is_bias" : "");
   }
 };
 
@@ -52,6 +53,11 @@ std::vector<Case> cases() {
   k.sel = {3, 5};  // truncated environments
   k.periodic = false;
   k.batch = 2;
+  out.push_back(k);
+  k = Case();  // the isolated atom's fitting-net output subtracted (model.e0s isolated or given)
+  k.one_side = false;
+  k.batch = 3;
+  k.isolated_energy_is_bias = true;
   out.push_back(k);
   return out;
 }
@@ -78,6 +84,7 @@ struct Setup {
     c.precision = std::is_same_v<Real, float> ? "float32" : "float64";
     c.seed = 11;
     c.fitting_seed = 12;
+    c.isolated_energy_is_bias = k.isolated_energy_is_bias;
     module = mlip::models::build_se_e2_a(c);
     mlip::models::EnvStat stat(2, c.nslots());
     for (int b = 0; b < k.batch; ++b) {

@@ -10,6 +10,7 @@
 #include "data/neighbor_list.h"
 #include "models/se_e2_a/env_matrix.h"
 #include "models/se_e2_a/se_e2_a.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 // The hand-written training path against the TorchScript module's energy_force_env with
@@ -31,12 +32,13 @@ struct Case {
   bool periodic = true;
   double p_type0 = 0.4;  // 1.0: no atom of type 1 (its fitting net idle, its slots all empty)
   int batch = 1;
+  bool isolated_energy_is_bias = false;  // FN(D_isolated) subtracted (model.e0s isolated or given)
   std::string name() const {
     std::string s = std::string(one_side ? "one_side" : "two_side") + (emb_resnet_dt ? " emb_resnet_dt" : "") +
                     " sel " + std::to_string(sel[0]) + "," + std::to_string(sel[1]) + " neuron";
     for (auto w : neuron) s += " " + std::to_string(w);
     return s + (periodic ? " periodic" : " cluster") + " p_type0 " + std::to_string(p_type0) + " batch " +
-           std::to_string(batch);
+           std::to_string(batch) + (isolated_energy_is_bias ? " isolated_energy_is_bias" : "");
   }
 };
 
@@ -54,6 +56,7 @@ SeAConfig config_of(const Case& k, const std::string& precision) {
   c.fitting_resnet_dt = true;
   c.precision = precision;
   c.seed = 11;
+  c.isolated_energy_is_bias = k.isolated_energy_is_bias;
   return c;
 }
 
@@ -193,6 +196,18 @@ std::vector<Case> cases() {
   out.push_back(k);
   k.one_side = false;
   out.push_back(k);
+  // The isolated atom's FN subtracted: its adjoint reaches the fitting and embedding nets.
+  k.isolated_energy_is_bias = true;
+  out.push_back(k);
+  k = Case();
+  k.isolated_energy_is_bias = true;
+  k.p_type0 = 1.0;  // type 1's isolated atom unused
+  out.push_back(k);
+  k = Case();
+  k.isolated_energy_is_bias = true;
+  k.neuron = {1, 2, 3};
+  k.sel = {3, 5};
+  out.push_back(k);
   return out;
 }
 
@@ -208,7 +223,7 @@ TEST(SeATrainingPath, EqualsAutogradInDouble) {
 }
 
 TEST(SeATrainingPath, EqualsAutogradInFloat) {
-  for (const Case& k : {Case(), cases()[3], cases().back()}) {
+  for (const Case& k : {Case(), cases()[3], cases()[cases().size() - 4], cases()[cases().size() - 3]}) {
     SCOPED_TRACE(k.name());
     const Compared r = compare<float>(k, "float32");
     EXPECT_LT(r.energy, 1e-6);
@@ -280,6 +295,75 @@ TYPED_TEST(PackedFromList, EqualsTheDenseMatrixPacked) {
         EXPECT_GT(env.truncated_blocks, 0) << "the case meant to truncate did not";
       }
     }
+  }
+}
+
+template <typename Real>
+struct IsolatedAtom : ::testing::Test {};
+TYPED_TEST_SUITE(IsolatedAtom, Reals);
+
+// With isolated_energy_is_bias (model.e0s isolated or given), an atom without neighbours has
+// exactly its bias as energy in every path: the hand-written training forward, the MD
+// evaluation, the TorchScript training method and the frozen interface; without it, it does not.
+TYPED_TEST(IsolatedAtom, EnergyIsTheBiasInEveryPath) {
+  using Real = TypeParam;
+  const std::string precision = std::is_same_v<Real, float> ? "float32" : "float64";
+  // Three atoms (O, H, O) 10 Å apart, no cell: nobody has a neighbour within rcut = 4.
+  Frame lone;
+  lone.pos = {0, 0, 0, 10, 0, 0, 0, 10, 0};
+  lone.types = {0, 1, 0};
+  lone.pbc = {false, false, false};
+  Frame dense = mlip::test::random_frame(30, true, 21, 6.5, {0.8, -0.5, 0.4}, 0.9, 0.4);
+  const std::vector<double> bias = {-93.5, -187.2};
+  for (bool subtract : {true, false}) {
+    SCOPED_TRACE(subtract ? "isolated_energy_is_bias" : "plain");
+    Case k;
+    k.one_side = false;
+    k.isolated_energy_is_bias = subtract;
+    const SeAConfig c = config_of(k, precision);
+    auto model = mlip::models::build_se_e2_a(c);
+    EXPECT_EQ(model.attr("isolated_energy_is_bias").toBool(), subtract);
+    mlip::models::EnvStat stat(2, c.nslots());
+    stat.add(env_of<double>(dense, c), dense.types);
+    model.setattr("davg", stat.davg().to(c.dtype()));
+    model.setattr("dstd", stat.dstd().to(c.dtype()));
+    model.setattr("bias", torch::tensor(bias, torch::kFloat64).to(c.dtype()));
+
+    const auto env = env_of<Real>(lone, c);
+    ASSERT_EQ((env.rij.select(-1, 0) != 0).sum().template item<int64_t>(), 0) << "the atoms should have no neighbours";
+    SeATrainingPath path(c, model);
+    const auto trained = path.forward(PackedEnv::pack(env, lone.types, c), lone.types).atomic.to(torch::kFloat64);
+    mlip::data::NeighborListBuilder<Real> builder;
+    std::vector<Real> pos(lone.pos.begin(), lone.pos.end());
+    auto nl = builder.build(pos.data(), 3, nullptr, lone.pbc, c.rcut);
+    const auto evaluated = path.evaluate(PackedEnv::from_neighbor_list<Real>(nl, lone.types, c), lone.types, 3);
+    auto atype = torch::tensor(std::vector<int64_t>{0, 1, 0}, torch::kInt64);
+    const auto script = model.get_method("atomic_energy")({env.rij.unsqueeze(0), atype}).toTensor().to(torch::kFloat64);
+    // As frozen: parameters without gradients (the energies then have no graph at all).
+    for (auto p : model.parameters()) p.requires_grad_(false);
+    const double frozen = mlip::test::run_deploy(model, lone, c.rcut, c.dtype()).energy;
+
+    // float64: a few ulps of the bias (two fitting-net evaluations of one input, 1-row and
+    // n-row GEMMs); float32: of float32's.
+    const double tol = std::is_same_v<Real, float> ? 2e-5 : 1e-12;
+    double worst = 0;
+    for (int i = 0; i < 3; ++i) {
+      const double b = bias[size_t(lone.types[size_t(i)])];
+      for (double e : {trained[0][i].template item<double>(), evaluated.atomic[size_t(i)],
+                       script[0][i].template item<double>()})
+        worst = std::max(worst, std::abs(e - b));
+    }
+    const double total = 2 * bias[0] + bias[1];
+    worst = std::max({worst, std::abs(evaluated.energy - total), std::abs(frozen - total)});
+    if (subtract) {
+      EXPECT_LT(worst, tol * std::abs(total));
+    } else {
+      EXPECT_GT(worst, 1e-3) << "the fitting nets' output at the isolated atom should not vanish by itself";
+    }
+    // Forces on isolated atoms are zero either way.
+    EXPECT_EQ(*std::max_element(evaluated.forces.begin(), evaluated.forces.end(), [](double a, double b) {
+      return std::abs(a) < std::abs(b);
+    }), 0.0);
   }
 }
 

@@ -283,8 +283,10 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   if (!pos || pos->type != 'R' || pos->count != 3) {
     throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + props + "'");
   }
-  // An isolated atom (MACE's config_type=IsolatedAtom) needs no forces: they are zero.
-  const bool isolated = kv.count("config_type") != 0 && trim(kv["config_type"].value) == "IsolatedAtom";
+  // An isolated atom (MACE's config_type=IsolatedAtom), or any one-atom frame, needs no forces:
+  // they are zero (a lone atom's energy does not change when it moves, periodic or not).
+  const bool isolated =
+      natoms == 1 || (kv.count("config_type") != 0 && trim(kv["config_type"].value) == "IsolatedAtom");
   // Energy.
   const std::string energy_key = !keys.energy.empty()     ? keys.energy
                                  : kv.count("energy")      ? "energy"

@@ -26,10 +26,14 @@ std::string deploy_outputs_source(const std::string& nested) {
   return "    e_own = e\n"
          "    if 'nlocal' in data:\n"
          "    " + nested + "e_own = e[:int(data['nlocal'].item())]\n"
-         "    grads = torch.autograd.grad([e_own.sum()], [d_all], allow_unused=True)\n"
-         "    g = grads[0]\n"
-         "    if g is None:\n"
-         "    " + nested + "g = torch.zeros_like(d_all)\n"
+         // A frame where no atom has a neighbour gives energies that do not depend on d_all
+         // (no grad_fn once the parameters are frozen): zero forces.
+         "    g = torch.zeros_like(d_all)\n"
+         "    if e_own.requires_grad:\n"
+         "    " + nested + "grads = torch.autograd.grad([e_own.sum()], [d_all], allow_unused=True)\n"
+         "    " + nested + "g_all = grads[0]\n"
+         "    " + nested + "if g_all is not None:\n"
+         "    " + nested + nested + "g = g_all\n"
          "    f = torch.zeros([n, 3], dtype=pos.dtype, device=pos.device)\n"
          "    f = f.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g)\n"
          "    virial = -torch.matmul(d_all.detach().transpose(0, 1), g)\n"

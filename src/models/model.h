@@ -22,11 +22,14 @@ namespace mlip::models {
 struct ReferenceEnergies {
   enum class Kind {
     kFit,       ///< `fit` (default): the least-squares fit of the frames' energies to their composition
-    kIsolated,  ///< `isolated`: the training data's frames with config_type=IsolatedAtom
+    kIsolated,  ///< `isolated`: the training data's frames with config_type=IsolatedAtom, or `file`'s
     kGiven,     ///< {element: eV, ...}: as written
   };
   Kind kind = Kind::kFit;
   std::map<std::string, double> given;  ///< kGiven: eV per type name
+  /// kIsolated from `{isolated: FILE}`: a file (or directory) of one-atom frames, read with the
+  /// training data's keys, in addition to the training data's IsolatedAtom frames; else empty.
+  std::string file;
 };
 
 struct ModelSettings {

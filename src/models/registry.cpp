@@ -113,12 +113,13 @@ const ModelEntry& select_model(const YAML::Node& model) {
   return *entry;
 }
 
-/// model.e0s: fit, isolated, or {element: eV} for every type of type_map.
+/// model.e0s: fit, isolated, {isolated: FILE}, or {element: eV} for every type of type_map.
 ReferenceEnergies read_e0s(const Section& m, const std::vector<std::string>& type_map) {
   ReferenceEnergies e;
   if (!m.has("e0s")) return e;
   const YAML::Node node = m.get("e0s");
-  const std::string expected_text = "fit, isolated, or a mapping {element: eV} for every type of type_map";
+  const std::string expected_text =
+      "fit, isolated, {isolated: FILE of isolated atoms}, or a mapping {element: eV} for every type of type_map";
   if (node.IsScalar()) {
     const std::string v = node.Scalar();
     if (v == "fit") return e;
@@ -126,6 +127,15 @@ ReferenceEnergies read_e0s(const Section& m, const std::vector<std::string>& typ
     expected(m.path_of("e0s"), expected_text, node);
   }
   if (!node.IsMap()) expected(m.path_of("e0s"), expected_text, node);
+  if (node.size() == 1 && node["isolated"] &&
+      std::find(type_map.begin(), type_map.end(), "isolated") == type_map.end()) {
+    const YAML::Node file = node["isolated"];
+    if (!file.IsScalar() || file.Scalar().empty())
+      expected(m.path_of("e0s") + ".isolated", "the path of a file of isolated atoms", file);
+    e.kind = ReferenceEnergies::Kind::kIsolated;
+    e.file = file.Scalar();
+    return e;
+  }
   e.kind = ReferenceEnergies::Kind::kGiven;
   for (const auto& kv : node) {
     const std::string name = kv.first.as<std::string>();

@@ -316,12 +316,30 @@ void Trainer::load_data() {
                     " atoms (expected 1)");
       isolated_.push_back(sys);
     }
+  const std::string& isolated_file = config_.model->e0s.file;
+  if (!isolated_file.empty()) {
+    // model.e0s: {isolated: FILE}: every frame there is an isolated atom, whatever its config_type.
+    std::vector<data::System> extra;
+    try {
+      extra = data::load_systems({isolated_file}, type_map, "", data::Loading::kStreamed, config_.training_data.keys);
+    } catch (const Error& e) {
+      throw Error(std::string("model.e0s.isolated: ") + e.what());
+    }
+    if (type_map.size() != config_.model->type_map.size())
+      throw Error("model.e0s.isolated: " + isolated_file + " has types beyond model.type_map");
+    for (const auto& sys : extra) {
+      if (sys.natoms() != 1)
+        throw Error("model.e0s.isolated: " + sys.name + ": expected one-atom frames (isolated atoms), got frames of " +
+                    std::to_string(sys.natoms()) + " atoms");
+      isolated_.push_back(sys);
+    }
+  }
   train_raw_.erase(std::remove_if(train_raw_.begin(), train_raw_.end(), isolated), train_raw_.end());
   valid_raw_.erase(std::remove_if(valid_raw_.begin(), valid_raw_.end(), isolated), valid_raw_.end());
   if (train_raw_.empty()) throw Error("training_data: no frames to train on besides isolated atoms");
   if (!isolated_.empty())
-    std::cout << "isolated atoms (config_type=IsolatedAtom): " << isolated_.size()
-              << " system(s), taken out of training"
+    std::cout << "isolated atoms (config_type=IsolatedAtom" << (isolated_file.empty() ? "" : ", " + isolated_file)
+              << "): " << isolated_.size() << " system(s), taken out of training"
               << (config_.model->e0s.kind == models::ReferenceEnergies::Kind::kIsolated ? ": the reference energies"
                                                                                          : " (model.e0s is not isolated: unused)")
               << "\n";
@@ -464,7 +482,7 @@ std::vector<double> Trainer::reference_energies() const {
       if (count[t] == 0) missing += (missing.empty() ? "" : ", ") + names[t];
     if (!missing.empty())
       throw Error("model.e0s: isolated: no isolated atom (a one-atom frame with config_type=IsolatedAtom in the "
-                  "training data) of type " + missing);
+                  "training data" + (e0s.file.empty() ? "" : ", or in " + e0s.file) + ") of type " + missing);
     for (size_t t = 0; t < names.size(); ++t) out.push_back(sum[t] / count[t]);
   }
   return out;

@@ -17,8 +17,8 @@ RMSEs are the same.
 
 Reference energies (docs/training.md "Reference energies"): isolated atoms in the same file
 (config_type=IsolatedAtom, no forces, as MACE's users mark them) are taken out of training and,
-with model.e0s: isolated, are the equivariant model's per-type reference: the frozen model's
-energy of an isolated atom must equal its E0.
+with model.e0s: isolated, are each model's per-type reference: the frozen model's energy of an
+isolated atom must equal its E0 (equivariant and se_e2_a).
 
 `mlip test` reports errors per config type, and `--xyz` writes the frames with the predictions
 as extended XYZ that ASE reads: its mlip_energy and mlip_forces must be the .e.out and .f.out
@@ -167,9 +167,17 @@ with open(with_isolated, "w") as f:
 single = os.path.join(work, "single.xyz")
 with open(single, "w") as f:
     f.write(isolated)
-with open(os.path.join(work, "eq.yaml"), "w") as f:
-    f.write(f"""model: {{type: equivariant, type_map: [Ar], r_max: 4.5, num_features: 4, l_max: 1, num_layers: 2,
-         seed: 2, e0s: isolated}}
+# Both models: an isolated atom's energy is its E0 (se_e2_a subtracts its fitting net's output
+# at the isolated atom's descriptor; docs/se_e2_a.md "Reference energies").
+models = {
+    "eq": "{type: equivariant, type_map: [Ar], r_max: 4.5, num_features: 4, l_max: 1, num_layers: 2, seed: 2, "
+          "e0s: isolated}",
+    "se": "{type_map: [Ar], descriptor: {type: se_e2_a, sel: [60], rcut: 4.5, rcut_smth: 1.0, neuron: [4, 8], "
+          "axis_neuron: 4, seed: 2}, fitting_net: {neuron: [8, 8], seed: 2}, e0s: isolated}",
+}
+for name, model in models.items():
+    with open(os.path.join(work, name + ".yaml"), "w") as f:
+        f.write(f"""model: {model}
 learning_rate: {{start_lr: 0.001, stop_lr: 0.0005, decay_steps: 5}}
 training:
   training_data: {{systems: [{with_isolated}], batch_size: 1, energy_key: REF_energy, forces_key: REF_forces}}
@@ -178,16 +186,41 @@ training:
   disp_freq: 1
   save_freq: 2
 """)
-log = run("train", "eq.yaml", "-o", "eq").stdout
-run("freeze", "-c", "eq", "-o", "eq.pt")
-run("test", "-m", "eq.pt", "-s", single, "-d", "single", "--energy-key", "REF_energy")
+    log = run("train", name + ".yaml", "-o", name).stdout
+    run("freeze", "-c", name, "-o", name + ".pt")
+    run("test", "-m", name + ".pt", "-s", single, "-d", "single", "--energy-key", "REF_energy")
+    predicted = np.loadtxt(os.path.join(work, "single.e.out"), ndmin=2)[0, 1]
+    print(f"{name}: isolated atom: E0 {E0:.13f}, predicted {predicted:.13f} eV")
+    taken_out = "isolated atoms (config_type=IsolatedAtom): 1 system(s), taken out of training" in log
+    if not taken_out:
+        failed.append(f"{name}: the training log does not say the isolated atoms were taken out:\n" + log)
+    if not abs(predicted - E0) <= 1e-10:
+        failed.append(f"{name}: the isolated atom's energy {predicted} is not its E0 {E0}")
+# A separate file of isolated atoms ({isolated: FILE}): one-atom frames with an energy only, no
+# config_type; the training data has no isolated atom.
+E0_file = -0.2512345678901
+plain = os.path.join(work, "plain_isolated.xyz")
+with open(plain, "w") as f:
+    f.write('1\nProperties=species:S:1:pos:R:3 REF_energy=%.13f pbc="F F F"\nAr 0.0 0.0 0.0\n' % E0_file)
+with open(os.path.join(work, "se.yaml")) as f:
+    text = f.read()
+with open(os.path.join(work, "se_file.yaml"), "w") as f:
+    f.write(text.replace("e0s: isolated", "e0s: {isolated: %s}" % plain).replace(with_isolated, data))
+log = run("train", "se_file.yaml", "-o", "se_file").stdout
+run("freeze", "-c", "se_file", "-o", "se_file.pt")
+run("test", "-m", "se_file.pt", "-s", plain, "-d", "single", "--energy-key", "REF_energy")
 predicted = np.loadtxt(os.path.join(work, "single.e.out"), ndmin=2)[0, 1]
-print(f"isolated atom: E0 {E0:.13f}, predicted {predicted:.13f} eV")
-taken_out = "isolated atoms (config_type=IsolatedAtom): 1 system(s), taken out of training" in log
-if not taken_out:
-    failed.append("the training log does not say the isolated atoms were taken out:\n" + log)
-if not abs(predicted - E0) <= 1e-10:
-    failed.append(f"the isolated atom's energy {predicted} is not its E0 {E0}")
+print(f"se, e0s from a file: E0 {E0_file:.13f}, predicted {predicted:.13f} eV")
+if f"isolated atoms (config_type=IsolatedAtom, {plain}): 1 system(s), taken out of training" not in log:
+    failed.append("e0s {isolated: FILE}: the log does not name the file:\n" + log)
+if not abs(predicted - E0_file) <= 1e-10:
+    failed.append(f"e0s {{isolated: FILE}}: the isolated atom's energy {predicted} is not its E0 {E0_file}")
+with open(os.path.join(work, "se_bad.yaml"), "w") as f:
+    f.write(text.replace("e0s: isolated", "e0s: {isolated: %s}" % data).replace(with_isolated, data))
+bad = run("train", "se_bad.yaml", "-o", "se_bad", check=False)
+if bad.returncode == 0 or "expected one-atom frames (isolated atoms), got frames of 32 atoms" not in bad.stderr:
+    failed.append(f"e0s {{isolated: FILE}} with a crystal: exit {bad.returncode}, {bad.stderr}")
+
 # Per config type, and the predictions as extended XYZ read back by ASE.
 from ase.io import read  # noqa: E402
 report = run("test", "-m", "eq.pt", "-s", with_isolated, "-d", "both", "--xyz", "predicted.xyz", "--energy-key",

@@ -132,8 +132,25 @@ std::string se_e2_a_source(const SeAConfig& c) {
     }
     o << "      tm = tm / " << literal(double(nc)) << "\n"
       << "      d = torch.matmul(tm.transpose(2, 3), tm[:, :, :, 0:" << msub << "]).reshape(nb, idx.numel(), "
-      << m * msub << ")\n"
-      << "      e = e.index_copy(1, idx, self.fit_" << ti << "(d).squeeze(2) + self.bias[" << ti << "])\n";
+      << m * msub << ")\n";
+    if (c.isolated_energy_is_bias) {
+      // The same steps for an atom whose slots are all empty: its energy is then exactly the bias.
+      o << "      ti0 = torch.zeros([1, " << m << "], dtype=rij.dtype, device=rij.device)\n";
+      for (int64_t t = 0; t < ntypes; ++t) {
+        const int64_t s = c.sel[size_t(t)];
+        if (s == 0) continue;
+        const std::string name = c.type_one_side ? "emb_" + std::to_string(t)
+                                                 : "emb_" + std::to_string(ti) + "_" + std::to_string(t);
+        o << "      ti0 = ti0 + " << s << " * e0 * self." << name << "(e0.reshape(1, 1))\n";
+      }
+      o << "      ti0 = torch.cat([ti0, torch.zeros([3, " << m << "], dtype=rij.dtype, device=rij.device)], 0) / "
+        << literal(double(nc)) << "\n"
+        << "      d0 = torch.matmul(ti0.transpose(0, 1), ti0[:, 0:" << msub << "]).reshape(1, " << m * msub << ")\n"
+        << "      e = e.index_copy(1, idx, self.fit_" << ti << "(d).squeeze(2) - self.fit_" << ti
+        << "(d0).reshape(1, 1) + self.bias[" << ti << "])\n";
+    } else {
+      o << "      e = e.index_copy(1, idx, self.fit_" << ti << "(d).squeeze(2) + self.bias[" << ti << "])\n";
+    }
   }
   o << "    return e\n\n";
 
@@ -249,6 +266,7 @@ torch::jit::Module build_se_e2_a(const SeAConfig& c) {
   auto sel = torch::tensor(c.sel, torch::kInt64);
   module.register_buffer("sel", sel);
   module.register_buffer("sel_offset", torch::cumsum(sel, 0) - sel);
+  module.register_attribute("isolated_energy_is_bias", c10::BoolType::get(), c.isolated_energy_is_bias);
   try {
     module.define(se_e2_a_source(c));
   } catch (const c10::Error& e) {

@@ -24,6 +24,10 @@ struct SeAConfig {
   std::string precision = "float64";               ///< "float64" or "float32"
   uint64_t seed = 1;                               ///< initialises the embedding nets
   uint64_t fitting_seed = 1;                       ///< initialises the fitting nets
+  /// true: E_i = FN(D_i) - FN(D_isolated) + bias, so that an atom without neighbours has exactly
+  /// the energy bias[t] (the reference energy E0; docs/se_e2_a.md "Reference energies"). false
+  /// (model.e0s: fit): E_i = FN(D_i) + bias.
+  bool isolated_energy_is_bias = false;
 
   /// Throws mlip::Error naming the key (model.descriptor.sel, ...) that is invalid.
   void validate() const;
@@ -50,6 +54,8 @@ std::string se_e2_a_source(const SeAConfig& config);
 ///   (pos, atom_types, edge_index, cell, edge_cell_shift -> atomic_energy, total_energy,
 ///   forces, virial), building the environment matrix itself from positions.
 /// - `set_statistics(davg [ntypes,4], dstd [ntypes,4])`, `set_bias(bias [ntypes])`.
+///
+/// The module's bool attribute `isolated_energy_is_bias` records config.isolated_energy_is_bias.
 torch::jit::Module build_se_e2_a(const SeAConfig& config);
 
 }  // namespace mlip::models

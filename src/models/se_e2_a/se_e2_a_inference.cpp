@@ -51,6 +51,9 @@ std::unique_ptr<Inference> make_se_e2_a_inference(const ModelSettings& settings,
   SeAConfig config = se->config;
   const torch::Tensor sel = module.attr("sel").toTensor().to(torch::kCPU).contiguous();
   config.sel.assign(sel.data_ptr<int64_t>(), sel.data_ptr<int64_t>() + sel.numel());
+  // The module's own record (models frozen before it existed subtract nothing).
+  config.isolated_energy_is_bias =
+      module.hasattr("isolated_energy_is_bias") && module.attr("isolated_energy_is_bias").toBool();
   return std::make_unique<SeAInference>(config, module);
 }
 

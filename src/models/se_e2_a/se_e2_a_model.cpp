@@ -136,6 +136,8 @@ class SeAModel final : public Model {
     c.seed = settings_.descriptor_seed.value_or(fallback);
     c.fitting_seed = settings_.fitting_seed.value_or(fallback);
     c.sel = settings_.sel.automatic ? automatic_sel(context) : settings_.sel.values;
+    // With reference energies of isolated atoms (or given), such an atom's energy is its bias.
+    c.isolated_energy_is_bias = settings_.e0s.kind != ReferenceEnergies::Kind::kFit;
     module_ = build_se_e2_a(c);
     move_module(module_, device_);
     kind_ = se_e2_a_path_kind(device_);

@@ -9,6 +9,7 @@
 #include "error.h"
 #include "models/se_e2_a/env_row.h"
 #include "models/se_e2_a/fitting_adjoint.h"
+#include "models/se_e2_a/isolated_atom.h"
 #include "models/kernels/gemm.h"
 #include "models/kernels/layer_kernels.h"
 #include "models/kernels/layer_rule.h"
@@ -353,6 +354,9 @@ struct SeATrainingPath::Impl {
   std::vector<FittingAdjoint<float>> fit_f;     // per centre type (float32 models)
   std::vector<FittingAdjoint<double>> fit_d;    // per centre type (float64 models)
   std::vector<Tensor> pair_gd;  // per group [pairs, 3] dE/dd_ij
+  // With c.isolated_energy_is_bias: FN of an atom without neighbours, subtracted from every atom.
+  std::unique_ptr<IsolatedAtomFit<float>> isolated_f;
+  std::unique_ptr<IsolatedAtomFit<double>> isolated_d;
   std::vector<Tensor> held;     // contiguous parameter tensors behind the raw pointers
 
   Tensor attr(const std::string& name) const { return module.attr(name).toTensor(); }
@@ -395,6 +399,32 @@ struct SeATrainingPath::Impl {
       }
     }
     return nets;
+  }
+
+  template <typename R>
+  IsolatedAtomFit<R>* isolated() {
+    if constexpr (std::is_same_v<R, float>) return isolated_f.get();
+    else return isolated_d.get();
+  }
+
+  /// With c.isolated_energy_is_bias, FN_t of an atom without neighbours for the types in
+  /// `types` (docs/se_e2_a.md "Reference energies"), from the empty-slot outputs
+  /// `empty_output(g, ti)` of the nets; null otherwise.
+  template <typename R, typename EmptyOutput>
+  IsolatedAtomFit<R>* isolated_forward(const std::vector<int>& types, EmptyOutput&& empty_output) {
+    IsolatedAtomFit<R>* iso = isolated<R>();
+    if (iso == nullptr) return nullptr;
+    std::vector<std::vector<const R*>> empty(size_t(nt), std::vector<const R*>(size_t(nt), nullptr));
+    std::vector<bool> used(size_t(nt), false);
+    std::vector<typename FittingAdjoint<R>::Params> params;
+    for (int t : types) used[size_t(t)] = true;
+    for (int64_t ti = 0; ti < nt; ++ti) {
+      params.push_back(fit_params<R>(ti));
+      for (int64_t t = 0; t < nt; ++t)
+        if (c.sel[size_t(t)] > 0) empty[size_t(ti)][size_t(t)] = empty_output(group_of(c, ti, t), ti);
+    }
+    iso->forward(params, e0, empty, used);
+    return iso;
   }
 
   template <typename R>
@@ -564,6 +594,9 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
   const Tensor bias = attr("bias").to(at::kDouble).contiguous();
   fit_index.assign(size_t(nt), {});
   for (int64_t k = 0; k < bn; ++k) fit_index[size_t(atype[size_t(k)])].push_back(k);
+  const IsolatedAtomFit<R>* iso = isolated_forward<R>(types, [&](int64_t g, int64_t ti) {
+    return emb[size_t(g)].ge.template data_ptr<R>() + emb[size_t(g)].pseudo_row[size_t(ti)] * m;
+  });
   R* ap = atomic.data_ptr<R>();
   for (int64_t ti = 0; ti < nt; ++ti) {
     const auto& idx = fit_index[size_t(ti)];
@@ -571,7 +604,12 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
     fits<R>()[size_t(ti)].forward(fit_params<R>(ti), d_flat.data_ptr<R>(), idx.data(), int64_t(idx.size()), ap,
                                   gd_flat.data_ptr<R>());
     const R b = R(bias.data_ptr<double>()[ti]);
-    for (int64_t k : idx) ap[k] += b;
+    if (iso != nullptr) {
+      const R e_iso = iso->energy(ti);
+      for (int64_t k : idx) ap[k] = ap[k] - e_iso + b;
+    } else {
+      for (int64_t k : idx) ap[k] += b;
+    }
   }
   gd_mat = gd_flat.reshape({bn, m, ms});
   gt_mat = at::empty({bn, 4, m}, opts);
@@ -684,6 +722,10 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
     empty_g[size_t(g)].assign(blk.x.back().begin(), blk.x.back().begin() + int64_t(s_in.size()) * m);
   }
 
+  const IsolatedAtomFit<R>* iso = isolated_forward<R>(types, [&](int64_t g, int64_t ti) {
+    return empty_g[size_t(g)].data() + empty_row[size_t(g)][size_t(ti)] * m;
+  });
+
   std::vector<int64_t> blocks(1, 0);
   int64_t acc = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -757,7 +799,10 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
         if (rows[size_t(ti)].empty()) continue;
         fit[size_t(ti)].forward(fit_p[size_t(ti)], d_blk.data(), rows[size_t(ti)].data(), int64_t(rows[size_t(ti)].size()),
                                 e_blk.data(), dd_blk.data());
-        for (int64_t k : rows[size_t(ti)]) atomic[size_t(i0 + k)] = double(e_blk[size_t(k)]) + bias.data_ptr<double>()[ti];
+        const R e_iso = iso != nullptr ? iso->energy(ti) : R(0);
+        for (int64_t k : rows[size_t(ti)])
+          atomic[size_t(i0 + k)] = double(iso != nullptr ? R(e_blk[size_t(k)] - e_iso) : e_blk[size_t(k)]) +
+                                   bias.data_ptr<double>()[ti];
       }
       for (int64_t k = 0; k < bs; ++k) {
         const R* tk = t_blk.data() + k * 4 * m;
@@ -912,6 +957,16 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
       fits<R>()[size_t(ti)].backward(gd_bar.data_ptr<R>(), ge_atom.data_ptr<R>(), d_bar.data_ptr<R>());
   sym<R>(t_mat.data_ptr<R>(), d_bar.data_ptr<R>(), R(1), t_bar.data_ptr<R>());
   const R* tbp = t_bar.data_ptr<R>();
+  // The isolated atom's FN, subtracted once per atom of its type: d loss / d FN_iso,t = -sum of
+  // d loss / dE over those atoms; its adjoint ends at the empty-slot rows below.
+  std::vector<std::vector<std::vector<R>>> isolated_bar;
+  if (IsolatedAtomFit<R>* iso = isolated<R>()) {
+    std::vector<R> energy_bar(size_t(nt), R(0));
+    const R* gea = ge_atom.data_ptr<R>();
+    for (int64_t ti = 0; ti < nt; ++ti)
+      for (int64_t k : fit_index[size_t(ti)]) energy_bar[size_t(ti)] -= gea[k];
+    isolated_bar = iso->backward(energy_bar);
+  }
 
   // Embedding nets, block by block: d loss / dG and dG' of each pair, then the adjoint of the
   // nets (their activations recomputed), into per-thread gradients summed in thread order.
@@ -986,6 +1041,12 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
       R* out = ebar.data() + s.pseudo_row[size_t(ti)] * m;
       for (int64_t k = 0; k < m; ++k) out[k] += f * tbp[i * 4 * m + k];
     }
+    for (int64_t ti = 0; ti < int64_t(isolated_bar.size()); ++ti) {
+      const auto& from_isolated = isolated_bar[size_t(ti)][size_t(c.type_one_side ? g : g % nt)];
+      if (s.pseudo_row[size_t(ti)] < 0 || from_isolated.empty()) continue;
+      R* out = ebar.data() + s.pseudo_row[size_t(ti)] * m;
+      for (int64_t k = 0; k < m; ++k) out[k] += from_isolated[size_t(k)];
+    }
     const std::vector<R> s_in(s.pseudo_s.begin(), s.pseudo_s.end());
     Block<R> blk;
     block_forward(nets[size_t(g)], s_in.data(), 1, rows, blk);
@@ -1028,6 +1089,10 @@ SeATrainingPath::SeATrainingPath(const SeAConfig& config, torch::jit::Module mod
   for (int64_t t = 0; t < s.nt; ++t) {
     s.fit_f.emplace_back(s.fit_layers);
     s.fit_d.emplace_back(s.fit_layers);
+  }
+  if (config.isolated_energy_is_bias) {
+    s.isolated_f = std::make_unique<IsolatedAtomFit<float>>(config, s.fit_layers);
+    s.isolated_d = std::make_unique<IsolatedAtomFit<double>>(config, s.fit_layers);
   }
 }
 
