@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "error.h"
 #include "models/deploy_source.h"
@@ -187,6 +188,51 @@ void product_basis_source(const Block& b, const std::string& L, int64_t f, const
   }
 }
 
+/// The same product basis in the training path (docs/equivariant.md "The training path"): the
+/// block's messages side by side, their pair products P once, then per target one call of the
+/// product-basis contraction (models/equivariant/product_basis.h) for each number of factors
+/// its products have.
+void training_product_basis_source(const EquivariantConfig& c, const Block& b, size_t k, const Style& st,
+                                   std::ostream& o) {
+  const int64_t f = c.num_features;
+  const std::string L = "l" + std::to_string(k) + "_";
+  auto sizes = [](const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t q = 0; q < v.size(); ++q) s += (q ? ", " : "") + std::to_string(v[q]);
+    return s + "]";
+  };
+  o << "    at = torch.cat([";
+  for (size_t a = 0; a < b.out.size(); ++a) o << (a ? ", " : "") << "a_" << b.out[a].name() << ".transpose(1, 2)";
+  o << "], 1).contiguous()\n";
+  std::vector<ProductTables> mine;
+  for (const ProductTables& p : product_couplings(c))
+    if (p.block == int64_t(k)) mine.push_back(p);
+  for (const ProductTables& p : mine)
+    if (p.factors == 0)
+      o << "    pp = mlip.product_basis(0, None, None, at, at, None, " << st.get(p.terms_name) << ", "
+        << st.get(p.coefficients_name) << ", " << sizes(p.coupling.sizes) << ")\n";
+  for (const Irrep& t : b.targets) {
+    const int64_t nq = int64_t(b.products_to(t).size());
+    o << "    pw = " << st.get(L + "pw_" + t.name()) << ".index_select(0, atype)\n";
+    bool any = false;
+    for (const ProductTables& p : mine) {
+      if (p.factors == 0 || p.target != t.name()) continue;
+      o << "    " << (any ? "bt = bt + " : "bt = ") << "mlip.product_basis(0, None, pw, "
+        << (p.factors == 1 ? "at" : "pp") << ", " << (p.factors == 3 ? "at" : "None") << ", None, "
+        << st.get(p.terms_name) << ", " << st.get(p.coefficients_name) << ", " << sizes(p.coupling.sizes) << ")\n";
+      any = true;
+    }
+    if (!any) o << "    bt = torch.zeros([n, " << 2 * t.l + 1 << ", " << f << "], dtype=d.dtype, device=d.device)\n";
+    o << "    z_" << t.name() << " = torch.einsum('nmf,fg->ngm', [bt, " << st.get(L + "lin3_" + t.name()) << "]) / "
+      << literal(std::sqrt(double(f) * double(nq))) << "\n";
+  }
+}
+
+/// The coupling of irreps x and y to z, scaled as the messages' ([2lx+1, 2ly+1, 2lz+1]).
+torch::Tensor product_coupling(const Irrep& x, const Irrep& y, const Irrep& z) {
+  return (wigner_3j(x.l, y.l, z.l) * std::sqrt(double(2 * z.l + 1))).contiguous();
+}
+
 }  // namespace
 
 void EquivariantConfig::validate() const {
@@ -337,7 +383,12 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
       << out.name() << " / (" << st.avg_num_neighbors() << " ** 0.5), " << st.get(L + "lin2_" + out.name())
       << "]) / " << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
   }
-  if (c.correlation > 1) product_basis_source(b, L, f, st, o);
+  if (c.correlation > 1) {
+    if (st.training)
+      training_product_basis_source(c, b, k, st, o);
+    else
+      product_basis_source(b, L, f, st, o);
+  }
   for (const auto& out : b.targets) {
     const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
     if (has_sc)
@@ -496,6 +547,99 @@ std::vector<BlockCoupling> message_couplings(const EquivariantConfig& c) {
     k.coefficients = torch::tensor(values, torch::kFloat64);
     k.sizes = {(c.l_max + 1) * (c.l_max + 1), inputs, outputs, int64_t(b.paths.size())};
     out.push_back(k);
+  }
+  return out;
+}
+
+std::vector<ProductTables> product_couplings(const EquivariantConfig& c) {
+  std::vector<ProductTables> out;
+  if (c.correlation < 2) return out;
+  const auto blocks = plan(c);
+  for (size_t block = 0; block < blocks.size(); ++block) {
+    const Block& b = blocks[block];
+    const std::string L = "l" + std::to_string(block) + "_";
+    std::vector<int64_t> first;  // each message irrep's first component side by side
+    int64_t width = 0;
+    for (const auto& a : b.out) first.push_back(width), width += 2 * a.l + 1;
+    // The pairs (message irrep, message irrep, coupled irrep) the products need, and their
+    // first row in P.
+    using Pair = std::tuple<size_t, size_t, Irrep>;
+    std::map<Pair, int64_t> pair_row;
+    for (const Product& pr : b.products)
+      if (pr.factors.size() > 1)
+        pair_row[{pr.factors[0], pr.factors[1], pr.factors.size() == 2 ? pr.target : pr.middle}] = 0;
+    int64_t pair_rows = 0;
+    for (auto& [key, row] : pair_row) row = pair_rows, pair_rows += 2 * std::get<2>(key).l + 1;
+
+    auto tables = [&](const std::string& terms_name, const std::string& coefficients_name, const std::string& target,
+                      int64_t factors, const std::vector<int64_t>& rows, const std::vector<double>& values,
+                      std::vector<int64_t> sizes) {
+      ProductTables p;
+      p.terms_name = terms_name, p.coefficients_name = coefficients_name;
+      p.block = int64_t(block), p.target = target, p.factors = factors;
+      p.coupling.terms = torch::tensor(rows, torch::kInt64).reshape({-1, 5});
+      p.coupling.coefficients = torch::tensor(values, torch::kFloat64);
+      p.coupling.sizes = std::move(sizes);
+      out.push_back(p);
+    };
+    {  // P[(a, e, λ) row + μ] = Σ C(la, le → λ)[i, j, μ] A_a[i] A_e[j]
+      std::vector<int64_t> rows;
+      std::vector<double> values;
+      for (const auto& [key, row] : pair_row) {
+        const auto [a, e, lambda] = key;
+        const auto cg = product_coupling(b.out[a], b.out[e], lambda);
+        const auto v = cg.accessor<double, 3>();
+        for (int64_t i = 0; i < cg.size(0); ++i)
+          for (int64_t j = 0; j < cg.size(1); ++j)
+            for (int64_t mu = 0; mu < cg.size(2); ++mu)
+              if (v[i][j][mu] != 0.0) {
+                rows.insert(rows.end(), {row + mu, -1, first[a] + i, first[e] + j, -1});
+                values.push_back(v[i][j][mu]);
+              }
+      }
+      tables(L + "pairs_terms", L + "pairs_coefficients", "", 0, rows, values, {pair_rows, 0, width, width, 0});
+    }
+    for (const Irrep& t : b.targets) {
+      const auto qs = b.products_to(t);
+      std::vector<int64_t> rows[4];  // by number of factors
+      std::vector<double> values[4];
+      for (size_t q = 0; q < qs.size(); ++q) {
+        const Product& pr = b.products[size_t(qs[q])];
+        const int64_t nf = int64_t(pr.factors.size());
+        if (nf == 1) {  // the message itself
+          for (int64_t m = 0; m < 2 * t.l + 1; ++m) {
+            rows[1].insert(rows[1].end(), {m, int64_t(q), first[pr.factors[0]] + m, -1, -1});
+            values[1].push_back(1.0);
+          }
+        } else if (nf == 2) {  // a pair coupled to the target: its rows of P
+          const int64_t row = pair_row.at({pr.factors[0], pr.factors[1], t});
+          for (int64_t m = 0; m < 2 * t.l + 1; ++m) {
+            rows[2].insert(rows[2].end(), {m, int64_t(q), row + m, -1, -1});
+            values[2].push_back(1.0);
+          }
+        } else {  // a pair coupled to `middle`, coupled with the third message to the target
+          const int64_t row = pair_row.at({pr.factors[0], pr.factors[1], pr.middle});
+          const int64_t f2 = first[pr.factors[2]];
+          const auto cg = product_coupling(pr.middle, b.out[pr.factors[2]], t);
+          const auto v = cg.accessor<double, 3>();
+          for (int64_t mu = 0; mu < cg.size(0); ++mu)
+            for (int64_t k = 0; k < cg.size(1); ++k)
+              for (int64_t m = 0; m < cg.size(2); ++m)
+                if (v[mu][k][m] != 0.0) {
+                  rows[3].insert(rows[3].end(), {m, int64_t(q), row + mu, f2 + k, -1});
+                  values[3].push_back(v[mu][k][m]);
+                }
+        }
+      }
+      const int64_t nt = 2 * t.l + 1, nq = int64_t(qs.size());
+      const std::vector<int64_t> sizes[4] = {{}, {nt, nq, width, 0, 0}, {nt, nq, pair_rows, 0, 0},
+                                             {nt, nq, pair_rows, width, 0}};
+      for (int64_t factors = 1; factors <= 3; ++factors)
+        if (!values[factors].empty())
+          tables(L + "pterms" + std::to_string(factors) + "_" + t.name(),
+                 L + "pcoefficients" + std::to_string(factors) + "_" + t.name(), t.name(), factors, rows[factors],
+                 values[factors], sizes[factors]);
+    }
   }
   return out;
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "models/equivariant/product_basis.h"
+
 namespace mlip::models {
 
 /// Hyperparameters of the NequIP-style E(3)-equivariant model (docs/equivariant.md; defaults in
@@ -79,6 +81,25 @@ struct BlockCoupling {
 
 /// The couplings of the blocks, in block order.
 std::vector<BlockCoupling> message_couplings(const EquivariantConfig& config);
+
+/// One product-basis contraction of one block (models/equivariant/product_basis.h; docs/equivariant.md
+/// "The training path"): the block's pair products P (`factors` 0: every pair of message irreps
+/// coupled to an irrep that some product needs, from the messages side by side, each message
+/// irrep's 2l+1 components in the order of the block's message irreps), or the products of one
+/// target irrep with `factors` 1 (from the messages), 2 (from P) or 3 (from P and the messages);
+/// and the names under which the training path's `params` holds its tables.
+struct ProductTables {
+  /// "l<k>_pairs_terms", or "l<k>_pterms<factors>_<irrep>"; likewise with "coefficients"
+  std::string terms_name, coefficients_name;
+  int64_t block = 0;     ///< the interaction block
+  std::string target;    ///< the target irrep's name ("0e", "1o", ...); "" for P
+  int64_t factors = 0;   ///< 0 for P, else the products' number of factors
+  ProductCoupling coupling;
+};
+
+/// Every block's product-basis contractions (correlation > 1; none otherwise), block by block:
+/// P first, then each target's by number of factors (those with any term).
+std::vector<ProductTables> product_couplings(const EquivariantConfig& config);
 
 /// Builds the model as a TorchScript module (Module::define) with seeded parameters, the
 /// coupling coefficients as buffers, per-type scale 1 and shift 0. Methods:

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/kernels/target_clones.h"
 
 namespace mlip::models {
 namespace {
@@ -44,7 +45,6 @@ std::vector<int64_t> shape_of(int64_t slot, const ContractionTables& t, int64_t 
 // contraction is deterministic for any thread count); the channel loop is innermost. The range
 // functions are inlined into target_clones wrappers (below), so each clone vectorises the channel
 // loops for its instruction set.
-#define MLIP_INLINE inline __attribute__((always_inline))
 
 template <typename T>
 struct KernelArgs {
@@ -141,7 +141,6 @@ MLIP_INLINE void harmonics_range(const KernelArgs<T>& a, int64_t e0, int64_t e1)
   }
 }
 
-#define MLIP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define MLIP_RANGE_CLONES(T)                                                                                   \
   MLIP_CLONES void messages_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { messages_range(a, b0, b1); }   \
   MLIP_CLONES void features_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { features_range(a, b0, b1); }   \

@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "models/equivariant/message_contraction.h"
+#include "models/equivariant/product_basis.h"
 #include "models/equivariant/radial_mlp.h"
 
 namespace mlip::models {
@@ -28,6 +29,7 @@ struct TrainingResolver : torch::jit::Resolver {
 
 TrainingFunction::TrainingFunction(const EquivariantConfig& config, bool inference) {
   register_message_contraction();
+  register_product_basis();
   register_radial_mlp();
   unit_ = std::make_shared<torch::jit::CompilationUnit>();
   try {
@@ -39,6 +41,7 @@ TrainingFunction::TrainingFunction(const EquivariantConfig& config, bool inferen
     throw Error(std::string("equivariant model: the training function did not compile: ") + e.what_without_backtrace());
   }
   couplings_ = message_couplings(config);
+  products_ = product_couplings(config);
 }
 
 c10::Dict<std::string, torch::Tensor> TrainingFunction::parameters(const torch::jit::Module& module,
@@ -51,6 +54,10 @@ c10::Dict<std::string, torch::Tensor> TrainingFunction::parameters(const torch::
   for (size_t k = 0; k < couplings_.size(); ++k) {
     d.insert("l" + std::to_string(k) + "_terms", couplings_[k].terms);
     d.insert("l" + std::to_string(k) + "_coefficients", couplings_[k].coefficients);
+  }
+  for (const auto& p : products_) {
+    d.insert(p.terms_name, p.coupling.terms);
+    d.insert(p.coefficients_name, p.coupling.coefficients);
   }
   return d;
 }

@@ -52,6 +52,7 @@ class TrainingFunction {
  private:
   std::shared_ptr<torch::jit::CompilationUnit> unit_;
   std::vector<BlockCoupling> couplings_;
+  std::vector<ProductTables> products_;
 };
 
 }  // namespace mlip::models

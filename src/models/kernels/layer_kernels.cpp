@@ -1,6 +1,7 @@
 #include "models/kernels/layer_kernels.h"
 
 #include "models/kernels/fast_tanh_impl.h"
+#include "models/kernels/target_clones.h"
 
 namespace mlip::models {
 namespace {
@@ -8,7 +9,6 @@ namespace {
 // The kernels below are inlined into the target_clones functions at the end, so that each clone
 // vectorises them for its instruction set (an out-of-line template would be compiled once, for
 // the baseline target).
-#define MLIP_INLINE inline __attribute__((always_inline))
 
 using detail::tanh_value;
 
@@ -128,7 +128,6 @@ MLIP_INLINE void adjoint_impl(const R* __restrict__ y, const R* __restrict__ tz,
 
 }  // namespace
 
-#define MLIP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 MLIP_CLONES void bias_tanh(double* z, const double* b, int64_t q, int64_t out) { bias_tanh_impl(z, b, q, out); }
 MLIP_CLONES void bias_tanh(float* z, const float* b, int64_t q, int64_t out) { bias_tanh_impl(z, b, q, out); }

@@ -1,0 +1,311 @@
+#include "models/equivariant/product_basis.h"
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <array>
+#include <string>
+
+#include "error.h"
+#include "models/kernels/target_clones.h"
+
+namespace mlip::models {
+namespace {
+
+constexpr int64_t kSlots = 5;  // G, W, A1, A2, A3
+enum Slot : int64_t { kGradient = 0, kWeights = 1, kFirst = 2 };
+
+/// One term: the row of each slot's operand (-1: the factor is absent) and its coefficient.
+template <typename T>
+struct Term {
+  std::array<int64_t, kSlots> row;
+  T c;
+};
+
+template <typename T>
+std::vector<Term<T>> terms_of(const ProductCoupling& coupling) {
+  const auto idx = coupling.terms.to(torch::kCPU).contiguous();
+  const auto val = coupling.coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  const double* vp = val.data_ptr<double>();
+  std::vector<Term<T>> out(size_t(idx.size(0)));
+  for (size_t t = 0; t < out.size(); ++t) {
+    for (int64_t s = 0; s < kSlots; ++s) out[t].row[size_t(s)] = ip[kSlots * int64_t(t) + s];
+    out[t].c = T(vp[t]);
+  }
+  return out;
+}
+
+/// Which slots the terms use (G and A1 always; W when weighted; A2 and A3 by the number of
+/// factors), checking that every term uses the same.
+std::array<bool, kSlots> present_slots(const ProductCoupling& c) {
+  const auto idx = c.terms.to(torch::kCPU).contiguous();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  std::array<bool, kSlots> present{true, true, true, false, false};
+  if (idx.size(0) == 0) return present;
+  for (int64_t s = 0; s < kSlots; ++s) present[size_t(s)] = ip[s] >= 0;
+  for (int64_t t = 0; t < idx.size(0); ++t)
+    for (int64_t s = 0; s < kSlots; ++s)
+      if ((ip[kSlots * t + s] >= 0) != present[size_t(s)])
+        throw Error("product basis: term " + std::to_string(t) + " has " + (present[size_t(s)] ? "no" : "a") +
+                    " factor in slot " + std::to_string(s) + ", term 0 " + (present[size_t(s)] ? "has" : "has none") +
+                    " (one coupling holds products of one number of factors)");
+  if (!present[kGradient] || !present[kFirst] || (present[4] && !present[3]))
+    throw Error("product basis: terms must have m, i, and j before k");
+  return present;
+}
+
+/// The number of rows of each slot's operand: M, Q, K1, K2, K3 ({M, Q, K}: K for all three).
+std::array<int64_t, kSlots> rows_of(const ProductCoupling& c) {
+  if (c.sizes.size() == 3) return {c.sizes[0], c.sizes[1], c.sizes[2], c.sizes[2], c.sizes[2]};
+  if (c.sizes.size() == 5) return {c.sizes[0], c.sizes[1], c.sizes[2], c.sizes[3], c.sizes[4]};
+  throw Error("product basis: expected sizes {M, Q, K} or {M, Q, K1, K2, K3}, got " + std::to_string(c.sizes.size()) +
+              " numbers");
+}
+
+/// A present operand other than the one of `slot` (it gives the node count, channels, dtype and
+/// device).
+int64_t reference_slot(int64_t slot, const std::array<bool, kSlots>& present) {
+  return slot == kFirst || !present[kFirst] ? kGradient : kFirst;
+}
+
+/// One call of the CPU kernel: the output slot's rows and the NV other present operands
+/// (pointer, rows per node), with each term's row offsets (row · f) precomputed.
+template <typename T>
+struct KernelArgs {
+  int64_t nterms, f;
+  const T* coefficient;             // [T]
+  const int64_t* out_offset;        // [T]: the output row of each term, times f
+  const int64_t* in_offset;         // [T, NV]: the input rows of each term, times f
+  std::array<const T*, kSlots - 1> in;
+  std::array<int64_t, kSlots - 1> in_stride;  // rows · f per node
+  int64_t out_stride;
+  T* out;
+};
+
+/// For the nodes in [n0, n1): out[n, row_out] += c · Π (the NV other operands' rows), term by
+/// term in order; the channel loop innermost (vectorised by the clones below).
+template <typename T, int NV>
+MLIP_INLINE void product_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
+  const int64_t f = a.f;
+  for (int64_t n = n0; n < n1; ++n) {
+    const T* base[NV];
+    for (int v = 0; v < NV; ++v) base[v] = a.in[size_t(v)] + n * a.in_stride[size_t(v)];
+    T* out = a.out + n * a.out_stride;
+    for (int64_t t = 0; t < a.nterms; ++t) {
+      const int64_t* off = a.in_offset + t * NV;
+      T* __restrict__ o = out + a.out_offset[t];
+      const T c = a.coefficient[t];
+      const T* __restrict__ v0 = base[0] + off[0];
+      if constexpr (NV == 1) {
+        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k];
+      } else if constexpr (NV == 2) {
+        const T* __restrict__ v1 = base[1] + off[1];
+        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k] * v1[k];
+      } else if constexpr (NV == 3) {
+        const T* __restrict__ v1 = base[1] + off[1];
+        const T* __restrict__ v2 = base[2] + off[2];
+        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k] * v1[k] * v2[k];
+      } else {
+        const T* __restrict__ v1 = base[1] + off[1];
+        const T* __restrict__ v2 = base[2] + off[2];
+        const T* __restrict__ v3 = base[3] + off[3];
+        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k] * v1[k] * v2[k] * v3[k];
+      }
+    }
+  }
+}
+
+#define MLIP_PRODUCT_CLONES(T)                                                                                   \
+  MLIP_CLONES void product_of_1(const KernelArgs<T>& a, int64_t n0, int64_t n1) { product_range<T, 1>(a, n0, n1); } \
+  MLIP_CLONES void product_of_2(const KernelArgs<T>& a, int64_t n0, int64_t n1) { product_range<T, 2>(a, n0, n1); } \
+  MLIP_CLONES void product_of_3(const KernelArgs<T>& a, int64_t n0, int64_t n1) { product_range<T, 3>(a, n0, n1); } \
+  MLIP_CLONES void product_of_4(const KernelArgs<T>& a, int64_t n0, int64_t n1) { product_range<T, 4>(a, n0, n1); }
+MLIP_PRODUCT_CLONES(double)
+MLIP_PRODUCT_CLONES(float)
+
+template <typename T>
+void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
+                torch::Tensor& out, int64_t f) {
+  const std::vector<Term<T>> terms = terms_of<T>(coupling);
+  const auto rows = rows_of(coupling);
+  const auto present = present_slots(coupling);
+  std::vector<int64_t> inputs;  // the present slots other than the output's
+  for (int64_t s = 0; s < kSlots; ++s)
+    if (s != slot && present[size_t(s)]) inputs.push_back(s);
+  const int64_t nv = int64_t(inputs.size()), nterms = int64_t(terms.size());
+  std::vector<T> coefficient(static_cast<size_t>(nterms));
+  std::vector<int64_t> out_offset(static_cast<size_t>(nterms)), in_offset(static_cast<size_t>(nterms * nv));
+  for (int64_t t = 0; t < nterms; ++t) {
+    coefficient[size_t(t)] = terms[size_t(t)].c;
+    out_offset[size_t(t)] = terms[size_t(t)].row[size_t(slot)] * f;
+    for (int64_t v = 0; v < nv; ++v) in_offset[size_t(t * nv + v)] = terms[size_t(t)].row[size_t(inputs[size_t(v)])] * f;
+  }
+  KernelArgs<T> a{nterms, f, coefficient.data(), out_offset.data(), in_offset.data(), {}, {}, rows[size_t(slot)] * f,
+                  out.data_ptr<T>()};
+  for (int64_t v = 0; v < nv; ++v) {
+    a.in[size_t(v)] = op[size_t(inputs[size_t(v)])].template data_ptr<T>();
+    a.in_stride[size_t(v)] = rows[size_t(inputs[size_t(v)])] * f;
+  }
+  const int64_t nodes = out.size(0);
+  at::parallel_for(0, nodes, 4, [&](int64_t n0, int64_t n1) {
+    switch (nv) {
+      case 1: product_of_1(a, n0, n1); break;
+      case 2: product_of_2(a, n0, n1); break;
+      case 3: product_of_3(a, n0, n1); break;
+      default: product_of_4(a, n0, n1);
+    }
+  });
+}
+
+/// The same with LibTorch operations on any device: per chunk of terms, the product of the
+/// other operands' gathered rows, added into the output rows (index_add).
+torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
+                             int64_t f) {
+  constexpr int64_t kChunk = 256;
+  const auto rows = rows_of(coupling);
+  const auto present = present_slots(coupling);
+  const auto& any = op[size_t(reference_slot(slot, present))];
+  const int64_t nodes = any.size(0);
+  const auto opts = any.options();
+  const auto terms = coupling.terms.to(any.device());
+  const auto coefficients = coupling.coefficients.to(opts);
+  const int64_t nterms = terms.size(0);
+  auto out = torch::zeros({nodes, rows[size_t(slot)], f}, opts);
+  for (int64_t t0 = 0; t0 < nterms; t0 += kChunk) {
+    const int64_t count = std::min(kChunk, nterms - t0);
+    const auto chunk = terms.narrow(0, t0, count);
+    auto prod = coefficients.narrow(0, t0, count).view({1, -1, 1}).expand({nodes, count, f}).clone();
+    for (int64_t s = 0; s < kSlots; ++s)
+      if (s != slot && present[size_t(s)]) prod = prod * op[size_t(s)].index_select(1, chunk.select(1, s));
+    out.index_add_(1, chunk.select(1, slot), prod);
+  }
+  return out;
+}
+
+/// The four slots other than `slot`, in order.
+std::array<int64_t, kSlots - 1> others(int64_t slot) {
+  std::array<int64_t, kSlots - 1> k{};
+  for (int64_t s = 0, n = 0; s < kSlots; ++s)
+    if (s != slot) k[size_t(n++)] = s;
+  return k;
+}
+
+/// Autograd of one partial: its inputs are the four operands other than `slot` (in slot order);
+/// its backward is four more partials.
+class ProductContraction : public torch::autograd::Function<ProductContraction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, int64_t slot, const ProductCoupling* coupling,
+                               const torch::Tensor& first, const torch::Tensor& second, const torch::Tensor& third,
+                               const torch::Tensor& fourth) {
+    ctx->saved_data["slot"] = slot;
+    ctx->saved_data["coupling"] = std::vector<torch::Tensor>{coupling->terms, coupling->coefficients};
+    ctx->saved_data["sizes"] = coupling->sizes;
+    ctx->save_for_backward({first, second, third, fourth});
+    std::vector<torch::Tensor> operands(kSlots);
+    const auto k = others(slot);
+    operands[size_t(k[0])] = first, operands[size_t(k[1])] = second;
+    operands[size_t(k[2])] = third, operands[size_t(k[3])] = fourth;
+    return product_contract_kernel(slot, operands, *coupling, ProductKernel::kAuto);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t slot = ctx->saved_data["slot"].toInt();
+    const auto tables = ctx->saved_data["coupling"].toTensorVector();
+    const ProductCoupling coupling{tables[0], tables[1], ctx->saved_data["sizes"].toIntVector()};
+    const auto saved = ctx->get_saved_variables();
+    const auto k = others(slot);
+    torch::autograd::variable_list out(6);  // slot, coupling, then the four operands
+    if (!grads[0].defined()) return out;
+    std::vector<torch::Tensor> operands(kSlots);
+    for (size_t n = 0; n < 4; ++n) operands[size_t(k[n])] = saved[n];
+    operands[size_t(slot)] = grads[0];
+    const auto present = present_slots(coupling);
+    for (size_t n = 0; n < 4; ++n)
+      if (ctx->needs_input_grad(n) && present[size_t(k[n])]) out[2 + n] = product_contract(k[n], operands, coupling);
+    return out;
+  }
+};
+
+torch::Tensor product_basis_op(int64_t slot, const c10::optional<torch::Tensor>& g,
+                               const c10::optional<torch::Tensor>& w, const c10::optional<torch::Tensor>& a1,
+                               const c10::optional<torch::Tensor>& a2, const c10::optional<torch::Tensor>& a3,
+                               const torch::Tensor& terms, const torch::Tensor& coefficients, c10::IntArrayRef sizes) {
+  const ProductCoupling coupling{terms, coefficients, sizes.vec()};
+  return product_contract(slot,
+                          {g.value_or(torch::Tensor()), w.value_or(torch::Tensor()), a1.value_or(torch::Tensor()),
+                           a2.value_or(torch::Tensor()), a3.value_or(torch::Tensor())},
+                          coupling);
+}
+
+}  // namespace
+
+torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Tensor>& operands,
+                                      const ProductCoupling& coupling, ProductKernel kernel) {
+  if (slot < 0 || slot >= kSlots) throw Error("product basis: slot must be 0..4, got " + std::to_string(slot));
+  if (operands.size() != size_t(kSlots))
+    throw Error("product basis: expected 5 operands, got " + std::to_string(operands.size()));
+  if (coupling.terms.dim() != 2 || coupling.terms.size(1) != kSlots)
+    throw Error("product basis: expected terms [T, 5], got " + c10::str(coupling.terms.sizes()));
+  const auto rows = rows_of(coupling);
+  const auto present = present_slots(coupling);
+  if (!present[size_t(slot)])
+    throw Error("product basis: slot " + std::to_string(slot) + " is absent from these products (fewer factors)");
+  const int64_t reference = reference_slot(slot, present);
+  const auto& some = operands[size_t(reference)];
+  if (!some.defined() || some.dim() != 3)
+    throw Error("product basis: operand " + std::to_string(reference) + " should be [nodes, " +
+                std::to_string(rows[size_t(reference)]) + ", channels], got " +
+                (some.defined() ? c10::str(some.sizes()) : std::string("none")));
+  const int64_t nodes = some.size(0), f = some.size(-1);
+  std::vector<torch::Tensor> op(kSlots);
+  for (int64_t s = 0; s < kSlots; ++s) {
+    if (s == slot || !present[size_t(s)]) continue;
+    const auto& x = operands[size_t(s)];
+    if (!x.defined() || x.dim() != 3 || x.size(0) != nodes || x.size(1) != rows[size_t(s)] || x.size(2) != f)
+      throw Error("product basis: operand " + std::to_string(s) + " should be [" + std::to_string(nodes) + ", " +
+                  std::to_string(rows[size_t(s)]) + ", " + std::to_string(f) + "], got " +
+                  (x.defined() ? c10::str(x.sizes()) : std::string("none")));
+    op[size_t(s)] = x.contiguous();
+  }
+  if (kernel == ProductKernel::kGeneric || !some.device().is_cpu()) return generic_kernel(slot, op, coupling, f);
+  auto out = torch::zeros({nodes, rows[size_t(slot)], f}, some.options());
+  if (some.scalar_type() == torch::kFloat64)
+    cpu_kernel<double>(slot, op, coupling, out, f);
+  else if (some.scalar_type() == torch::kFloat32)
+    cpu_kernel<float>(slot, op, coupling, out, f);
+  else
+    throw Error("product basis: expected float32 or float64 operands");
+  return out;
+}
+
+torch::Tensor product_contract(int64_t slot, const std::vector<torch::Tensor>& operands,
+                               const ProductCoupling& coupling) {
+  if (slot < 0 || slot >= kSlots) throw Error("product basis: slot must be 0..4, got " + std::to_string(slot));
+  const auto k = others(slot);
+  // Absent operands (products of fewer factors, no weights) go in as empty tensors: autograd's
+  // custom functions take defined tensors only.
+  const int64_t reference = reference_slot(slot, present_slots(coupling));
+  const auto& some = operands[size_t(reference)];
+  if (!some.defined()) throw Error("product basis: operand " + std::to_string(reference) + " is missing");
+  auto input = [&](size_t n) {
+    const auto& x = operands[size_t(k[n])];
+    return x.defined() ? x : torch::empty({0}, some.options());
+  };
+  return ProductContraction::apply(slot, &coupling, input(0), input(1), input(2), input(3));
+}
+
+TORCH_LIBRARY_FRAGMENT(mlip, m) {
+  m.def("product_basis(int slot, Tensor? g, Tensor? w, Tensor? a1, Tensor? a2, Tensor? a3, Tensor terms, "
+        "Tensor coefficients, int[] sizes) -> Tensor",
+        &product_basis_op);
+}
+
+void register_product_basis() {
+  // The TORCH_LIBRARY_FRAGMENT block above registers the operator when this file's object is
+  // linked in; calling this function makes sure it is.
+}
+
+}  // namespace mlip::models
