@@ -22,12 +22,18 @@
 #include "models/se_e2_a/se_e2_a_model.h"
 #include "archive/model_archive.h"
 #include "models/registry.h"
+#include "potential_test_util.h"
 #include "test_util.h"
 
 namespace mlip {
 namespace {
 
 using test::Frame;
+using test::equivariant_yaml;
+using test::rank_atoms;
+using test::RankAtoms;
+using test::se_yaml;
+using test::write_frozen;
 
 template <typename T>
 struct PotentialTest : ::testing::Test {
@@ -37,82 +43,6 @@ struct PotentialTest : ::testing::Test {
 };
 using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(PotentialTest, Reals);
-
-/// Writes a frozen model of `model_yaml` (the `model:` section) with random statistics, as
-/// `mlip freeze` would, and returns its r_max. poisoned: its first parameter holds NaN.
-double write_frozen(const std::string& path, const std::string& model_yaml, bool poisoned = false) {
-  const std::string config = "model:\n" + model_yaml;
-  auto settings = models::parse_model_settings(config, "test input");
-  torch::jit::Module module;
-  const auto dtype = settings->dtype();
-  if (settings->type == "se_e2_a") {
-    models::SeAConfig c = dynamic_cast<const models::SeASettings&>(*settings).config;
-    c.sel = dynamic_cast<const models::SeASettings&>(*settings).sel.values;
-    module = models::build_se_e2_a(c);
-    module.setattr("davg", torch::tensor({0.1, 0.0, 0.0, 0.0, 0.12, 0.0, 0.0, 0.0}, torch::kFloat64).reshape({2, 4}).to(dtype));
-    module.setattr("dstd", torch::tensor({0.4, 0.3, 0.3, 0.3, 0.5, 0.35, 0.35, 0.35}, torch::kFloat64).reshape({2, 4}).to(dtype));
-    module.setattr("bias", torch::tensor({-3.0, -1.5}, torch::kFloat64).to(dtype));
-  } else {
-    models::EquivariantConfig c = dynamic_cast<const models::EquivariantSettings&>(*settings).config;
-    module = models::build_equivariant(c);
-    module.run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64), torch::tensor({-2.0, -0.5}, torch::kFloat64));
-  }
-  for (const auto& p : module.parameters()) p.requires_grad_(false);
-  if (poisoned) (*module.parameters().begin()).fill_(std::numeric_limits<double>::quiet_NaN());
-  archive::ExtraFiles extra = {{"r_max", std::to_string(settings->cutoff())},
-                             {"type_names", "O H"},
-                             {"num_types", "2"},
-                             {"model_dtype", settings->precision},
-                             {"model_type", settings->type},
-                             {"mlip_version", "test"},
-                             {"config", config},
-                             {"units", "eV Angstrom"}};
-  archive::save_module_atomically(module, extra, path, "the model");
-  return settings->cutoff();
-}
-
-std::string se_yaml(const std::string& precision) {
-  return "  type_map: [O, H]\n"
-         "  descriptor: {type: se_e2_a, sel: [12, 24], rcut: 3.5, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4,"
-         " precision: " + precision + ", seed: 3}\n"
-         "  fitting_net: {neuron: [8, 8], precision: " + precision + ", seed: 4}\n";
-}
-
-std::string equivariant_yaml(const std::string& precision) {
-  return "  type: equivariant\n  type_map: [O, H]\n  r_max: 3.0\n  num_features: 4\n  l_max: 1\n"
-         "  num_layers: 2\n  avg_num_neighbors: 8\n  precision: " + precision + "\n  seed: 5\n";
-}
-
-/// An MD rank's view: the atoms `owned` (indices into f) first, then every other atom and every
-/// periodic image (shift in [-1, 1]^3) as ghosts. `owner[k]` is the atom of f that row k images.
-struct RankAtoms {
-  std::vector<double> pos;
-  std::vector<int> types;
-  std::vector<int64_t> owner;
-  int64_t nlocal = 0;
-};
-
-RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned, bool images = true) {
-  RankAtoms r;
-  auto add = [&](int64_t i, int a, int b, int c) {
-    for (int d = 0; d < 3; ++d)
-      r.pos.push_back(f.pos[size_t(i * 3 + d)] +
-                      (a || b || c ? a * f.cell[size_t(d)] + b * f.cell[size_t(3 + d)] + c * f.cell[size_t(6 + d)] : 0.0));
-    r.types.push_back(f.types[size_t(i)]);
-    r.owner.push_back(i);
-  };
-  std::vector<char> is_owned(size_t(f.natoms()), 0);
-  for (int64_t i : owned) add(i, 0, 0, 0), is_owned[size_t(i)] = 1;
-  r.nlocal = int64_t(owned.size());
-  for (int64_t i = 0; i < f.natoms(); ++i)
-    if (!is_owned[size_t(i)]) add(i, 0, 0, 0);
-  for (int a = -1; a <= 1; ++a)
-    for (int b = -1; b <= 1; ++b)
-      for (int c = -1; c <= 1; ++c)
-        if (images && (a || b || c))
-          for (int64_t i = 0; i < f.natoms(); ++i) add(i, a, b, c);
-  return r;
-}
 
 /// Potential on two "ranks" owning the two halves of the frame, summed, against the frozen
 /// forward on the periodic frame.

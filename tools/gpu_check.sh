@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The GPU machine's check (docs/gpu_check.md): builds mlip against the machine's PyTorch
 # (LibTorch with CUDA) and the carried .gpu-deps/ (tools/gpu_bundle.sh: yaml-cpp, Kokkos,
-# GoogleTest, HDF5), runs the GPU tests (ctest -L gpu), the rest of the suite, and the GPU
-# benchmark (bench/gpu_bench.sh), and writes a summary with the logs.
+# GoogleTest, HDF5), runs the GPU tests (ctest -L gpu), the MD benchmark (bench/md_gpu_bench.sh),
+# the rest of the suite, and the training benchmark (bench/gpu_bench.sh), and writes a summary
+# with the logs.
 #
-# usage: bash tools/gpu_check.sh [--stages build,gpu,suite,bench] [--dry-run] [--python PATH]
+# usage: bash tools/gpu_check.sh [--stages build,gpu,md,suite,bench] [--dry-run] [--python PATH]
 #          [--out DIR] [--jobs N] [--build-dir DIR] [--skip-suite] [--skip-bench] [--deadline S]
-#          [--bench-args "ARGS"] [--cmake-args "ARGS"] [--ctest-args "ARGS"] [--run-without-gpu]
+#          [--bench-args "ARGS"] [--md-args "ARGS"] [--cmake-args "ARGS"] [--ctest-args "ARGS"] [--run-without-gpu]
 #          [--suite-on-gpu] [--fallback-libs missing|all] [--no-isolate]
 #
-#   --stages LIST  what to do, in this order (default build,gpu,suite,bench): build (configure
-#                  and build; incremental), gpu (ctest -L gpu), suite (ctest -LE gpu, every other
-#                  test, failures recorded without stopping), bench (bench/gpu_bench.sh). The
+#   --stages LIST  what to do, in this order (default build,gpu,md,suite,bench): build (configure
+#                  and build; incremental), gpu (ctest -L gpu), md (bench/md_gpu_bench.sh: MD
+#                  steps of md::Potential on the GPU and the CPU), suite (ctest -LE gpu, every
+#                  other test, failures recorded without stopping), bench (bench/gpu_bench.sh). The
 #                  results of earlier calls on the same build folder are kept, so the stages can
 #                  be spread over several calls (the device tool allows 10 minutes per call).
 #   --dry-run      build and run ctest -L gpu, then stop (also what happens, with a message,
@@ -26,8 +28,10 @@
 #                  is left (minus 30 s for the summary), and a stage that cannot start is
 #                  reported as not run (use 560 inside a 600 s device call)
 #   --bench-args   extra arguments for bench/gpu_bench.sh (e.g. "--cpu-rows none --steps 100")
+#   --md-args      extra arguments for bench/md_gpu_bench.sh (e.g. "--sizes 1536 --cpu-rows no")
 #   --cmake-args   extra CMake arguments, split at spaces (e.g. "-DCMAKE_EXE_LINKER_FLAGS=...")
 #   --ctest-args   extra ctest arguments for the suite stage, split at spaces (e.g. "-R dist_")
+#   --gpu-tests RE only the gpu-labelled tests whose name matches RE (ctest -L gpu -R RE)
 #   --suite-on-gpu leave the GPU visible to the suite stage (by default it runs with
 #                  CUDA_VISIBLE_DEVICES= : the CPU suite; with the GPU visible, every test that
 #                  trains with device auto trains on it, and the multi-rank tests put their ranks
@@ -44,7 +48,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 START=$(date +%s)
-STAGES="build,gpu,suite,bench"
+STAGES="build,gpu,md,suite,bench"
 DRY=0
 PY=""
 OUTDIR=""
@@ -54,11 +58,13 @@ SKIP_SUITE=0
 SKIP_BENCH=0
 DEADLINE=0
 BENCH_ARGS=""
+MD_ARGS=""
 FALLBACK_MODE=missing
 ISOLATE=auto
 DEPS="$ROOT/.gpu-deps"
 EXTRA_CMAKE_ARGS=""
 CTEST_ARGS=""
+GPU_TESTS=""
 NO_GPU_OK=0
 SUITE_ON_GPU=0
 while [ $# -gt 0 ]; do
@@ -73,11 +79,13 @@ while [ $# -gt 0 ]; do
     --skip-bench) SKIP_BENCH=1; shift ;;
     --deadline) DEADLINE="$2"; shift 2 ;;
     --bench-args) BENCH_ARGS="$2"; shift 2 ;;
+    --md-args) MD_ARGS="$2"; shift 2 ;;
     --fallback-libs) FALLBACK_MODE="$2"; shift 2 ;;
     --no-isolate) ISOLATE=0; shift ;;
     --deps) DEPS="$2"; shift 2 ;;
     --cmake-args) EXTRA_CMAKE_ARGS="$2"; shift 2 ;;
     --ctest-args) CTEST_ARGS="$2"; shift 2 ;;
+    --gpu-tests) GPU_TESTS="$2"; shift 2 ;;
     --run-without-gpu) NO_GPU_OK=1; shift ;;
     --suite-on-gpu) SUITE_ON_GPU=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -474,6 +482,29 @@ stage_bench() {
   record bench ok $(( $(date +%s) - t0 )) "$rows rows, $failed failed run(s) (see notes)"
 }
 
+stage_md() {
+  local t0=$(date +%s) b rc
+  b=$(budget)
+  if [ "$b" -lt 30 ]; then record md "not run" 0 "deadline"; return 1; fi
+  say "bench/md_gpu_bench.sh $MD_ARGS (log: md.log)"
+  rm -rf "$LOG/md-runs"
+  # shellcheck disable=SC2086
+  timeout -k 15 "$b" bash "$ROOT/bench/md_gpu_bench.sh" --build-dir "$BUILD" --out "$STATE/md.md" \
+    --logs "$LOG/md-runs" $MD_ARGS 2>&1 | tee "$LOG/md.log"
+  rc=${PIPESTATUS[0]}
+  local rows; rows=$(grep -cE '^\| (se_e2_a|equivariant) ' "$LOG/md.log" || true)
+  local failed; failed=$(grep -c '| failed' "$LOG/md.log" || true)
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    cp "$LOG/md.log" "$STATE/md.md"
+    record md "CUT (deadline)" $(( $(date +%s) - t0 )) "$rows rows before the cut"
+    return 1
+  elif [ $rc != 0 ]; then
+    record md "FAILED (exit $rc)" $(( $(date +%s) - t0 )) "see md.log"; return 1
+  fi
+  record md ok $(( $(date +%s) - t0 )) "$rows rows, $failed failed"
+  [ "$failed" = 0 ]
+}
+
 write_summary() {
   local s="$OUTDIR/summary.md"
   rm -f "$OUTDIR/summary.md" "$OUTDIR/bench.md" "$OUTDIR/logs.tar.gz"
@@ -488,7 +519,7 @@ write_summary() {
     echo
     echo "| stage | result | s | at (UTC) | details |"
     echo "|---|---|---:|---|---|"
-    for st in build gpu suite bench; do
+    for st in build gpu md suite bench; do
       if [ -f "$STATE/stage_$st.md" ]; then cat "$STATE/stage_$st.md"; else echo "| $st | not run | | | |"; fi
     done
     echo
@@ -503,6 +534,7 @@ write_summary() {
       grep -vE '^\| test \||^\|---' "$STATE/tests_suite.md" | grep -v '| Passed |' || echo "| (none) | | | |"
       echo
     fi
+    if [ -f "$STATE/md.md" ]; then echo "## MD benchmark"; echo; sed 's/^# /### /' "$STATE/md.md"; echo; fi
     if [ -f "$STATE/bench.md" ]; then echo "## Benchmark"; echo; sed 's/^# /### /' "$STATE/bench.md"; echo; fi
     echo "Logs: logs.tar.gz (configure, build, ctest and benchmark logs; the full suite table is tests_suite.md in it)."
   } > "$s"
@@ -521,22 +553,24 @@ IFS=, read -ra stage_list <<<"$STAGES"
 for st in "${stage_list[@]}"; do
   [ -n "$st" ] && rm -f "$STATE/stage_$st.md" "$STATE/tests_$st.md" "$STATE/counts_$st.txt"
   [ "$st" = bench ] && rm -f "$STATE/bench.md"
+  [ "$st" = md ] && rm -f "$STATE/md.md"
 done
 BUILD_OK=1
 STOPPED=0
 for st in "${stage_list[@]}"; do
   [ -n "$st" ] || continue
   if [ "$BUILD_OK" = 0 ] && [ "$st" != build ]; then record "$st" "not run" 0 "the build failed"; continue; fi
-  if [ "$DRY" = 1 ] && { [ "$st" = suite ] || [ "$st" = bench ]; }; then
+  if [ "$DRY" = 1 ] && { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ]; }; then
     STOPPED=1; continue
   fi
   case "$st" in
     build) stage_build || { BUILD_OK=0; EXIT=1; } ;;
-    gpu) run_ctest gpu -L gpu -V --output-on-failure || EXIT=1 ;;
+    gpu) run_ctest gpu -L gpu ${GPU_TESTS:+-R "$GPU_TESTS"} -V --output-on-failure || EXIT=1 ;;
     # shellcheck disable=SC2086
     suite) run_ctest suite -LE gpu -j "$JOBS" --output-on-failure $CTEST_ARGS || EXIT=1 ;;
     bench) stage_bench || EXIT=1 ;;
-    *) echo "gpu_check.sh: unknown stage '$st' (build, gpu, suite, bench)" >&2; exit 2 ;;
+    md) stage_md || EXIT=1 ;;
+    *) echo "gpu_check.sh: unknown stage '$st' (build, gpu, md, suite, bench)" >&2; exit 2 ;;
   esac
 done
 if [ "$DRY" = 1 ]; then
@@ -546,7 +580,7 @@ if [ "$DRY" = 1 ]; then
     MSG="--dry-run: stopping here (the GPU tests ran); the rest runs without --dry-run"
   fi
   for st in "${stage_list[@]}"; do
-    { [ "$st" = suite ] || [ "$st" = bench ]; } && [ "$BUILD_OK" = 1 ] && record "$st" "not run" 0 "$MSG"
+    { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ]; } && [ "$BUILD_OK" = 1 ] && record "$st" "not run" 0 "$MSG"
   done
 fi
 write_summary

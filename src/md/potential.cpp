@@ -19,6 +19,7 @@
 #include "models/deploy_source.h"
 #include "models/inference.h"
 #include "models/model.h"
+#include "models/module_device.h"
 #include "models/registry.h"
 
 namespace mlip::md {
@@ -244,7 +245,9 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   r_max = caps.cutoff;
   layers = caps.message_layers;
   module.eval();
-  module.to(device);
+  // Every tensor, plain attributes too (the equivariant scale and shift; docs/device.md "Where a
+  // model's tensors live"): Module::to moves only parameters and buffers.
+  models::move_module(module, device);
 
   evaluation = Evaluation::kTorchScript;
   const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), device.str()) != caps.inference.end();
