@@ -13,7 +13,7 @@ Needs mace-torch and ASE beside a PyTorch; this project keeps them outside the r
     P=~/.cache/mlip/torch-2.11.0/bin/python          # tools/setup.sh --torch pip made it
     $P -m pip install --target ~/.cache/mlip/peers-site --no-deps mace-torch e3nn opt_einsum \\
         opt_einsum_fx matscipy torch-ema ase prettytable torchmetrics lightning-utilities pandas \\
-        h5py lmdb orjson
+        h5py lmdb orjson tqdm wcwidth
     PYTHONPATH=~/.cache/mlip/peers-site $P bench/mace_peer_bench.py --sizes 1536 12288
 
 usage: mace_peer_bench.py [--sizes N ...] [--precisions float64 float32] [--steps K] [--threads T]
