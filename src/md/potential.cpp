@@ -245,8 +245,8 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   r_max = caps.cutoff;
   layers = caps.message_layers;
   module.eval();
-  // Every tensor, plain attributes too (the equivariant scale and shift; docs/device.md "Where a
-  // model's tensors live"): Module::to moves only parameters and buffers.
+  // Every tensor, plain attributes too (the equivariant scale and shift; docs/device.md "What lives
+  // where"): Module::to moves only parameters and buffers.
   models::move_module(module, device);
 
   evaluation = Evaluation::kTorchScript;

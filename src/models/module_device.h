@@ -1,5 +1,5 @@
-// Moving a TorchScript module to a device, every tensor it holds (docs/device.md "Where a
-// model's tensors live").
+// Moving a TorchScript module to a device, every tensor it holds (docs/device.md "What lives
+// where").
 #pragma once
 
 #include <torch/script.h>
