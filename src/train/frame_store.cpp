@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -22,7 +23,8 @@ constexpr int kWorkerNice = 19;
 }  // namespace
 
 FrameStore::FrameStore(models::Model& model, torch::Device device, FrameStoreOptions options)
-    : model_(model), device_(device), options_(options) {
+    : model_(model), device_(device), options_(options),
+      graph_executor_optimize_(torch::jit::getGraphExecutorOptimize()) {
   for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this] { work(); });
 }
 
@@ -167,6 +169,10 @@ void FrameStore::work() {
 #ifdef _OPENMP
   omp_set_num_threads(1);
 #endif
+  // The executor mode is per thread and a new thread starts optimising: its first calls of a
+  // method would run unoptimised and later ones fused, so a frame's geometry would depend on
+  // how many frames this process had made before it (a restart would not continue bit for bit).
+  torch::jit::setGraphExecutorOptimize(graph_executor_optimize_);
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

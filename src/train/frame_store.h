@@ -94,6 +94,10 @@ class FrameStore {
   models::Model& model_;
   torch::Device device_;
   FrameStoreOptions options_;
+  /// The constructing thread's TorchScript executor mode (torch::jit::getGraphExecutorOptimize),
+  /// which is per thread: the workers take it, so that a frame is made the same way by a worker
+  /// as by the training thread (docs/data.md "Determinism").
+  bool graph_executor_optimize_;
   std::vector<const std::vector<data::System>*> sets_;
 
   mutable std::mutex mutex_;
