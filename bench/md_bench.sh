@@ -15,7 +15,10 @@
 # layer), the same without that exchange (auto-no-exchange: ghosts out to L · r_max) and through
 # the frozen TorchScript forward (torchscript), in turn.
 #
-# usage: bench/md_bench.sh [--sizes "192 1536 12288"] [--models "se_e2_a equivariant"]
+# se_e2_a-compressed (--models) is se_e2_a's model through `mlip compress` (docs/se_e2_a.md
+# "Compression: the embedding nets as tables").
+#
+# usage: bench/md_bench.sh [--sizes "192 1536 12288"] [--models "se_e2_a se_e2_a-compressed equivariant"]
 #                          [--precisions "float64 float32"] [--layouts "1x2 2x1"]
 #                          [--ase-sizes "192 1536"] [--evaluations "auto auto-no-exchange torchscript"]
 #                          [--mlip PATH]
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --evaluations) EVALUATIONS="$2"; shift 2 ;;
     --mlip) MLIP="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "md_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,19 +52,25 @@ PY=/usr/bin/python3
 if [ -n "$KEEP" ]; then WORK="$KEEP"; mkdir -p "$WORK"; else WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT; fi
 EX="$ROOT/examples/water"
 
-# Models: a few training steps each, then frozen.
+# Models: a few training steps each, then frozen; se_e2_a-compressed: se_e2_a's frozen model
+# through mlip compress (default grid; the range from the example's training data).
+build_model() {  # model precision
+  local name="$1-$2" input="$EX/quick.yaml"
+  [ -f "$WORK/$name.pt" ] && return
+  if [ "$1" = se_e2_a-compressed ]; then
+    build_model se_e2_a "$2"
+    "$MLIP" compress -i "$WORK/se_e2_a-$2.pt" -o "$WORK/$name.pt" -t "$WORK/se_e2_a-$2.yaml" > "$WORK/$name.compress.log"
+    return
+  fi
+  [ "$1" = equivariant ] && input="$EX/equivariant.yaml"
+  sed -e "s/^  numb_steps: .*/  numb_steps: 10/" -e "s/^  save_freq: .*/  save_freq: 10/" \
+      -e "s/^  disp_freq: .*/  disp_freq: 10/" -e "s/precision: float[0-9][0-9]/precision: $2/" \
+      -e "s#systems: \[data/#systems: [$EX/data/#" "$input" > "$WORK/$name.yaml"
+  "$MLIP" train "$WORK/$name.yaml" -o "$WORK/$name" > "$WORK/$name.train.log" 2>&1
+  "$MLIP" freeze -c "$WORK/$name" -o "$WORK/$name.pt" > /dev/null
+}
 for model in $MODELS; do
-  for precision in $PRECISIONS; do
-    name="$model-$precision"
-    [ -f "$WORK/$name.pt" ] && continue
-    input="$EX/quick.yaml"
-    [ "$model" = equivariant ] && input="$EX/equivariant.yaml"
-    sed -e "s/^  numb_steps: .*/  numb_steps: 10/" -e "s/^  save_freq: .*/  save_freq: 10/" \
-        -e "s/^  disp_freq: .*/  disp_freq: 10/" -e "s/precision: float[0-9][0-9]/precision: $precision/" \
-        -e "s#systems: \[data/#systems: [$EX/data/#" "$input" > "$WORK/$name.yaml"
-    "$MLIP" train "$WORK/$name.yaml" -o "$WORK/$name" > "$WORK/$name.train.log" 2>&1
-    "$MLIP" freeze -c "$WORK/$name" -o "$WORK/$name.pt" > /dev/null
-  done
+  for precision in $PRECISIONS; do build_model "$model" "$precision"; done
 done
 # The example's box as a LAMMPS data file.
 (cd "$ROOT/tests/lammps" && "$PY" -c "
@@ -82,6 +91,7 @@ replicas() {  # atoms -> nx ny nz (the 96-atom box repeated)
 steps_for() {  # model atoms -> timed steps (a few seconds each)
   case "$1:$2" in
     se_e2_a:192) echo 200 ;; se_e2_a:1536) echo 30 ;; se_e2_a:*) echo 5 ;;
+    se_e2_a-compressed:192) echo 600 ;; se_e2_a-compressed:1536) echo 90 ;; se_e2_a-compressed:*) echo 15 ;;
     equivariant:192) echo 40 ;; equivariant:1536) echo 6 ;; equivariant:*) echo 2 ;;
   esac
 }

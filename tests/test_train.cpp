@@ -406,6 +406,71 @@ TEST_F(TrainTest, EquivariantModelTrainsRestartsFreezesAndTests) {
   EXPECT_NE(bad.err.find("num_layers"), std::string::npos) << bad.err;
 }
 
+/// The number after `label` in mlip test's output ("Energy RMSE/Natoms : 1.2e-03 eV").
+double printed(const std::string& out, const std::string& label) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(label + " *: *([-+0-9.eE]+)"))) return std::nan("");
+  return std::stod(m[1]);
+}
+
+TEST_F(TrainTest, CompressMakesAFrozenModelThatTestsAsTheOriginal) {
+  // mlip compress (docs/se_e2_a.md "Compression: the embedding nets as tables") from a frozen
+  // model and from a training folder: a frozen model whose errors equal the original's, with its
+  // header; the shortest distance from the training input (-t) or given.
+  write_text(dir_ / "input.yaml", input_yaml(20));
+  ASSERT_EQ(mlip("train input.yaml -o run").exit_code, 0);
+  ASSERT_EQ(mlip("freeze -c run -o frozen.pt").exit_code, 0);
+  auto made = mlip("compress -i frozen.pt -o compressed.pt -t input.yaml");
+  ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+  EXPECT_NE(made.out.find("shortest pair distance of the training data"), std::string::npos) << made.out;
+  EXPECT_NE(made.out.find("emb_0: ŝ in ["), std::string::npos) << made.out;
+  EXPECT_NE(made.out.find("compressed frozen.pt into compressed.pt"), std::string::npos) << made.out;
+  torch::jit::ExtraFilesMap extra{{"compression", ""}, {"model_type", ""}};
+  auto module = torch::jit::load(dir_ / "compressed.pt", torch::kCPU, extra);
+  EXPECT_EQ(extra["model_type"], "se_e2_a");
+  EXPECT_NE(extra["compression"].find("step 0.01\nextrapolate 5\ncheck_frequency -1\nmin_distance "), std::string::npos)
+      << extra["compression"];
+  EXPECT_TRUE(module.hasattr("emb_0_table"));
+  auto plain = mlip("test -m frozen.pt -s data/sys_v");
+  auto tabled = mlip("test -m compressed.pt -s data/sys_v");
+  ASSERT_EQ(tabled.exit_code, 0) << tabled.err;
+  for (const std::string label : {"Energy RMSE/Natoms", "Force  RMSE"}) {
+    const double a = printed(plain.out, label), b = printed(tabled.out, label);
+    EXPECT_NEAR(a, b, 1e-6 * std::abs(a)) << label;
+  }
+  // From the training folder, the distance given; the grid's options recorded.
+  auto given = mlip("compress -i run -o given.pt --min-distance 0.8 -s 0.02 -e 3 -f 100");
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  torch::jit::ExtraFilesMap extra2{{"compression", ""}};
+  torch::jit::load(dir_ / "given.pt", torch::kCPU, extra2);
+  EXPECT_NE(extra2["compression"].find("step 0.02\nextrapolate 3\ncheck_frequency 100\nmin_distance 0.8"),
+            std::string::npos)
+      << extra2["compression"];
+  // Refused: the output is the input; -t and --min-distance together; a bad step; an
+  // equivariant model; training systems that are not where the stored input says.
+  auto same = mlip("compress -i frozen.pt -o frozen.pt -t input.yaml");
+  EXPECT_EQ(same.exit_code, 1);
+  EXPECT_NE(same.err.find("that is the model being compressed"), std::string::npos) << same.err;
+  auto both = mlip("compress -i frozen.pt -o x.pt -t input.yaml --min-distance 1");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("-t and --min-distance: give one of them"), std::string::npos) << both.err;
+  auto step = mlip("compress -i frozen.pt -o x.pt -s -0.1 --min-distance 1");
+  EXPECT_EQ(step.exit_code, 2);
+  EXPECT_NE(step.err.find("-s: expected a positive number, got '-0.1'"), std::string::npos) << step.err;
+  auto elsewhere = run_command("cd / && " + kMlip + " compress -i " + (dir_ / "frozen.pt") + " -o " + (dir_ / "x.pt"));
+  EXPECT_EQ(elsewhere.exit_code, 1);
+  EXPECT_NE(elsewhere.err.find("does not exist here; give the training input (-t input.yaml)"), std::string::npos)
+      << elsewhere.err;
+  std::string eq = std::regex_replace(input_yaml(2), std::regex("model:\n(  .*\n)+"),
+                                      "model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 4, "
+                                      "l_max: 1, num_layers: 1, radial_width: 8, seed: 4}\n");
+  write_text(dir_ / "eq.yaml", eq);
+  ASSERT_EQ(mlip("train eq.yaml -o eq").exit_code, 0);
+  auto equivariant = mlip("compress -i eq -o eqc.pt --min-distance 1");
+  EXPECT_EQ(equivariant.exit_code, 1);
+  EXPECT_NE(equivariant.err.find("the equivariant model has no compressed form"), std::string::npos) << equivariant.err;
+}
+
 TEST_F(TrainTest, BadInputIsAClearErrorWithExitCode1) {
   write_text(dir_ / "input.yaml", input_yaml(10, "  numb_step: 3\n"));
   auto r = mlip("train input.yaml");

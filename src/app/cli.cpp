@@ -29,6 +29,7 @@
 #include "error.h"
 #include "md/lammps_driver.h"
 #include "train/checkpoint.h"
+#include "train/compress.h"
 #include "train/config.h"
 #include "train/device.h"
 #include "archive/output_file.h"
@@ -57,6 +58,7 @@ const char* kMainUsage =
     "commands:\n"
     "  train           train a model from an input file (YAML, or DeePMD's input.json)\n"
     "  freeze          turn a checkpoint into one self-contained TorchScript file\n"
+    "  compress        a faster frozen se_e2_a model for MD: its embedding nets as tables\n"
     "  test            errors of a model (frozen or checkpoint) on labelled systems\n"
     "  neighbor-stat   minimum neighbour distance and maximum neighbour counts of a data set\n"
     "  plot            PNG pictures: the learning curve, parity plots of mlip test's results\n"
@@ -455,6 +457,86 @@ int train_command(const std::vector<std::string>& args) {
   }
 }
 
+const char* kCompressUsage =
+    "usage: mlip compress [-i <model>] [-o <model.pt>] [-s <step>] [-e <factor>] [-f <steps>]\n"
+    "                     [-t <input.yaml> | --min-distance <Å>]\n"
+    "\n"
+    "Writes a compressed frozen se_e2_a model, as DeePMD-kit's dp compress does: each embedding\n"
+    "net becomes piecewise fifth-order polynomials of its input on a fine grid over the range the\n"
+    "training data covers and a coarser one beyond (docs/se_e2_a.md \"Compression: the embedding\n"
+    "nets as tables\"). MD with it is faster; it is still one TorchScript file that runs without\n"
+    "mlip. A pair closer than the table reaches is evaluated by the exact net and reported.\n"
+    "\n"
+    "options:\n"
+    "  -i, --input <path>        frozen model, checkpoint, or training folder (default: frozen_model.pt)\n"
+    "  -o, --output <path>       output file (default: frozen_model_compressed.pt)\n"
+    "  -s, --step <step>         the fine grid's step in the tabulated input (default 0.01)\n"
+    "  -e, --extrapolate <e>     the coarse grid (10x the step) reaches e times the data's range (default 5)\n"
+    "  -f, --frequency <steps>   in MD, report pairs beyond the tables every this many steps\n"
+    "                            (default -1: at the end of the run)\n"
+    "  -t, --training-script <input.yaml>\n"
+    "                            the training input whose training systems give the shortest pair\n"
+    "                            distance (default: the input stored in the model, paths from here)\n"
+    "  --min-distance <Å>        the shortest pair distance itself (mlip neighbor-stat: min_nbor_dist)\n"
+    "  -h, --help                show this help\n";
+
+int compress_command(const std::vector<std::string>& args) {
+  train::CompressRequest request;
+  request.input = "frozen_model.pt";
+  request.output = "frozen_model_compressed.pt";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kCompressUsage;
+      return kExitOk;
+    } else if (a == "-i" || a == "--input") {
+      request.input = take_value(args, i, kCompressUsage);
+    } else if (a == "-o" || a == "--output") {
+      request.output = take_value(args, i, kCompressUsage);
+    } else if (a == "-s" || a == "--step") {
+      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
+      request.options.step = parse_positive(a, args[++i], kCompressUsage);
+    } else if (a == "-e" || a == "--extrapolate") {
+      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
+      const std::string value = args[++i];
+      request.options.extrapolate = parse_positive(a, value, kCompressUsage);
+      if (request.options.extrapolate < 1)
+        throw UsageError{a + ": expected a number of at least 1, got '" + value + "'", kCompressUsage};
+    } else if (a == "-f" || a == "--frequency") {
+      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
+      const std::string value = args[++i];
+      std::size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != value.size() || value.empty())
+        throw UsageError{a + ": expected a whole number of steps (-1: at the end of the run), got '" + value + "'",
+                         kCompressUsage};
+      request.options.check_frequency = v;
+    } else if (a == "-t" || a == "--training-script") {
+      request.training_input = take_value(args, i, kCompressUsage);
+    } else if (a == "--min-distance") {
+      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
+      request.options.min_distance = parse_positive(a, args[++i], kCompressUsage);
+    } else {
+      throw UsageError{"compress: unknown option '" + a + "'", kCompressUsage};
+    }
+  }
+  if (!request.training_input.empty() && request.options.min_distance > 0)
+    throw UsageError{"compress: -t and --min-distance: give one of them", kCompressUsage};
+  check_checkpoint_path(request.input, "the model");
+  if (!request.training_input.empty()) check_input_path(request.training_input, "the training input");
+  archive::check_output_target(request.output, archive::SpecialTarget::kRefuse, "compress -o " + request.output,
+                               "the compressed model");
+  g_doing = "compressing " + request.input;
+  train::compress(request, std::cout);
+  std::cout << "compressed " << request.input << " into " << request.output << "\n";
+  return kExitOk;
+}
+
 int freeze_command(const std::vector<std::string>& args) {
   std::string checkpoint = ".", output = "frozen_model.pt";
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -582,6 +664,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (cmd == "neighbor-stat") return neighbor_stat_command(rest);
     if (cmd == "train") return train_command(rest);
     if (cmd == "freeze") return freeze_command(rest);
+    if (cmd == "compress") return compress_command(rest);
     if (cmd == "test") return test_command(rest);
     if (cmd == "lammps") return lammps_command(rest);
     if (cmd == "plot") return plot_command(rest);

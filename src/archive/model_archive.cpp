@@ -17,8 +17,8 @@ namespace {
 
 const char* const kMetadataKeys[] = {"r_max", "type_names", "num_types", "model_dtype", "model_type",
                                "mlip_version", "config", "units"};
-/// What `mlip freeze` adds (models/capabilities.h).
-const char* const kFrozenKeys[] = {"capabilities"};
+/// What `mlip freeze` adds (models/capabilities.h), and `mlip compress` (train/compress.h).
+const char* const kFrozenKeys[] = {"capabilities", "compression"};
 const char* const kTrainingKeys[] = {"step",       "sampler",  "val_sampler", "optimizer", "mlip_checkpoint",
                                "world_size", "weights", "ema_updates"};
 

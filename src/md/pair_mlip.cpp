@@ -60,6 +60,13 @@ PairMlip::~PairMlip() {
                     double(t.model_atoms) / double(t.calls), mine, comm->nprocs, all);
       utils::logmesg(lmp, std::string(line));
     }
+    if (potential_->table_check_frequency()) {
+      long long mine_beyond = static_cast<long long>(beyond_tables_run_), all_beyond = 0;
+      MPI_Reduce(&mine_beyond, &all_beyond, 1, MPI_LONG_LONG, MPI_SUM, 0, world);
+      if (comm->me == 0)
+        utils::logmesg(lmp, "pair_style mlip: " + std::to_string(all_beyond) +
+                                " pair(s) beyond the compressed model's tables over the run\n");
+    }
   }
   if (allocated) {
     memory->destroy(setflag);
@@ -210,6 +217,19 @@ void PairMlip::unpack_reverse_comm(int n, int* list, double* buf) {
   }
 }
 
+void PairMlip::report_beyond_tables() {
+  // Collective: every rank calls compute() on the same steps.
+  long long mine = static_cast<long long>(beyond_tables_unreported_), all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_LONG_LONG, MPI_SUM, world);
+  beyond_tables_unreported_ = 0;
+  const int64_t from = last_report_step_ + 1, to = int64_t(update->ntimestep);
+  last_report_step_ = to;
+  if (all > 0 && comm->me == 0)
+    error->warning(FLERR, "pair_style mlip: steps " + std::to_string(from) + "-" + std::to_string(to) + ": " +
+                              std::to_string(all) + " pair(s) beyond the compressed model's tables, closer than "
+                              "any in its training data (evaluated by its exact embedding nets)");
+}
+
 void PairMlip::compute(int eflag, int vflag) {
   ev_init(eflag, vflag);
   const int nlocal = atom->nlocal;
@@ -232,6 +252,13 @@ void PairMlip::compute(int eflag, int vflag) {
   } catch (const std::exception& e) {
     error->one(FLERR, "pair_style mlip: step " + std::to_string(update->ntimestep) + ": " + e.what());
   }
+  beyond_tables_run_ += results_.beyond_tables;
+  beyond_tables_unreported_ += results_.beyond_tables;
+  const std::optional<int64_t> every = potential_->table_check_frequency();
+  // Every -f steps (step 0, the set-up's call, counts into the first report), once per step.
+  if (every && *every > 0 && update->ntimestep > 0 && update->ntimestep % *every == 0 &&
+      int64_t(update->ntimestep) > last_report_step_)
+    report_beyond_tables();
   double** f = atom->f;
   for (int i = 0; i < nall; ++i)
     for (int k = 0; k < 3; ++k) f[i][k] += results_.forces[size_t(i * 3 + k)];

@@ -57,6 +57,11 @@ class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
   bool exchange_ = false;            // the model's features cross between ranks per layer
   double* exchange_rows_ = nullptr;  // during forward() / reverse(): the rows, [nall, width]
   int exchange_width_ = 0;
+  // A compressed model: pairs beyond its tables on this rank, over the run and since the last
+  // report (docs/lammps.md "Compressed models").
+  int64_t beyond_tables_run_ = 0, beyond_tables_unreported_ = 0;
+  int64_t last_report_step_ = -1;
+  void report_beyond_tables();
 };
 
 }  // namespace mlip::md

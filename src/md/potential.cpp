@@ -182,6 +182,7 @@ struct Potential::Impl {
   double r_max = 0;
   int64_t layers = 1;
   Evaluation evaluation = Evaluation::kTorchScript;
+  std::optional<int64_t> table_check_frequency;  // a compressed model's -f
   // The model's own inference (Evaluation::kAuto on the CPU, where its registry entry has one).
   std::unique_ptr<models::Inference> inference;
   data::NeighborListBuilder<double> builder_double;
@@ -249,6 +250,8 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   // where"): Module::to moves only parameters and buffers.
   models::move_module(module, device);
 
+  if (module.hasattr("compression_check_frequency"))
+    table_check_frequency = module.attr("compression_check_frequency").toInt();
   evaluation = Evaluation::kTorchScript;
   const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), device.str()) != caps.inference.end();
   if (wanted == Evaluation::kAuto && own_here) {
@@ -292,6 +295,7 @@ void Potential::Impl::compute_own(const LocalAtoms& atoms, bool atomic_energy, b
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
   models::InferenceResult e = inference->evaluate(nl, types, atoms.natoms, atoms.nlocal, atomic_energy, atom_virial);
   timings.model_atoms += atoms.nlocal;
+  out.beyond_tables = e.beyond_tables;
   out.energy = e.energy;
   out.forces = std::move(e.forces);
   out.virial = e.virial;
@@ -457,6 +461,7 @@ int64_t Potential::exchange_width() const {
   return impl_->inference && impl_->layers > 1 ? impl_->inference->exchange_width() : 0;
 }
 const Timings& Potential::timings() const { return impl_->timings; }
+std::optional<int64_t> Potential::table_check_frequency() const { return impl_->table_check_frequency; }
 void Potential::reset_timings() { impl_->timings = Timings(); }
 
 std::string Potential::describe() const {

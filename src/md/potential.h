@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct Results {
   std::vector<double> forces;         ///< [natoms * 3] eV/Å, -dE/dr; a ghost's force belongs to its owner
   std::array<double, 9> virial{};     ///< eV, row-major, -sum over pairs of d_ij ⊗ dE/dd_ij
   std::vector<double> atom_virial;    ///< [natoms * 9] eV, each pair's half to each atom (when asked)
+  /// A compressed model through its own inference: pairs beyond its tables (closer than any in
+  /// its training data; evaluated exactly), to be reported (docs/lammps.md "Compressed models").
+  int64_t beyond_tables = 0;
 };
 
 /// Where compute()'s time went, seconds summed over calls.
@@ -87,6 +91,9 @@ class Potential {
   }
   /// One line: model, dtype, device and evaluation path.
   std::string describe() const;
+  /// A compressed model (mlip compress): report pairs beyond its tables every this many steps
+  /// (<= 0: at the end of the run only); nullopt for a model that is not compressed.
+  std::optional<int64_t> table_check_frequency() const;
 
   /// Energy, forces and virial of `atoms` (docs/lammps.md "Per step"): pairs (i, j) within the
   /// cutoff with centre i owned (or, for L > 1, within L - 1 hops of an owned atom); only owned

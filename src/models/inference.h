@@ -22,6 +22,10 @@ struct InferenceResult {
   /// [npairs * 3] eV/Å, dE/dd_ij of each pair of an AtomGraph, when asked (MD makes per-atom
   /// virials of it, as for the TorchScript forward's edge_gradient).
   std::vector<double> pair_gradient;
+  /// A compressed model (docs/se_e2_a.md "Compression: the embedding nets as tables"): pairs
+  /// whose input lay beyond the tables, evaluated exactly by the nets the model keeps; MD reports
+  /// them, as they mean configurations closer than any in the training data.
+  int64_t beyond_tables = 0;
 };
 
 /// One MD rank's atoms as a graph (docs/lammps.md "The graph of a rank"), for models whose

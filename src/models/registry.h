@@ -2,10 +2,12 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "input/section.h"
+#include "models/compress_options.h"
 #include "models/inference.h"
 #include "models/model.h"
 
@@ -31,6 +33,12 @@ struct ModelEntry {
   /// The model's own inference for MD on the CPU (models/inference.h), from a frozen model's
   /// settings and module; empty when it has none (MD then runs the TorchScript forward).
   std::function<std::unique_ptr<Inference>(const ModelSettings& settings, torch::jit::Module& module)> inference;
+  /// A compressed copy of a frozen model for MD (`mlip compress`; se_e2_a: docs/se_e2_a.md
+  /// "Compression: the embedding nets as tables"), from its settings and module, with a line per
+  /// table to `log`; empty when the model has no compressed form.
+  std::function<torch::jit::Module(const ModelSettings& settings, const torch::jit::Module& module,
+                                   const CompressOptions& options, std::ostream& log)>
+      compress;
 };
 
 /// Adds a model type (e.g. one defined in a test). Throws mlip::Error when the name is taken.

@@ -4,7 +4,8 @@
 # and float32), eq.pt (the example's equivariant model, 20 steps) and nve.pt, the model of the
 # NVE test: quick.yaml's se_e2_a made smaller (embedding 16-32-64, axis 8, fitting 64-64-64) on
 # a schedule of 6,000 steps (lr 1e-3 down to 1e-5), about 50 s on 2 cores, stable in MD as the
-# README's 12,000-step model is (docs/lammps.md "Energy conservation"). Exit 77 (skipped) when
+# README's 12,000-step model is (docs/lammps.md "Energy conservation"); se64c.pt, nvec.pt and
+# se64narrow.pt are compressed (mlip compress). Exit 77 (skipped) when
 # this mlip has no LAMMPS.
 # usage: make_models.sh <mlip> <dir>
 set -euo pipefail
@@ -39,4 +40,10 @@ for m in se64 se32 eq nve; do
   "$MLIP" train "$m.yaml" -o "$m" > "$m.log"
   "$MLIP" freeze -c "$m" -o "$m.pt"
 done
+# Compressed (mlip compress, default grid; docs/lammps.md "Compressed models"), and se64
+# compressed for pairs no closer than 1.2 Å without a coarse part (its O-H bonds beyond the
+# tables), reporting every 10 steps.
+"$MLIP" compress -i se64.pt -o se64c.pt -t se64.yaml
+"$MLIP" compress -i nve.pt -o nvec.pt -t nve.yaml
+"$MLIP" compress -i se64.pt -o se64narrow.pt --min-distance 1.2 -e 1 -f 10
 ls -l ./*.pt

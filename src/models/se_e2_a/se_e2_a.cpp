@@ -38,6 +38,43 @@ std::string literal(double v) {
   return t;
 }
 
+/// TorchScript of a tabulated embedding net `fn(self, x [..., 1]) -> [..., M]`
+/// (docs/se_e2_a.md "Compression: the embedding nets as tables"): each input's interval on the
+/// grid, its offset t from the interval's node, the quintic by Horner's rule from the buffer
+/// self.<fn>_table [intervals, 6, M]; inputs beyond the grid go through self.<fn>_exact.
+/// Autograd through t gives the polynomial's derivative, as the hand-written inference uses.
+void emit_table_lookup(std::ostringstream& o, const std::string& fn, const TableGrid& grid, int64_t m) {
+  const std::string lower = literal(grid.lower), upper = literal(grid.upper), top = literal(grid.max);
+  const std::string fine = std::to_string(grid.fine_intervals), hf = literal(grid.fine_step);
+  o << "  def " << fn << "(self, x: Tensor) -> Tensor:\n"
+    << "    shape = x.size()\n"
+    << "    s = x.reshape(-1)\n"
+    << "    inside = (s >= " << lower << ") & (s <= " << top << ")\n"
+    << "    sc = s.clamp(" << lower << ", " << top << ")\n";
+  if (grid.coarse_intervals > 0) {
+    o << "    kf = torch.where(sc < " << upper << ", torch.floor((sc - " << lower << ") / " << hf << ").clamp(max="
+      << grid.fine_intervals - 1 << ".0), " << fine << ".0 + torch.floor((sc - " << upper << ") / "
+      << literal(grid.coarse_step) << ").clamp(max=" << grid.coarse_intervals - 1 << ".0))\n"
+      << "    k = kf.clamp(min=0.0).detach().long()\n"
+      << "    node = torch.where(k < " << fine << ", " << lower << " + k.to(s.dtype) * " << hf << ", " << upper
+      << " + (k - " << fine << ").to(s.dtype) * " << literal(grid.coarse_step) << ")\n";
+  } else {
+    o << "    k = torch.floor((sc - " << lower << ") / " << hf << ").clamp(0.0, " << grid.fine_intervals - 1
+      << ".0).detach().long()\n"
+      << "    node = " << lower << " + k.to(s.dtype) * " << hf << "\n";
+  }
+  o << "    t = (sc - node).unsqueeze(1)\n"
+    << "    a = self." << fn << "_table.index_select(0, k)\n"
+    << "    g = a[:, 5]\n";
+  for (int j = 4; j >= 0; --j) o << "    g = g * t + a[:, " << j << "]\n";
+  o << "    if not bool(inside.all()):\n"
+    << "      out = torch.nonzero(~inside).squeeze(1)\n"
+    << "      g = g.index_copy(0, out, self." << fn << "_exact(s.index_select(0, out).unsqueeze(1)))\n"
+    << "    size = shape[:-1]\n"
+    << "    size.append(" << m << ")\n"
+    << "    return g.reshape(size)\n\n";
+}
+
 }  // namespace
 
 int64_t SeAConfig::nslots() const {
@@ -74,8 +111,21 @@ void SeAConfig::validate() const {
   if (!msg.str().empty()) throw Error(msg.str());
 }
 
-std::string se_e2_a_source(const SeAConfig& c) {
+std::string embedding_net_name(const SeAConfig& c, int64_t g) {
+  const int64_t ntypes = int64_t(c.type_map.size());
+  return c.type_one_side ? "emb_" + std::to_string(g) : "emb_" + std::to_string(g / ntypes) + "_" + std::to_string(g % ntypes);
+}
+
+int64_t embedding_net_count(const SeAConfig& c) {
+  const int64_t ntypes = int64_t(c.type_map.size());
+  return c.type_one_side ? ntypes : ntypes * ntypes;
+}
+
+std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression) {
   c.validate();
+  if (compression != nullptr && int64_t(compression->grids.size()) != embedding_net_count(c))
+    throw Error("se_e2_a: " + std::to_string(compression->grids.size()) + " table grids for " +
+                std::to_string(embedding_net_count(c)) + " embedding nets");
   const int64_t ntypes = int64_t(c.type_map.size());
   const int64_t nc = c.nslots(), m = c.neuron.back(), msub = c.axis_neuron;
   std::vector<int64_t> emb_widths = {1};
@@ -87,12 +137,15 @@ std::string se_e2_a_source(const SeAConfig& c) {
 
   std::ostringstream o;
   // Embedding and fitting nets, unrolled per type.
-  for (int64_t ti = 0; ti < (c.type_one_side ? 1 : ntypes); ++ti)
-    for (int64_t t = 0; t < ntypes; ++t) {
-      const std::string name = c.type_one_side ? "emb_" + std::to_string(t)
-                                               : "emb_" + std::to_string(ti) + "_" + std::to_string(t);
+  for (int64_t g = 0; g < embedding_net_count(c); ++g) {
+    const std::string name = embedding_net_name(c, g);
+    if (compression != nullptr && compression->grids.at(size_t(g)).intervals() > 0) {
+      emit_net(o, name + "_exact", name, emb_layers, false);
+      emit_table_lookup(o, name, compression->grids[size_t(g)], m);
+    } else {
       emit_net(o, name, name, emb_layers, false);
     }
+  }
   for (int64_t t = 0; t < ntypes; ++t) emit_net(o, "fit_" + std::to_string(t), "fit_" + std::to_string(t), fit_layers, true);
 
   // Atomic energies from raw environment rows.
@@ -216,7 +269,31 @@ std::string se_e2_a_source(const SeAConfig& c) {
   return o.str();
 }
 
-torch::jit::Module build_se_e2_a(const SeAConfig& c) {
+namespace {
+
+/// A compressed model's table buffers (zero) and grids and its compression attributes.
+void register_tables(torch::jit::Module& module, const SeAConfig& c, const SeACompression& z) {
+  if (int64_t(z.grids.size()) != embedding_net_count(c))
+    throw Error("se_e2_a: " + std::to_string(z.grids.size()) + " table grids for " +
+                std::to_string(embedding_net_count(c)) + " embedding nets");
+  for (int64_t g = 0; g < embedding_net_count(c); ++g) {
+    const TableGrid& grid = z.grids[size_t(g)];
+    if (grid.intervals() == 0) continue;
+    const std::string name = embedding_net_name(c, g);
+    module.register_buffer(name + "_table", torch::zeros({grid.intervals(), 6, c.neuron.back()},
+                                                         torch::TensorOptions().dtype(c.dtype())));
+    const auto packed = grid.packed();
+    module.register_buffer(name + "_grid", torch::tensor(std::vector<double>(packed.begin(), packed.end()), torch::kFloat64));
+  }
+  module.register_attribute("compression_step", c10::FloatType::get(), z.options.step);
+  module.register_attribute("compression_extrapolate", c10::FloatType::get(), z.options.extrapolate);
+  module.register_attribute("compression_min_distance", c10::FloatType::get(), z.options.min_distance);
+  module.register_attribute("compression_check_frequency", c10::IntType::get(), z.options.check_frequency);
+}
+
+}  // namespace
+
+torch::jit::Module build_se_e2_a(const SeAConfig& c, const SeACompression* compression) {
   c.validate();
   const auto dtype = c.dtype();
   const int64_t ntypes = int64_t(c.type_map.size());
@@ -267,8 +344,9 @@ torch::jit::Module build_se_e2_a(const SeAConfig& c) {
   module.register_buffer("sel", sel);
   module.register_buffer("sel_offset", torch::cumsum(sel, 0) - sel);
   module.register_attribute("isolated_energy_is_bias", c10::BoolType::get(), c.isolated_energy_is_bias);
+  if (compression != nullptr) register_tables(module, c, *compression);
   try {
-    module.define(se_e2_a_source(c));
+    module.define(se_e2_a_source(c, compression));
   } catch (const c10::Error& e) {
     throw Error(std::string("se_e2_a: TorchScript compilation failed: ") + e.what_without_backtrace());
   }

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "models/compress_options.h"
+#include "models/se_e2_a/embedding_table.h"
+
 namespace mlip::models {
 
 /// Hyperparameters of the se_e2_a energy model (docs/se_e2_a.md; DeePMD key names). The
@@ -35,9 +38,20 @@ struct SeAConfig {
   torch::Dtype dtype() const;
 };
 
+/// What makes a model compressed (docs/se_e2_a.md "Compression: the embedding nets as tables"):
+/// each embedding net tabulated on its grid, as DeePMD-kit's `dp compress` options set it.
+struct SeACompression {
+  CompressOptions options;  ///< how the grids were made (step, extrapolate, check frequency, r_min)
+  /// Per embedding net, numbered as the nets are (ti * ntypes + t, or t with type_one_side);
+  /// a net no pair uses (sel[t] = 0) has a grid without intervals.
+  std::vector<TableGrid> grids;
+};
+
 /// The TorchScript source of the model (one embedding net per neighbour type, or per pair of
-/// types, and one fitting net per centre type, unrolled). Exposed for inspection and tests.
-std::string se_e2_a_source(const SeAConfig& config);
+/// types, and one fitting net per centre type, unrolled). Exposed for inspection and tests. With
+/// `compression`, each embedding net `emb_<..>` is its table (buffers `emb_<..>_table` [intervals,
+/// 6, M]), the net itself `emb_<..>_exact` evaluating the inputs beyond the table.
+std::string se_e2_a_source(const SeAConfig& config, const SeACompression* compression = nullptr);
 
 /// Builds the se_e2_a model as a TorchScript module (source compiled with Module::define), with
 /// freshly initialised, seeded parameters (docs/se_e2_a.md "Nets"), davg = 0, dstd = 1 and
@@ -56,6 +70,16 @@ std::string se_e2_a_source(const SeAConfig& config);
 /// - `set_statistics(davg [ntypes,4], dstd [ntypes,4])`, `set_bias(bias [ntypes])`.
 ///
 /// The module's bool attribute `isolated_energy_is_bias` records config.isolated_energy_is_bias.
-torch::jit::Module build_se_e2_a(const SeAConfig& config);
+///
+/// With `compression`: also, per embedding net with a grid, the buffers `emb_<..>_table`
+/// [intervals, 6, M] model dtype (zero: compress_se_e2_a fills them) and `emb_<..>_grid` [7]
+/// float64 (TableGrid::packed), and the attributes compression_step, compression_extrapolate,
+/// compression_min_distance (float) and compression_check_frequency (int).
+torch::jit::Module build_se_e2_a(const SeAConfig& config, const SeACompression* compression = nullptr);
+
+/// The name of embedding net g (ti * ntypes + t, or t with type_one_side): emb_<t> or emb_<ti>_<t>.
+std::string embedding_net_name(const SeAConfig& config, int64_t g);
+/// The number of embedding nets: ntypes with type_one_side, else ntypes^2.
+int64_t embedding_net_count(const SeAConfig& config);
 
 }  // namespace mlip::models

@@ -9,6 +9,7 @@
 
 #include "data/kokkos_runtime.h"
 #include "models/module_device.h"
+#include "models/se_e2_a/compress.h"
 #include "models/se_e2_a/se_e2_a_inference.h"
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
@@ -285,6 +286,10 @@ ModelEntry se_e2_a_entry() {
     return std::make_unique<SeAModel>(dynamic_cast<const SeASettings&>(settings), context);
   };
   e.inference = make_se_e2_a_inference;
+  e.compress = [](const ModelSettings& settings, const torch::jit::Module& module, const CompressOptions& options,
+                  std::ostream& log) {
+    return compress_se_e2_a(frozen_se_e2_a_config(settings, module), module, options, log);
+  };
   return e;
 }
 

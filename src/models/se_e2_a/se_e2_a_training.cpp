@@ -2,11 +2,15 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include <string>
 #include <type_traits>
 
 #include "data/neighbor_list.h"
 #include "error.h"
+#include "models/se_e2_a/embedding_table.h"
 #include "models/se_e2_a/env_row.h"
 #include "models/se_e2_a/fitting_adjoint.h"
 #include "models/se_e2_a/isolated_atom.h"
@@ -299,6 +303,41 @@ void block_forward(const EmbNet<R>& net, const R* s, int64_t stride, int64_t q, 
   }
 }
 
+/// A compressed model's table of one embedding net (docs/se_e2_a.md "Compression: the
+/// embedding nets as tables"); table null when the net is not tabulated.
+template <typename R>
+struct EmbTable {
+  const R* table = nullptr;  // [intervals, 6, M]
+  TableGrid grid;
+};
+
+/// G and dG/ds [q, M] of q inputs s[p * stride]: from the net's table when it has one (inputs
+/// beyond the table through the net itself, their number added to `beyond`), else through the net.
+template <typename R>
+void embed(const EmbNet<R>& net, const EmbTable<R>& table, const R* s, int64_t stride, int64_t q, Block<R>& blk,
+           R* g, R* gt, std::vector<int64_t>& outside, std::vector<R>& spill, int64_t& beyond) {
+  if (table.table == nullptr) {
+    block_forward(net, s, stride, q, blk, g, gt);
+    return;
+  }
+  const int64_t m = net.layers->back().out;
+  outside.clear();
+  const int64_t missed = lookup_table(table.table, table.grid, m, s, stride, q, g, gt, outside);
+  if (missed == 0) return;
+  beyond += missed;
+  // spill: [missed] inputs, then [missed, M] values and [missed, M] derivatives.
+  grow(spill, missed * (1 + 2 * m));
+  for (int64_t k = 0; k < missed; ++k) spill[size_t(k)] = s[outside[size_t(k)] * stride];
+  R* sg = spill.data() + missed;
+  R* sgt = sg + missed * m;
+  block_forward(net, spill.data(), 1, missed, blk, sg, sgt);
+  for (int64_t k = 0; k < missed; ++k) {
+    const int64_t p = outside[size_t(k)];
+    std::copy(sg + k * m, sg + (k + 1) * m, g + p * m);
+    std::copy(sgt + k * m, sgt + (k + 1) * m, gt + p * m);
+  }
+}
+
 /// The adjoint of block_forward: given blk.xbar [2q, M] = (d loss / dG, d loss / dG'), adds
 /// d loss / d parameters to acc. Uses the activations left by block_forward.
 template <typename R>
@@ -399,6 +438,24 @@ struct SeATrainingPath::Impl {
       }
     }
     return nets;
+  }
+
+  /// A compressed module's tables, per net (null tables when the module has none). Call after
+  /// emb_nets(), which clears `held`.
+  template <typename R>
+  std::vector<EmbTable<R>> emb_tables() {
+    std::vector<EmbTable<R>> tables(static_cast<size_t>(ng));
+    for (int64_t g = 0; g < ng; ++g) {
+      const std::string name = emb_name(g);
+      if (!active(g) || !module.hasattr(name + "_table")) continue;
+      held.push_back(attr(name + "_table").contiguous());
+      tables[size_t(g)].table = held.back().data_ptr<R>();
+      const Tensor grid = attr(name + "_grid").to(at::kDouble).contiguous();
+      tables[size_t(g)].grid = TableGrid::unpack(grid.data_ptr<double>());
+      if (held.back().size(0) != tables[size_t(g)].grid.intervals() || held.back().size(2) != m)
+        throw Error("compressed se_e2_a: the table " + name + "_table does not match its grid");
+    }
+    return tables;
   }
 
   template <typename R>
@@ -687,6 +744,9 @@ template <typename R>
 SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
                                                             int64_t natoms_total, bool atom_virial) {
   constexpr int64_t kEvaluationPairs = 512;
+  // A compressed model keeps no embedding activations: its blocks are sized for the fitting
+  // nets instead, whose first layer's weights are then read once for many atoms.
+  constexpr int64_t kCompressedEvaluationPairs = 8192;
   batch = nullptr;  // nothing to differentiate afterwards
   nb = 1, n = pe.natoms, bn = n;
   if (pe.nframes != 1 || int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng || natoms_total < n)
@@ -701,12 +761,17 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
   e0.resize(size_t(nt));
   for (int64_t t = 0; t < nt; ++t) e0[size_t(t)] = -double(da[t * 4]) / double(ds[t * 4]);
   const auto nets = emb_nets<R>();
+  const auto tables = emb_tables<R>();
+  const bool compressed =
+      std::any_of(tables.begin(), tables.end(), [](const EmbTable<R>& t) { return t.table != nullptr; });
+  std::atomic<int64_t> beyond_tables{0};
   const R inv_nc = R(1) / R(nc);
   const Tensor bias = attr("bias").to(at::kDouble).contiguous();
   std::vector<typename FittingAdjoint<R>::Params> fit_p;
   for (int64_t ti = 0; ti < nt; ++ti) fit_p.push_back(fit_params<R>(ti));
 
-  // The nets' outputs for the empty-slot input of each centre type.
+  // The nets' outputs for the empty-slot input of each centre type (from a compressed model's
+  // tables too, so that a pair leaving the cutoff meets the same function).
   std::vector<std::vector<R>> empty_g(static_cast<size_t>(ng));
   std::vector<std::vector<int64_t>> empty_row(static_cast<size_t>(ng), std::vector<int64_t>(size_t(nt), -1));
   for (int64_t g = 0; g < ng; ++g) {
@@ -718,8 +783,13 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
         s_in.push_back(R(e0[size_t(ti)]));
       }
     Block<R> blk;
-    block_forward(nets[size_t(g)], s_in.data(), 1, int64_t(s_in.size()), blk);
-    empty_g[size_t(g)].assign(blk.x.back().begin(), blk.x.back().begin() + int64_t(s_in.size()) * m);
+    const int64_t rows = int64_t(s_in.size());
+    std::vector<R> slope(size_t(rows * m)), spill;
+    std::vector<int64_t> outside;
+    int64_t beyond = 0;  // an empty slot's input is the grid's lower end: never beyond
+    empty_g[size_t(g)].resize(size_t(rows * m));
+    embed(nets[size_t(g)], tables[size_t(g)], s_in.data(), 1, rows, blk, empty_g[size_t(g)].data(), slope.data(),
+          outside, spill, beyond);
   }
 
   const IsolatedAtomFit<R>* iso = isolated_forward<R>(types, [&](int64_t g, int64_t ti) {
@@ -730,7 +800,7 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
   int64_t acc = 0;
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t g = 0; g < ng; ++g) acc += pe.groups[size_t(g)].offsets[size_t(i + 1)] - pe.groups[size_t(g)].offsets[size_t(i)];
-    if (acc >= kEvaluationPairs || i + 1 == n) {
+    if (acc >= (compressed ? kCompressedEvaluationPairs : kEvaluationPairs) || i + 1 == n) {
       blocks.push_back(i + 1);
       acc = 0;
     }
@@ -744,7 +814,9 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
     for (int64_t t = 0; t < nt; ++t) fit.emplace_back(fit_layers);
     Block<R> blk;
     std::vector<std::vector<R>> rh(static_cast<size_t>(ng)), gv(static_cast<size_t>(ng)), gtan(static_cast<size_t>(ng));
-    std::vector<R> t_blk, d_blk, dd_blk, gt_blk, e_blk, q_buf, gr_buf;
+    std::vector<R> t_blk, d_blk, dd_blk, gt_blk, e_blk, q_buf, gr_buf, spill;
+    std::vector<int64_t> outside;
+    int64_t beyond = 0;
     std::vector<std::vector<int64_t>> rows(static_cast<size_t>(nt));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t i0 = blocks[size_t(b)], i1 = blocks[size_t(b + 1)], bs = i1 - i0;
@@ -763,7 +835,8 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
           for (int64_t p = off[size_t(i)]; p < off[size_t(i + 1)]; ++p)
             for (int a = 0; a < 4; ++a) rg[size_t((p - p0) * 4 + a)] = (r[p * 4 + a] - da[ti * 4 + a]) / ds[ti * 4 + a];
         }
-        block_forward(nets[size_t(g)], rg.data(), 4, q, blk, gv[size_t(g)].data(), gtan[size_t(g)].data());
+        embed(nets[size_t(g)], tables[size_t(g)], rg.data(), 4, q, blk, gv[size_t(g)].data(), gtan[size_t(g)].data(),
+              outside, spill, beyond);
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t a = off[size_t(i)] - p0, qi = off[size_t(i + 1)] - off[size_t(i)];
           if (qi > 0)
@@ -845,10 +918,12 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
         for (int y = 0; y < 3; ++y) own_force[size_t(i * 3 + y)] = fi[y];
       }
     }
+    beyond_tables += beyond;
   });
 
   // Forces on the neighbours, and the virials, in pair order.
   Evaluation out;
+  out.beyond_tables = beyond_tables.load();
   out.atomic = std::move(atomic);
   out.energy = 0;
   for (double e : out.atomic) out.energy += e;

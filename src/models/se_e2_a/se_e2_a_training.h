@@ -110,6 +110,9 @@ class SeATrainingPath {
     std::vector<double> forces;           ///< [natoms_total * 3] eV/Å, -dE/dr of every atom
     std::array<double, 9> virial{};       ///< eV, -sum over pairs of d_ij ⊗ dE/dd_ij (row-major)
     std::vector<double> atom_virial;      ///< [natoms_total * 9] eV, each pair's half to i and to j (if asked)
+    /// A compressed model (docs/se_e2_a.md "Compression: the embedding nets as tables"): the
+    /// pairs whose input lay beyond their net's table, evaluated by the net itself.
+    int64_t beyond_tables = 0;
   };
   /// Inference without a backward pass (an MD step): one frame whose centres are the frame's
   /// natoms atoms, with neighbours among `natoms_total` atoms (the centres first, then atoms that

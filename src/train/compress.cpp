@@ -1,0 +1,90 @@
+#include "train/compress.h"
+
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "archive/model_archive.h"
+#include "archive/output_file.h"
+#include "data/load.h"
+#include "data/neighbor_stat.h"
+#include "error.h"
+#include "models/capabilities.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+
+namespace fs = std::filesystem;
+
+namespace mlip::train {
+
+namespace {
+
+/// The shortest pair distance within `rcut` over every frame of the training systems of the
+/// training input (-t, else the one stored in the model), Å.
+double shortest_distance(const CompressRequest& request, const std::string& stored_input, const std::string& source,
+                         double rcut, std::ostream& log) {
+  const TrainConfig config =
+      request.training_input.empty()
+          ? parse_train_config(stored_input, source + " (its training input)", fs::current_path().string())
+          : load_train_config(request.training_input);
+  const std::string from = request.training_input.empty() ? "the training input stored in " + source : request.training_input;
+  for (const auto& system : config.training_data.systems) {
+    std::error_code ec;
+    if (!fs::exists(system, ec))
+      throw Error("compress: the training system " + system + " (from " + from +
+                  ") does not exist here; give the training input (-t input.yaml) or the shortest pair distance "
+                  "of the training data (--min-distance, Å; mlip neighbor-stat prints it as min_nbor_dist)");
+  }
+  std::vector<std::string> type_map = config.model->type_map;
+  auto systems = data::load_systems(config.training_data.systems, type_map, "", data::Loading::kStreamed,
+                                    config.training_data.keys);
+  const data::NeighborStat stat = data::neighbor_stat(systems, int(type_map.size()), rcut, -1, "the model's rcut");
+  if (!std::isfinite(stat.min_distance))
+    throw Error("compress: no two atoms of the training data of " + from + " are within the model's rcut; nothing to tabulate");
+  int64_t frames = 0;
+  for (const auto& s : systems) frames += s.nframes;
+  log << "compress: shortest pair distance of the training data " << std::fixed << std::setprecision(6)
+      << stat.min_distance << " Å (" << stat.min_where << "; " << frames << " frames of " << from << ")\n";
+  return stat.min_distance;
+}
+
+}  // namespace
+
+void compress(const CompressRequest& request, std::ostream& log) {
+  std::error_code ec;
+  const std::string source = fs::is_regular_file(request.input, ec) ? request.input : resolve_checkpoint(request.input);
+  if (fs::equivalent(source, request.output, ec))
+    throw Error("compress -o " + request.output + ": that is the model being compressed (" + source +
+                "); expected another file name, e.g. frozen_model_compressed.pt");
+  archive::remove_stale_temporaries(fs::path(request.output).parent_path().string());
+  archive::ExtraFiles extra;
+  torch::jit::Module module = archive::load_model(source, extra);
+  archive::ExtraFiles meta;
+  for (const std::string& k : archive::model_metadata_keys()) {
+    auto it = extra.find(k);
+    if (it == extra.end()) throw Error(source + ": the model lacks '" + k + "' metadata");
+    meta[k] = it->second;
+  }
+  const auto settings = models::parse_model_settings(meta["config"], source + " (its training input)");
+  const models::ModelEntry* entry = models::find_model_type(meta["model_type"]);
+  if (entry == nullptr || !entry->compress)
+    throw Error("compress: " + source + ": the " + meta["model_type"] +
+                " model has no compressed form (mlip compresses se_e2_a, whose embedding nets become tables)");
+  models::CompressOptions options = request.options;
+  if (!(options.min_distance > 0))
+    options.min_distance = shortest_distance(request, meta["config"], source, settings->cutoff(), log);
+  std::ostringstream tables;
+  torch::jit::Module compressed = entry->compress(*settings, module, options, tables);
+  log << tables.str();
+  meta["capabilities"] = models::capabilities_of(*settings).to_text();
+  std::ostringstream header;
+  header << std::setprecision(17) << "step " << options.step << "\nextrapolate " << options.extrapolate
+         << "\ncheck_frequency " << options.check_frequency << "\nmin_distance " << options.min_distance
+         << "\ncompressed_from " << source << "\ntables:\n" << tables.str();
+  meta["compression"] = header.str();
+  archive::save_module_atomically(compressed, meta, request.output, "the compressed model");
+}
+
+}  // namespace mlip::train
