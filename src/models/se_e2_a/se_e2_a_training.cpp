@@ -14,6 +14,7 @@
 #include "models/se_e2_a/env_row.h"
 #include "models/se_e2_a/fitting_adjoint.h"
 #include "models/se_e2_a/isolated_atom.h"
+#include "models/se_e2_a/table_kernels.h"
 #include "models/kernels/gemm.h"
 #include "models/kernels/layer_kernels.h"
 #include "models/kernels/layer_rule.h"
@@ -337,6 +338,39 @@ void embed(const EmbNet<R>& net, const EmbTable<R>& table, const R* s, int64_t s
     std::copy(sgt + k * m, sgt + (k + 1) * m, gt + p * m);
   }
 }
+
+/// A compressed net's pairs of one block located in its table (docs/se_e2_a.md "The fused
+/// lookup"): interval [q] (-1 - k for the k-th pair beyond the table), offset [q], and the
+/// beyond-table pairs' G and dG/ds [k, M] from the net itself.
+template <typename R>
+struct LocatedPairs {
+  std::vector<int64_t> interval;
+  std::vector<R> offset, beyond_s, beyond_g, beyond_dg;
+
+  /// Locates the q inputs rows[p * 4] in the table; returns how many lie beyond it.
+  int64_t locate(const EmbNet<R>& net, const EmbTable<R>& table, const R* rows, int64_t q, Block<R>& blk) {
+    const int64_t m = net.layers->back().out;
+    grow(interval, q), grow(offset, q);
+    beyond_s.clear();
+    for (int64_t p = 0; p < q; ++p) {
+      int64_t k;
+      double t;
+      if (table.grid.locate(double(rows[p * 4]), k, t)) {
+        interval[size_t(p)] = k;
+        offset[size_t(p)] = R(t);
+      } else {
+        interval[size_t(p)] = -1 - int64_t(beyond_s.size());
+        beyond_s.push_back(rows[p * 4]);
+      }
+    }
+    const int64_t missed = int64_t(beyond_s.size());
+    if (missed > 0) {
+      grow(beyond_g, missed * m), grow(beyond_dg, missed * m);
+      block_forward(net, beyond_s.data(), 1, missed, blk, beyond_g.data(), beyond_dg.data());
+    }
+    return missed;
+  }
+};
 
 /// The adjoint of block_forward: given blk.xbar [2q, M] = (d loss / dG, d loss / dG'), adds
 /// d loss / d parameters to acc. Uses the activations left by block_forward.
@@ -744,9 +778,10 @@ template <typename R>
 SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
                                                             int64_t natoms_total, bool atom_virial) {
   constexpr int64_t kEvaluationPairs = 512;
-  // A compressed model keeps no embedding activations: its blocks are sized for the fitting
-  // nets instead, whose first layer's weights are then read once for many atoms.
-  constexpr int64_t kCompressedEvaluationPairs = 8192;
+  // A compressed model keeps no embedding outputs (docs/se_e2_a.md "The fused lookup"): its
+  // blocks are sized for the fitting nets instead, whose weights are then read and packed once
+  // for many atoms (about 180 water atoms), but small enough to give every thread two blocks.
+  constexpr int64_t kCompressedEvaluationPairs = 16384, kCompressedMinimumPairs = 2048;
   batch = nullptr;  // nothing to differentiate afterwards
   nb = 1, n = pe.natoms, bn = n;
   if (pe.nframes != 1 || int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng || natoms_total < n)
@@ -796,11 +831,18 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
     return empty_g[size_t(g)].data() + empty_row[size_t(g)][size_t(ti)] * m;
   });
 
+  int64_t block_pairs = kEvaluationPairs;
+  if (compressed) {
+    int64_t pairs = 0;
+    for (const auto& grp : pe.groups) pairs += grp.offsets[size_t(n)];
+    block_pairs = std::clamp<int64_t>(pairs / (2 * int64_t(at::get_num_threads())), kCompressedMinimumPairs,
+                                      kCompressedEvaluationPairs);
+  }
   std::vector<int64_t> blocks(1, 0);
   int64_t acc = 0;
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t g = 0; g < ng; ++g) acc += pe.groups[size_t(g)].offsets[size_t(i + 1)] - pe.groups[size_t(g)].offsets[size_t(i)];
-    if (acc >= (compressed ? kCompressedEvaluationPairs : kEvaluationPairs) || i + 1 == n) {
+    if (acc >= block_pairs || i + 1 == n) {
       blocks.push_back(i + 1);
       acc = 0;
     }
@@ -814,7 +856,8 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
     for (int64_t t = 0; t < nt; ++t) fit.emplace_back(fit_layers);
     Block<R> blk;
     std::vector<std::vector<R>> rh(static_cast<size_t>(ng)), gv(static_cast<size_t>(ng)), gtan(static_cast<size_t>(ng));
-    std::vector<R> t_blk, d_blk, dd_blk, gt_blk, e_blk, q_buf, gr_buf, spill;
+    std::vector<R> t_blk, d_blk, dd_blk, gt_blk, e_blk, q_buf, gr_buf, gs_buf, spill;
+    std::vector<LocatedPairs<R>> located(static_cast<size_t>(ng));
     std::vector<int64_t> outside;
     int64_t beyond = 0;
     std::vector<std::vector<int64_t>> rows(static_cast<size_t>(nt));
@@ -828,12 +871,31 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
         const int64_t p0 = off[size_t(i0)], q = off[size_t(i1)] - p0;
         if (q == 0) continue;
         auto& rg = rh[size_t(g)];
-        grow(rg, q * 4), grow(gv[size_t(g)], q * m), grow(gtan[size_t(g)], q * m);
+        grow(rg, q * 4);
+        if (tables[size_t(g)].table == nullptr) grow(gv[size_t(g)], q * m), grow(gtan[size_t(g)], q * m);
         const R* r = pe.groups[size_t(g)].r.data_ptr<R>();
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t ti = atype[size_t(i)];
           for (int64_t p = off[size_t(i)]; p < off[size_t(i + 1)]; ++p)
             for (int a = 0; a < 4; ++a) rg[size_t((p - p0) * 4 + a)] = (r[p * 4 + a] - da[ti * 4 + a]) / ds[ti * 4 + a];
+        }
+        if (tables[size_t(g)].table != nullptr) {
+          // Compressed: the lookup fused with T_i = R̂^T G; G is not kept (recomputed below).
+          auto& lp = located[size_t(g)];
+          beyond += lp.locate(nets[size_t(g)], tables[size_t(g)], rg.data(), q, blk);
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t a = off[size_t(i)] - p0, qi = off[size_t(i + 1)] - off[size_t(i)];
+            R* ti = t_blk.data() + (i - i0) * 4 * m;
+            table_embed_accumulate(tables[size_t(g)].table, m, lp.interval.data() + a, lp.offset.data() + a,
+                                   rg.data() + a * 4, qi, ti);
+            for (int64_t p = a; p < a + qi; ++p) {
+              if (lp.interval[size_t(p)] >= 0) continue;
+              const R* gb = lp.beyond_g.data() + (-1 - lp.interval[size_t(p)]) * m;
+              for (int c4 = 0; c4 < 4; ++c4)
+                for (int64_t k = 0; k < m; ++k) ti[c4 * m + k] += rg[size_t(p * 4 + c4)] * gb[k];
+            }
+          }
+          continue;
         }
         embed(nets[size_t(g)], tables[size_t(g)], rg.data(), 4, q, blk, gv[size_t(g)].data(), gtan[size_t(g)].data(),
               outside, spill, beyond);
@@ -896,19 +958,46 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
           const int64_t pa = grp.offsets[size_t(i)], qi = grp.offsets[size_t(i + 1)] - pa;
           if (qi == 0) continue;
           const int64_t local = pa - grp.offsets[size_t(i0)];
-          grow(q_buf, qi * m), grow(gr_buf, qi * 4);
-          const R* gvp = gv[size_t(g)].data() + local * m;
-          const R* gtp = gtan[size_t(g)].data() + local * m;
+          grow(q_buf, qi * m), grow(gr_buf, qi * 4), grow(gs_buf, qi);
           const R* rhp = rh[size_t(g)].data() + local * 4;
-          gemm<R>(false, true, qi, 4, m, R(1), gvp, m, gti, m, R(0), gr_buf.data(), 4);
-          gemm<R>(false, false, qi, m, 4, R(1), rhp, 4, gti, m, R(0), q_buf.data(), m);
+          if (tables[size_t(g)].table != nullptr) {
+            // Compressed: G and dG/ds recomputed from the table, fused with their adjoint.
+            const auto& lp = located[size_t(g)];
+            const int64_t* iv = lp.interval.data() + local;
+            table_embed_adjoint(tables[size_t(g)].table, m, iv, lp.offset.data() + local, rhp, qi, gti, gr_buf.data(),
+                                gs_buf.data());
+            for (int64_t p = 0; p < qi; ++p) {
+              if (iv[p] >= 0) continue;
+              const R* gb = lp.beyond_g.data() + (-1 - iv[p]) * m;
+              const R* db = lp.beyond_dg.data() + (-1 - iv[p]) * m;
+              R gs = 0;
+              for (int c4 = 0; c4 < 4; ++c4) gr_buf[size_t(p * 4 + c4)] = 0;
+              for (int64_t k = 0; k < m; ++k) {
+                R h = 0;
+                for (int c4 = 0; c4 < 4; ++c4) {
+                  gr_buf[size_t(p * 4 + c4)] += gb[k] * gti[c4 * m + k];
+                  h += rhp[p * 4 + c4] * gti[c4 * m + k];
+                }
+                gs += h * db[k];
+              }
+              gs_buf[size_t(p)] = gs;
+            }
+          } else {
+            const R* gvp = gv[size_t(g)].data() + local * m;
+            const R* gtp = gtan[size_t(g)].data() + local * m;
+            gemm<R>(false, true, qi, 4, m, R(1), gvp, m, gti, m, R(0), gr_buf.data(), 4);
+            gemm<R>(false, false, qi, m, 4, R(1), rhp, 4, gti, m, R(0), q_buf.data(), m);
+            for (int64_t p = 0; p < qi; ++p) {
+              R gs = 0;
+              for (int64_t k = 0; k < m; ++k) gs += q_buf[size_t(p * m + k)] * gtp[p * m + k];
+              gs_buf[size_t(p)] = gs;
+            }
+          }
           const R* dr = grp.dr.data_ptr<R>() + pa * 12;
           R* gd = pair_grad[size_t(g)].data() + pa * 3;
           for (int64_t p = 0; p < qi; ++p) {
-            R gs = 0;
-            for (int64_t k = 0; k < m; ++k) gs += q_buf[size_t(p * m + k)] * gtp[p * m + k];
             R d[3];
-            pair_vector_gradient(gr_buf.data() + p * 4, gs, inv_nc, ds + ti * 4, dr + p * 12, d);
+            pair_vector_gradient(gr_buf.data() + p * 4, gs_buf[size_t(p)], inv_nc, ds + ti * 4, dr + p * 12, d);
             for (int y = 0; y < 3; ++y) {
               gd[p * 3 + y] = d[y];
               fi[y] += double(d[y]);
