@@ -835,8 +835,12 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
   if (compressed) {
     int64_t pairs = 0;
     for (const auto& grp : pe.groups) pairs += grp.offsets[size_t(n)];
-    block_pairs = std::clamp<int64_t>(pairs / (2 * int64_t(at::get_num_threads())), kCompressedMinimumPairs,
-                                      kCompressedEvaluationPairs);
+    // As many blocks as that size needs, rounded up to a multiple of the threads (so that none
+    // waits for the last block), at least two per thread.
+    const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+    int64_t count = std::max<int64_t>(2 * threads, (pairs + kCompressedEvaluationPairs - 1) / kCompressedEvaluationPairs);
+    count = (count + threads - 1) / threads * threads;
+    block_pairs = std::max<int64_t>(kCompressedMinimumPairs, (pairs + count - 1) / count);
   }
   std::vector<int64_t> blocks(1, 0);
   int64_t acc = 0;
