@@ -780,7 +780,7 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
   constexpr int64_t kEvaluationPairs = 512;
   // A compressed model keeps no embedding outputs (docs/se_e2_a.md "The fused lookup"): its
   // blocks are sized for the fitting nets instead, whose weights are then read and packed once
-  // for many atoms (about 180 water atoms), but small enough to give every thread two blocks.
+  // for many atoms (about 180 water atoms).
   constexpr int64_t kCompressedEvaluationPairs = 16384, kCompressedMinimumPairs = 2048;
   batch = nullptr;  // nothing to differentiate afterwards
   nb = 1, n = pe.natoms, bn = n;
@@ -836,9 +836,9 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
     int64_t pairs = 0;
     for (const auto& grp : pe.groups) pairs += grp.offsets[size_t(n)];
     // As many blocks as that size needs, rounded up to a multiple of the threads (so that none
-    // waits for the last block), at least two per thread.
+    // waits for the last block); a small box gets one block per thread, as large as it can be.
     const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-    int64_t count = std::max<int64_t>(2 * threads, (pairs + kCompressedEvaluationPairs - 1) / kCompressedEvaluationPairs);
+    int64_t count = std::max<int64_t>(threads, (pairs + kCompressedEvaluationPairs - 1) / kCompressedEvaluationPairs);
     count = (count + threads - 1) / threads * threads;
     block_pairs = std::max<int64_t>(kCompressedMinimumPairs, (pairs + count - 1) / count);
   }
