@@ -889,14 +889,14 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
           beyond += lp.locate(nets[size_t(g)], tables[size_t(g)], rg.data(), q, blk);
           for (int64_t i = i0; i < i1; ++i) {
             const int64_t a = off[size_t(i)] - p0, qi = off[size_t(i + 1)] - off[size_t(i)];
-            R* ti = t_blk.data() + (i - i0) * 4 * m;
+            R* t_row = t_blk.data() + (i - i0) * 4 * m;
             table_embed_accumulate(tables[size_t(g)].table, m, lp.interval.data() + a, lp.offset.data() + a,
-                                   rg.data() + a * 4, qi, ti);
-            for (int64_t p = a; p < a + qi; ++p) {
+                                   rg.data() + a * 4, qi, t_row);
+            for (int64_t p = a; p < a + qi; ++p) {  // pairs beyond the table: their G from the net
               if (lp.interval[size_t(p)] >= 0) continue;
-              const R* gb = lp.beyond_g.data() + (-1 - lp.interval[size_t(p)]) * m;
-              for (int c4 = 0; c4 < 4; ++c4)
-                for (int64_t k = 0; k < m; ++k) ti[c4 * m + k] += rg[size_t(p * 4 + c4)] * gb[k];
+              const R* g_beyond = lp.beyond_g.data() + (-1 - lp.interval[size_t(p)]) * m;
+              for (int c = 0; c < 4; ++c)
+                for (int64_t k = 0; k < m; ++k) t_row[c * m + k] += rg[size_t(p * 4 + c)] * g_beyond[k];
             }
           }
           continue;
@@ -970,19 +970,19 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
             const int64_t* iv = lp.interval.data() + local;
             table_embed_adjoint(tables[size_t(g)].table, m, iv, lp.offset.data() + local, rhp, qi, gti, gr_buf.data(),
                                 gs_buf.data());
-            for (int64_t p = 0; p < qi; ++p) {
+            for (int64_t p = 0; p < qi; ++p) {  // pairs beyond the table: G and G' from the net
               if (iv[p] >= 0) continue;
-              const R* gb = lp.beyond_g.data() + (-1 - iv[p]) * m;
-              const R* db = lp.beyond_dg.data() + (-1 - iv[p]) * m;
+              const R* g_beyond = lp.beyond_g.data() + (-1 - iv[p]) * m;
+              const R* dg_beyond = lp.beyond_dg.data() + (-1 - iv[p]) * m;
               R gs = 0;
-              for (int c4 = 0; c4 < 4; ++c4) gr_buf[size_t(p * 4 + c4)] = 0;
+              for (int c = 0; c < 4; ++c) gr_buf[size_t(p * 4 + c)] = 0;
               for (int64_t k = 0; k < m; ++k) {
                 R h = 0;
-                for (int c4 = 0; c4 < 4; ++c4) {
-                  gr_buf[size_t(p * 4 + c4)] += gb[k] * gti[c4 * m + k];
-                  h += rhp[p * 4 + c4] * gti[c4 * m + k];
+                for (int c = 0; c < 4; ++c) {
+                  gr_buf[size_t(p * 4 + c)] += g_beyond[k] * gti[c * m + k];
+                  h += rhp[p * 4 + c] * gti[c * m + k];
                 }
-                gs += h * db[k];
+                gs += h * dg_beyond[k];
               }
               gs_buf[size_t(p)] = gs;
             }
