@@ -1,4 +1,4 @@
-// Checkpoints and frozen models (archive/model_archive.h, train/checkpoint.h): the checksum they carry, verified on load.
+// Checkpoints and frozen models (archive/model_archive.h, frozen/freeze.h): the checksum they carry, verified on load.
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
@@ -8,7 +8,7 @@
 
 #include "models/capabilities.h"
 #include "test_util.h"
-#include "train/checkpoint.h"
+#include "frozen/freeze.h"
 
 using mlip::test::contains;
 using mlip::test::error_of;
@@ -106,10 +106,10 @@ TEST(Checkpoint, FreezeRefusesToWriteOntoTheCheckpoint) {
   std::filesystem::create_symlink("model.ckpt-1.pt", dir / "model.ckpt.pt");
   const std::string before = mlip::test::read_file(dir / "model.ckpt-1.pt");
   for (const std::string& output : {dir / "model.ckpt-1.pt", dir / "model.ckpt.pt"})
-    EXPECT_TRUE(contains(error_of([&] { train::freeze(dir / "model.ckpt-1.pt", output); }),
+    EXPECT_TRUE(contains(error_of([&] { frozen::freeze(dir / "model.ckpt-1.pt", output); }),
                          "that is the checkpoint being frozen"));
   EXPECT_EQ(mlip::test::read_file(dir / "model.ckpt-1.pt"), before);
-  train::freeze(dir / "model.ckpt-1.pt", dir / "frozen.pt");
+  frozen::freeze(dir / "model.ckpt-1.pt", dir / "frozen.pt");
   archive::ExtraFiles extra;
   archive::load_model(dir / "frozen.pt", extra);
   EXPECT_EQ(extra.at("model_type"), "se_e2_a");

@@ -28,12 +28,13 @@
 #include "dist/launch_env.h"
 #include "error.h"
 #include "md/lammps_driver.h"
-#include "train/checkpoint.h"
-#include "train/compress.h"
+#include "archive/model_archive.h"
+#include "frozen/compress.h"
+#include "frozen/freeze.h"
 #include "train/config.h"
 #include "train/device.h"
 #include "archive/output_file.h"
-#include "train/tester.h"
+#include "frozen/tester.h"
 #include "train/trainer.h"
 #include "version.h"
 
@@ -481,7 +482,7 @@ const char* kCompressUsage =
     "  -h, --help                show this help\n";
 
 int compress_command(const std::vector<std::string>& args) {
-  train::CompressRequest request;
+  frozen::CompressRequest request;
   request.input = "frozen_model.pt";
   request.output = "frozen_model_compressed.pt";
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -532,7 +533,7 @@ int compress_command(const std::vector<std::string>& args) {
   archive::check_output_target(request.output, archive::SpecialTarget::kRefuse, "compress -o " + request.output,
                                "the compressed model");
   g_doing = "compressing " + request.input;
-  train::compress(request, std::cout);
+  frozen::compress(request, std::cout);
   std::cout << "compressed " << request.input << " into " << request.output << "\n";
   return kExitOk;
 }
@@ -555,15 +556,15 @@ int freeze_command(const std::vector<std::string>& args) {
   check_checkpoint_path(checkpoint, "the checkpoint");
   archive::check_output_target(output, archive::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
   g_doing = "freezing " + checkpoint;
-  train::freeze(checkpoint, output);
-  std::cout << "froze " << train::resolve_checkpoint(checkpoint) << " into " << output << "\n";
+  frozen::freeze(checkpoint, output);
+  std::cout << "froze " << archive::resolve_checkpoint(checkpoint) << " into " << output << "\n";
   return kExitOk;
 }
 
 int test_command(const std::vector<std::string>& args) {
   // `mlip test` runs on one rank: under a launcher, the other ranks leave at once.
   if (dist::detect_launch([](const char* name) { return std::getenv(name); }).rank > 0) return kExitOk;
-  train::TestOptions options;
+  frozen::TestOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
@@ -597,7 +598,7 @@ int test_command(const std::vector<std::string>& args) {
     archive::check_output_target(options.xyz, archive::SpecialTarget::kStream, "--xyz " + options.xyz,
                                  "the predictions file");
   g_doing = "testing " + options.model;
-  return train::run_test(options);
+  return frozen::run_test(options);
 }
 
 int plot_command(const std::vector<std::string>& args) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -17,8 +18,9 @@ namespace {
 
 const char* const kMetadataKeys[] = {"r_max", "type_names", "num_types", "model_dtype", "model_type",
                                "mlip_version", "config", "units"};
-/// What `mlip freeze` adds (models/capabilities.h), and `mlip compress` (train/compress.h).
-const char* const kFrozenKeys[] = {"capabilities", "compression"};
+/// What `mlip freeze` adds (models/capabilities.h, models/settings_record.h), and `mlip
+/// compress` (frozen/compress.h).
+const char* const kFrozenKeys[] = {"capabilities", "inference_settings", "compression"};
 const char* const kTrainingKeys[] = {"step",       "sampler",  "val_sampler", "optimizer", "mlip_checkpoint",
                                "world_size", "weights", "ema_updates"};
 
@@ -160,6 +162,24 @@ torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
   for (auto& [k, v] : files)
     if (!v.empty()) extra[k] = v;
   return module;
+}
+
+std::string resolve_checkpoint(const std::string& given) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(given, ec)) return given;
+  if (fs::is_directory(given, ec)) {
+    std::ifstream pointer(fs::path(given) / "checkpoint");
+    std::string name;
+    if (pointer && std::getline(pointer, name) && !name.empty()) {
+      const fs::path p = fs::path(given) / name;
+      if (fs::is_regular_file(p, ec)) return p.string();
+      throw Error(given + "/checkpoint: points to " + name + ", which does not exist");
+    }
+    throw Error(given + ": a folder without a 'checkpoint' pointer file (expected a checkpoint file or a training folder)");
+  }
+  if (fs::is_regular_file(given + ".pt", ec)) return given + ".pt";
+  throw Error(given + ": no such checkpoint (expected a checkpoint file, e.g. model.ckpt-1000.pt, or a training folder)");
 }
 
 }  // namespace mlip::archive

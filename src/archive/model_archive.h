@@ -36,4 +36,8 @@ torch::jit::Module load_model(const std::string& path, ExtraFiles& extra);
 /// file: names separated by spaces), in type-id order; empty when absent.
 std::vector<std::string> stored_type_names(const ExtraFiles& extra);
 
+/// The checkpoint file a user means: a file as given; a folder holding a `checkpoint` pointer;
+/// or a save_ckpt prefix whose `<prefix>.pt` link exists. Throws mlip::Error when none exists.
+std::string resolve_checkpoint(const std::string& given);
+
 }  // namespace mlip::archive

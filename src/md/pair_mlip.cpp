@@ -60,12 +60,11 @@ PairMlip::~PairMlip() {
                     double(t.model_atoms) / double(t.calls), mine, comm->nprocs, all);
       utils::logmesg(lmp, std::string(line));
     }
-    if (potential_->table_check_frequency()) {
-      long long mine_beyond = static_cast<long long>(beyond_tables_run_), all_beyond = 0;
-      MPI_Reduce(&mine_beyond, &all_beyond, 1, MPI_LONG_LONG, MPI_SUM, 0, world);
+    for (size_t k = 0; k < counters_.size(); ++k) {
+      long long mine_count = static_cast<long long>(counts_run_[k]), all_count = 0;
+      MPI_Reduce(&mine_count, &all_count, 1, MPI_LONG_LONG, MPI_SUM, 0, world);
       if (comm->me == 0)
-        utils::logmesg(lmp, "pair_style mlip: " + std::to_string(all_beyond) +
-                                " pair(s) beyond the compressed model's tables over the run\n");
+        utils::logmesg(lmp, "pair_style mlip: " + std::to_string(all_count) + " " + counters_[k].run_phrase + "\n");
     }
   }
   if (allocated) {
@@ -123,6 +122,10 @@ void PairMlip::settings(int narg, char** arg) {
     fail(e.what());
   }
   if (comm->me == 0) utils::logmesg(lmp, "pair_style mlip: " + model_path_ + ": " + potential_->describe() + "\n");
+  counters_ = potential_->counters();
+  counts_run_.assign(counters_.size(), 0);
+  counts_unreported_.assign(counters_.size(), 0);
+  last_report_step_.assign(counters_.size(), -1);
 }
 
 void PairMlip::coeff(int narg, char** arg) {
@@ -217,17 +220,28 @@ void PairMlip::unpack_reverse_comm(int n, int* list, double* buf) {
   }
 }
 
-void PairMlip::report_beyond_tables() {
+void PairMlip::report_interval(size_t k) {
   // Collective: every rank calls compute() on the same steps.
-  long long mine = static_cast<long long>(beyond_tables_unreported_), all = 0;
+  long long mine = static_cast<long long>(counts_unreported_[k]), all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_LONG_LONG, MPI_SUM, world);
-  beyond_tables_unreported_ = 0;
-  const int64_t from = last_report_step_ + 1, to = int64_t(update->ntimestep);
-  last_report_step_ = to;
+  counts_unreported_[k] = 0;
+  const int64_t from = last_report_step_[k] + 1, to = int64_t(update->ntimestep);
+  last_report_step_[k] = to;
   if (all > 0 && comm->me == 0)
     error->warning(FLERR, "pair_style mlip: steps " + std::to_string(from) + "-" + std::to_string(to) + ": " +
-                              std::to_string(all) + " pair(s) beyond the compressed model's tables, closer than "
-                              "any in its training data (evaluated by its exact embedding nets)");
+                              std::to_string(all) + " " + counters_[k].interval_phrase);
+}
+
+void PairMlip::count(const std::vector<int64_t>& counts) {
+  for (size_t k = 0; k < counters_.size() && k < counts.size(); ++k) {
+    counts_run_[k] += counts[k];
+    counts_unreported_[k] += counts[k];
+    // Every report_every steps (step 0, the set-up's call, counts into the first report), once per step.
+    const int64_t every = counters_[k].report_every;
+    if (every > 0 && update->ntimestep > 0 && update->ntimestep % every == 0 &&
+        int64_t(update->ntimestep) > last_report_step_[k])
+      report_interval(k);
+  }
 }
 
 void PairMlip::compute(int eflag, int vflag) {
@@ -252,13 +266,7 @@ void PairMlip::compute(int eflag, int vflag) {
   } catch (const std::exception& e) {
     error->one(FLERR, "pair_style mlip: step " + std::to_string(update->ntimestep) + ": " + e.what());
   }
-  beyond_tables_run_ += results_.beyond_tables;
-  beyond_tables_unreported_ += results_.beyond_tables;
-  const std::optional<int64_t> every = potential_->table_check_frequency();
-  // Every -f steps (step 0, the set-up's call, counts into the first report), once per step.
-  if (every && *every > 0 && update->ntimestep > 0 && update->ntimestep % *every == 0 &&
-      int64_t(update->ntimestep) > last_report_step_)
-    report_beyond_tables();
+  count(results_.counts);
   double** f = atom->f;
   for (int i = 0; i < nall; ++i)
     for (int k = 0; k < 3; ++k) f[i][k] += results_.forces[size_t(i * 3 + k)];

@@ -57,11 +57,14 @@ class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
   bool exchange_ = false;            // the model's features cross between ranks per layer
   double* exchange_rows_ = nullptr;  // during forward() / reverse(): the rows, [nall, width]
   int exchange_width_ = 0;
-  // A compressed model: pairs beyond its tables on this rank, over the run and since the last
-  // report (docs/lammps.md "Compressed models").
-  int64_t beyond_tables_run_ = 0, beyond_tables_unreported_ = 0;
-  int64_t last_report_step_ = -1;
-  void report_beyond_tables();
+  // The model's counters (Potential::counters(); docs/lammps.md "Counters"): per counter, this
+  // rank's count over the run and since its last report, and the step of that report.
+  std::vector<models::Counter> counters_;
+  std::vector<int64_t> counts_run_, counts_unreported_, last_report_step_;
+  /// Adds this step's counts and reports those whose interval has come (collective).
+  void count(const std::vector<int64_t>& counts);
+  /// The sum over ranks of counter k's counts since its last report, as a warning when not zero.
+  void report_interval(size_t k);
 };
 
 }  // namespace mlip::md

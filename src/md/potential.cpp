@@ -18,9 +18,9 @@
 #include "models/capabilities.h"
 #include "models/deploy_source.h"
 #include "models/inference.h"
-#include "models/model.h"
+#include "models/inference_registry.h"
 #include "models/module_device.h"
-#include "models/registry.h"
+#include "models/torchscript_inference.h"
 
 namespace mlip::md {
 
@@ -175,16 +175,15 @@ struct Potential::Impl {
   std::string path;
   torch::Device device = torch::kCPU;
   torch::jit::Module module;
-  std::shared_ptr<const models::ModelSettings> settings;
   std::vector<std::string> type_names;
   std::string model_type, dtype_name;
   torch::Dtype dtype = torch::kFloat64;
   double r_max = 0;
   int64_t layers = 1;
-  Evaluation evaluation = Evaluation::kTorchScript;
-  std::optional<int64_t> table_check_frequency;  // a compressed model's -f
-  // The model's own inference (Evaluation::kAuto on the CPU, where its registry entry has one).
+  // The model's own inference (Evaluation::kAuto on the CPU, where its registry entry has one),
+  // else its TorchScript forward (models/torchscript_inference.h).
   std::unique_ptr<models::Inference> inference;
+  bool own_inference = false;
   data::NeighborListBuilder<double> builder_double;
   data::NeighborListBuilder<float> builder_float;
   Timings timings;
@@ -206,14 +205,10 @@ struct Potential::Impl {
   /// between ranks").
   template <typename Real>
   void compute_graph(const LocalAtoms& atoms, bool exchanged, bool atomic_energy, bool atom_virial, Results& out);
-  /// A graph through the model's own inference (with the exchange when given) or the
-  /// TorchScript forward; forces, virials and per-atom values onto the rows of `atoms`.
+  /// A graph through the inference (with the exchange when given); forces, virials and per-atom
+  /// values onto the rows of `atoms`.
   void evaluate_graph(const RankGraph& g, const LocalAtoms& atoms, GhostExchange* exchange, bool atomic_energy,
                       bool atom_virial, Results& out);
-  /// The frozen module's forward on the graph: per-node forces, pair gradients when asked.
-  models::InferenceResult forward_torchscript(const RankGraph& g, std::vector<double>& node_pos,
-                                              const std::vector<int64_t>& node_type, int64_t nlocal,
-                                              bool atomic_energy, bool pair_gradient);
 };
 
 void Potential::Impl::load(const std::string& file, const std::string& device_name, Evaluation wanted) {
@@ -233,13 +228,14 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
                 "it again (mlip freeze) from a checkpoint trained with this version");
   type_names = archive::stored_type_names(extra);
   model_type = extra["model_type"];
-  // The model's settings, read back through its registry entry (for its own inference), and
-  // its capabilities: as frozen (docs/deploy.md "Capabilities"), else derived from the settings
-  // (models frozen before capabilities were written).
-  settings = models::parse_model_settings(extra["config"], path + " (its training input)");
+  // The model's inference settings as frozen (docs/deploy.md "Inference settings"; read from
+  // the training input stored in it only for models frozen before records existed, by the
+  // model's own reader of that version's keys), and its capabilities: as frozen (docs/deploy.md
+  // "Capabilities"), else derived from the record (models frozen before capabilities were written).
+  const models::SettingsRecord record = models::frozen_settings(extra, path);
   const models::Capabilities caps = extra.count("capabilities") != 0
                                         ? models::Capabilities::parse(extra["capabilities"], path)
-                                        : models::capabilities_of(*settings);
+                                        : models::capabilities_from(record);
   check_capabilities(caps, extra);
   dtype_name = caps.dtype;
   dtype = dtype_name == "float32" ? torch::kFloat32 : torch::kFloat64;
@@ -250,17 +246,15 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   // where"): Module::to moves only parameters and buffers.
   models::move_module(module, device);
 
-  if (module.hasattr("compression_check_frequency"))
-    table_check_frequency = module.attr("compression_check_frequency").toInt();
-  evaluation = Evaluation::kTorchScript;
   const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), device.str()) != caps.inference.end();
   if (wanted == Evaluation::kAuto && own_here) {
-    const models::ModelEntry* entry = models::find_model_type(model_type);
+    const models::InferenceEntry* entry = models::find_inference(model_type);
     if (entry != nullptr && entry->inference) {
-      inference = entry->inference(*settings, module);
-      evaluation = Evaluation::kAuto;
+      inference = entry->inference(record, module);
+      own_inference = true;
     }
   }
+  if (!inference) inference = std::make_unique<models::TorchScriptInference>(module, device, dtype, r_max);
 }
 
 void Potential::Impl::check_capabilities(const models::Capabilities& caps, archive::ExtraFiles& extra) const {
@@ -293,9 +287,19 @@ void Potential::Impl::compute_own(const LocalAtoms& atoms, bool atomic_energy, b
   check_no_overlap<Real>(nl, atoms, nullptr);
   const auto t1 = Clock::now();
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
-  models::InferenceResult e = inference->evaluate(nl, types, atoms.natoms, atoms.nlocal, atomic_energy, atom_virial);
+  models::NeighborInput input;
+  if constexpr (std::is_same_v<Real, float>) input.list_float = &nl;
+  else input.list_double = &nl;
+  input.types = types.data();
+  input.natoms = atoms.natoms;
+  input.nlocal = atoms.nlocal;
+  models::Request request;
+  request.neighbors = &input;
+  request.outputs.atomic_energy = atomic_energy;
+  request.outputs.atom_virial = atom_virial;
+  models::InferenceResult e = inference->evaluate(request);
   timings.model_atoms += atoms.nlocal;
-  out.beyond_tables = e.beyond_tables;
+  out.counts = std::move(e.counts);
   out.energy = e.energy;
   out.forces = std::move(e.forces);
   out.virial = e.virial;
@@ -377,12 +381,24 @@ void Potential::Impl::evaluate_graph(const RankGraph& g, const LocalAtoms& atoms
   const auto t1 = Clock::now();
   timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
 
-  models::InferenceResult r;
-  const models::AtomGraph graph{nodes,          atoms.nlocal,        node_type.data(), npairs,
-                                g.centre.data(), g.neighbour.data(), vectors.data()};
-  if (exchange != nullptr) r = inference->evaluate(graph, *exchange, atomic_energy, atom_virial);
-  else if (inference) r = inference->evaluate(graph, atomic_energy, atom_virial);
-  else r = forward_torchscript(g, node_pos, node_type, atoms.nlocal, atomic_energy, atom_virial);
+  models::AtomGraph graph;
+  graph.nodes = nodes;
+  graph.nlocal = atoms.nlocal;
+  graph.types = node_type.data();
+  graph.npairs = npairs;
+  graph.centre = g.centre.data();
+  graph.neighbour = g.neighbour.data();
+  graph.vectors = vectors.data();
+  // The shifts are displacements in Å: no cell (docs/lammps.md "The graph of a rank").
+  graph.positions = node_pos.data();
+  graph.shifts = g.shift.data();
+  models::Request request;
+  request.graph = &graph;
+  request.exchange = exchange;
+  request.outputs.atomic_energy = atomic_energy;
+  request.outputs.pair_gradient = atom_virial;
+  models::InferenceResult r = inference->evaluate(request);
+  out.counts = std::move(r.counts);
   out.energy = r.energy;
   out.virial = r.virial;
   // Each node's force goes to the row standing for it; MD returns a ghost's force to its owner.
@@ -409,42 +425,6 @@ void Potential::Impl::evaluate_graph(const RankGraph& g, const LocalAtoms& atoms
   timings.model += seconds_since(t1);
 }
 
-models::InferenceResult Potential::Impl::forward_torchscript(const RankGraph& g, std::vector<double>& node_pos,
-                                                             const std::vector<int64_t>& node_type, int64_t nlocal,
-                                                             bool atomic_energy, bool pair_gradient) {
-  const int64_t nodes = int64_t(node_type.size()), npairs = int64_t(g.centre.size());
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const auto real = torch::TensorOptions().dtype(dtype).device(device);
-  c10::Dict<std::string, torch::Tensor> input;
-  input.insert("pos", torch::from_blob(node_pos.data(), {nodes, 3}, torch::kFloat64).to(device, dtype));
-  input.insert("atom_types", torch::tensor(node_type, i64).to(device));
-  input.insert("edge_index", torch::stack({torch::tensor(g.centre, i64), torch::tensor(g.neighbour, i64)}).to(device));
-  // The shifts are displacements in Å: the cell is the identity (docs/lammps.md "The graph of a rank").
-  input.insert("cell", torch::eye(3, real));
-  input.insert("edge_cell_shift",
-               torch::from_blob(const_cast<double*>(g.shift.data()), {npairs, 3}, torch::kFloat64).to(device, dtype));
-  input.insert("nlocal", torch::tensor(nlocal, i64));
-  const auto result = module.forward({input}).toGenericDict();
-  auto get = [&](const char* key) -> torch::Tensor {
-    return result.at(key).toTensor().to(torch::kCPU, torch::kFloat64).contiguous();
-  };
-  models::InferenceResult r;
-  r.energy = get("total_energy").data_ptr<double>()[0];
-  const torch::Tensor forces = get("forces");
-  r.forces.assign(forces.data_ptr<double>(), forces.data_ptr<double>() + nodes * 3);
-  const torch::Tensor virial = get("virial");
-  std::copy(virial.data_ptr<double>(), virial.data_ptr<double>() + 9, r.virial.begin());
-  if (atomic_energy) {
-    const torch::Tensor e = get("atomic_energy");
-    r.atomic.assign(e.data_ptr<double>(), e.data_ptr<double>() + nlocal);
-  }
-  if (pair_gradient) {
-    const torch::Tensor grad = get("edge_gradient");
-    r.pair_gradient.assign(grad.data_ptr<double>(), grad.data_ptr<double>() + npairs * 3);
-  }
-  return r;
-}
-
 Potential::Potential(const std::string& path, const std::string& device, Evaluation evaluation)
     : impl_(std::make_unique<Impl>()) {
   impl_->load(path, device, evaluation);
@@ -458,10 +438,10 @@ const std::string& Potential::dtype() const { return impl_->dtype_name; }
 double Potential::cutoff() const { return impl_->r_max; }
 int64_t Potential::message_layers() const { return impl_->layers; }
 int64_t Potential::exchange_width() const {
-  return impl_->inference && impl_->layers > 1 ? impl_->inference->exchange_width() : 0;
+  return impl_->layers > 1 ? impl_->inference->inputs().exchange_width : 0;
 }
 const Timings& Potential::timings() const { return impl_->timings; }
-std::optional<int64_t> Potential::table_check_frequency() const { return impl_->table_check_frequency; }
+std::vector<models::Counter> Potential::counters() const { return impl_->inference->counters(); }
 void Potential::reset_timings() { impl_->timings = Timings(); }
 
 std::string Potential::describe() const {
@@ -469,7 +449,7 @@ std::string Potential::describe() const {
   o << impl_->model_type << " (" << impl_->dtype_name << ", r_max " << impl_->r_max << " Å";
   if (impl_->layers > 1) o << ", " << impl_->layers << " layers";
   o << ") on " << impl_->device.str() << ", "
-    << (impl_->inference ? impl_->inference->describe() : "TorchScript forward");
+    << impl_->inference->describe();
   return o.str();
 }
 
@@ -482,7 +462,7 @@ void Potential::compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_v
                   ", expected 0.." + std::to_string(ntypes - 1));
   out = Results();
   const bool f32 = impl_->dtype == torch::kFloat32;
-  if (impl_->inference && impl_->inference->input() == models::InferenceInput::kNeighborList) {
+  if (impl_->inference->inputs().neighbor_list) {
     if (f32) impl_->compute_own<float>(atoms, atomic_energy, atom_virial, out);
     else impl_->compute_own<double>(atoms, atomic_energy, atom_virial, out);
   } else {

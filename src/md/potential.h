@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/ghost_exchange.h"
+#include "models/inference.h"
 
 namespace mlip::md {
 
@@ -41,9 +42,9 @@ struct Results {
   std::vector<double> forces;         ///< [natoms * 3] eV/Å, -dE/dr; a ghost's force belongs to its owner
   std::array<double, 9> virial{};     ///< eV, row-major, -sum over pairs of d_ij ⊗ dE/dd_ij
   std::vector<double> atom_virial;    ///< [natoms * 9] eV, each pair's half to each atom (when asked)
-  /// A compressed model through its own inference: pairs beyond its tables (closer than any in
-  /// its training data; evaluated exactly), to be reported (docs/lammps.md "Compressed models").
-  int64_t beyond_tables = 0;
+  /// [Potential::counters().size()]: this call's count of each of the model's counters, to be
+  /// reported (docs/lammps.md "Counters"; e.g. a compressed model's pairs beyond its tables).
+  std::vector<int64_t> counts;
 };
 
 /// Where compute()'s time went, seconds summed over calls.
@@ -91,9 +92,9 @@ class Potential {
   }
   /// One line: model, dtype, device and evaluation path.
   std::string describe() const;
-  /// A compressed model (mlip compress): report pairs beyond its tables every this many steps
-  /// (<= 0: at the end of the run only); nullopt for a model that is not compressed.
-  std::optional<int64_t> table_check_frequency() const;
+  /// What the model's evaluation counts and the MD code reports (Results::counts in this order;
+  /// docs/lammps.md "Counters"), each with its report interval; empty for most models.
+  std::vector<models::Counter> counters() const;
 
   /// Energy, forces and virial of `atoms` (docs/lammps.md "Per step"): pairs (i, j) within the
   /// cutoff with centre i owned (or, for L > 1, within L - 1 hops of an owned atom); only owned

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "error.h"
-#include "models/registry.h"
 
 namespace mlip::models {
 namespace {
@@ -73,19 +72,6 @@ Capabilities Capabilities::parse(const std::string& text, const std::string& sou
   if (!(c.cutoff > 0)) throw Error(source + ": capabilities: cutoff: expected a positive number of Å");
   if (c.message_layers < 1) throw Error(source + ": capabilities: message_layers: expected at least 1");
   if (c.type_map.empty()) throw Error(source + ": capabilities: type_map: expected at least one type name");
-  return c;
-}
-
-Capabilities capabilities_of(const ModelSettings& settings) {
-  Capabilities c;
-  c.model_type = settings.type;
-  c.type_map = settings.type_map;
-  c.dtype = settings.precision;
-  c.cutoff = settings.cutoff();
-  c.message_layers = settings.message_layers();
-  c.devices = {"cpu", "cuda"};
-  const ModelEntry* entry = find_model_type(settings.type);
-  if (entry != nullptr && entry->inference) c.inference = {"cpu"};
   return c;
 }
 

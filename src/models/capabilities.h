@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "models/model.h"
 
 namespace mlip::models {
 
@@ -25,9 +24,5 @@ struct Capabilities {
   /// Reads to_text's format; errors name `source` and the line.
   static Capabilities parse(const std::string& text, const std::string& source);
 };
-
-/// The capabilities of a model with these settings (the registry says whether it has its own
-/// inference).
-Capabilities capabilities_of(const ModelSettings& settings);
 
 }  // namespace mlip::models

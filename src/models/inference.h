@@ -6,32 +6,26 @@
 #include <vector>
 
 #include "data/neighbor_list.h"
-#include "error.h"
 #include "models/ghost_exchange.h"
 
 namespace mlip::models {
 
-/// What a model's own inference returns for the atoms of one MD rank (the owned atoms first,
-/// then the ghosts). Units: eV, Å.
-struct InferenceResult {
-  double energy = 0;                ///< eV, the owned atoms' atomic energies summed (float64)
-  std::vector<double> forces;       ///< [natoms * 3] eV/Å, -dE/dr of every atom, ghosts included
-  std::array<double, 9> virial{};   ///< eV, -sum over pairs of d_ij ⊗ dE/dd_ij, row-major
-  std::vector<double> atomic;       ///< [nlocal] eV, when asked
-  std::vector<double> atom_virial;  ///< [natoms * 9] eV, each pair's half to i and to j, when asked
-  /// [npairs * 3] eV/Å, dE/dd_ij of each pair of an AtomGraph, when asked (MD makes per-atom
-  /// virials of it, as for the TorchScript forward's edge_gradient).
-  std::vector<double> pair_gradient;
-  /// A compressed model (docs/se_e2_a.md "Compression: the embedding nets as tables"): pairs
-  /// whose input lay beyond the tables, evaluated exactly by the nets the model keeps; MD reports
-  /// them, as they mean configurations closer than any in the training data.
-  int64_t beyond_tables = 0;
+/// One MD rank's atoms with the neighbour list of their positions (one cutoff), for models whose
+/// energy depends on neighbours within one cutoff (se_e2_a). The atoms are the owned ones first,
+/// then the ghosts; the list's centres are the owned atoms. Exactly one of the two lists is set:
+/// the one in the model's dtype.
+struct NeighborInput {
+  const data::NeighborList<float>* list_float = nullptr;
+  const data::NeighborList<double>* list_double = nullptr;
+  const int* types = nullptr;  ///< [natoms] type ids
+  int64_t natoms = 0;          ///< owned + ghost atoms
+  int64_t nlocal = 0;          ///< owned atoms, [0, nlocal): only their energies count
 };
 
-/// One MD rank's atoms as a graph (docs/lammps.md "The graph of a rank"), for models whose
-/// energy depends on atoms beyond one cutoff (message passing): nodes are distinct atoms, the
-/// owned ones first; the pairs are those of every centre within message_layers - 1 hops of an
-/// owned atom, each with its vector (periodic images already resolved).
+/// Atoms as a graph (docs/lammps.md "The graph of a rank"), for models whose energy depends on
+/// atoms beyond one cutoff (message passing), and for the TorchScript forward of any model:
+/// nodes are distinct atoms, the owned ones first; the pairs are directed (i, j), with their
+/// vectors d_ij = r_j - r_i + shift (periodic images resolved).
 struct AtomGraph {
   int64_t nodes = 0;                   ///< distinct atoms
   int64_t nlocal = 0;                  ///< owned atoms, nodes [0, nlocal): only their energies count
@@ -39,52 +33,98 @@ struct AtomGraph {
   int64_t npairs = 0;                  ///< directed pairs (i, j)
   const int64_t* centre = nullptr;     ///< [npairs] node i, non-decreasing
   const int64_t* neighbour = nullptr;  ///< [npairs] node j
-  const double* vectors = nullptr;     ///< [npairs * 3] Å, d_ij = r_j - r_i, row-major
+  const double* vectors = nullptr;     ///< [npairs * 3] Å, d_ij, row-major
+  /// For evaluations from positions (the TorchScript forward, docs/deploy.md "Interface"): [nodes
+  /// * 3] Å; null when only the vectors are given.
+  const double* positions = nullptr;
+  /// [9] Å, row-major cell vectors a, b, c; null: the identity (shifts then in Å).
+  const double* cell = nullptr;
+  /// [npairs * 3]: the shift of each pair in cell vectors (Å when cell is null), so that
+  /// d_ij = positions[j] - positions[i] + shift · cell; null: no shifts. Only with positions.
+  const double* shifts = nullptr;
 };
 
-/// Which input a model's inference evaluates.
-enum class InferenceInput {
-  kNeighborList,  ///< evaluate(NeighborList, ...): one cutoff, centres the owned atoms
-  kGraph,         ///< evaluate(AtomGraph, ...): message passing over several cutoffs
+/// What an evaluation gives besides energy, forces and virial, which it always gives.
+struct Outputs {
+  bool atomic_energy = false;  ///< each owned atom's energy
+  bool atom_virial = false;    ///< each atom's virial (NeighborInput)
+  bool pair_gradient = false;  ///< dE/dd_ij of each pair (AtomGraph)
 };
 
-/// A model's own evaluator for molecular dynamics (docs/models.md "Inference"), beside the
-/// TorchScript forward every frozen model has. The MD layer builds the neighbour list (and
-/// checks it for overlapping atoms) and calls it; it knows no model type.
+/// One evaluation (docs/models.md "Inference"): the atoms as a neighbour list or as a graph,
+/// with the graph optionally an exchange of per-atom features between MD ranks, and the outputs
+/// wanted. Exactly one of `neighbors` and `graph` is set, the one the inference's inputs() accept.
+struct Request {
+  const NeighborInput* neighbors = nullptr;
+  const AtomGraph* graph = nullptr;
+  /// With `graph`: the layers' features of ghost nodes come from their owners through it
+  /// (docs/lammps.md "Features exchanged between ranks"), whose rows are the graph's nodes (owned
+  /// first); the centres are then the owned nodes only and the pairs those within one cutoff.
+  /// Energies, forces and pair gradients are then the total energy's, all ranks together. Only
+  /// for an inference whose inputs().exchange_width > 0.
+  GhostExchange* exchange = nullptr;
+  Outputs outputs;
+};
+
+/// What an evaluation returns for the atoms of one request (the owned atoms first, then the
+/// others). Units: eV, Å. Reduced in float64 whatever the model's dtype.
+struct InferenceResult {
+  double energy = 0;                ///< eV, the owned atoms' energies summed
+  std::vector<double> forces;       ///< [natoms * 3] eV/Å, -dE/dr of every atom (node), ghosts included
+  std::array<double, 9> virial{};   ///< eV, -sum over pairs of d_ij ⊗ dE/dd_ij, row-major
+  std::vector<double> atomic;       ///< [nlocal] eV, when asked
+  std::vector<double> atom_virial;  ///< [natoms * 9] eV, each pair's half to i and to j, when asked
+  std::vector<double> pair_gradient;  ///< [npairs * 3] eV/Å, dE/dd_ij of each pair of a graph, when asked
+  /// [counters().size()]: this evaluation's count of each of the inference's counters.
+  std::vector<int64_t> counts;
+};
+
+/// Something an inference counts per evaluation and the MD code reports (docs/lammps.md
+/// "Counters"): e.g. a compressed model's pairs beyond its tables.
+struct Counter {
+  std::string name;  ///< short name, e.g. "pairs beyond tables"
+  /// Report every this many MD steps (<= 0: at the end of the run only).
+  int64_t report_every = 0;
+  /// The phrase after the count in a report of some steps, e.g. "pair(s) beyond the compressed
+  /// model's tables, closer than any in its training data (evaluated by its exact embedding nets)";
+  /// such reports are warnings, made only when the count is not zero.
+  std::string interval_phrase;
+  /// The phrase after the count in the end-of-run report (always made), e.g. "pair(s) beyond
+  /// the compressed model's tables over the run".
+  std::string run_phrase;
+};
+
+/// The inputs an inference evaluates, declared once and checked when a model is loaded.
+struct InferenceInputs {
+  bool neighbor_list = false;  ///< Request::neighbors
+  bool graph = false;          ///< Request::graph
+  /// > 0: it also evaluates a graph with Request::exchange, exchanging rows of at most this many
+  /// values per atom between layers; 0: it does not exchange (ghosts then reach
+  /// message_layers · cutoff, docs/lammps.md).
+  int64_t exchange_width = 0;
+};
+
+/// A frozen model's evaluator (docs/models.md "Inference"): the model's own hand-written
+/// inference, or its TorchScript forward (models/torchscript_inference.h). The MD layer and
+/// `mlip test` build the input and call evaluate(); they know no model type.
 class Inference {
  public:
   virtual ~Inference() = default;
-  /// One phrase for the MD summary, e.g. "hand-written se_e2_a inference".
+  /// One phrase for summaries, e.g. "hand-written se_e2_a inference".
   virtual std::string describe() const = 0;
-  /// The neighbour list's cutoff, Å.
+  /// The pair cutoff, Å.
   virtual double cutoff() const = 0;
-  /// Energy, forces and virials of `natoms` atoms from the neighbour list of their positions in
-  /// the model's dtype, with the first `nlocal` atoms as its centres. types: [natoms] type ids.
-  virtual InferenceResult evaluate(const data::NeighborList<float>& list, const std::vector<int>& types,
-                                   int64_t natoms, int64_t nlocal, bool atomic, bool atom_virial) = 0;
-  virtual InferenceResult evaluate(const data::NeighborList<double>& list, const std::vector<int>& types,
-                                   int64_t natoms, int64_t nlocal, bool atomic, bool atom_virial) = 0;
-  /// The input this model's inference evaluates (the MD layer builds it).
-  virtual InferenceInput input() const { return InferenceInput::kNeighborList; }
-  /// Energy (owned nodes), forces on every node ([nodes * 3]), virial, and when asked the owned
-  /// nodes' energies and the pairs' gradients, of an AtomGraph. Models whose input() is kGraph
-  /// implement it; the default throws.
-  virtual InferenceResult evaluate(const AtomGraph& /*graph*/, bool /*atomic*/, bool /*pair_gradient*/) {
-    throw Error(describe() + ": evaluates a neighbour list, not a graph of atoms");
-  }
-  /// Per-atom values this model exchanges between ranks after each message-passing layer: the
-  /// widest row of GhostExchange calls made by evaluate(graph, exchange, ...); 0 when it does
-  /// not exchange (it then needs ghosts out to message_layers · cutoff, docs/lammps.md).
-  virtual int64_t exchange_width() const { return 0; }
-  /// As evaluate(graph, ...), with the layers' features of ghost nodes taken from their owners
-  /// through `exchange` (docs/lammps.md "Features exchanged between ranks"), whose rows are the
-  /// graph's nodes (owned first): here the centres are the owned nodes only and the pairs those
-  /// within one cutoff. Energies, forces and pair gradients are the total energy's, all ranks
-  /// together. Models whose exchange_width() > 0 implement it.
-  virtual InferenceResult evaluate(const AtomGraph& /*graph*/, GhostExchange& /*exchange*/, bool /*atomic*/,
-                                   bool /*pair_gradient*/) {
-    throw Error(describe() + ": exchanges no features between ranks");
-  }
+  /// The inputs it accepts.
+  virtual InferenceInputs inputs() const = 0;
+  /// What it counts (InferenceResult::counts in this order); none by default.
+  virtual std::vector<Counter> counters() const { return {}; }
+  /// Energy, forces and virial of the request's atoms and the outputs it asks for. Throws
+  /// mlip::Error for a request whose input inputs() does not accept.
+  virtual InferenceResult evaluate(const Request& request) = 0;
+
+ protected:
+  /// The error for a request this inference cannot evaluate.
+  [[noreturn]] void refuse(const Request& request) const;
 };
 
 }  // namespace mlip::models

@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "input/section.h"
+#include "models/inference_registry.h"
 #include "models/equivariant/equivariant_model.h"
 #include "models/se_e2_a/se_e2_a_model.h"
 
@@ -64,6 +65,31 @@ std::vector<std::string> model_names(bool descriptor) {
   for (const auto& e : entries())
     if (e.descriptor == descriptor) out.push_back(e.name);
   return out;
+}
+
+SettingsRecord inference_record(const ModelSettings& settings, const torch::jit::Module& module) {
+  const ModelEntry* entry = find_model_type(settings.type);
+  if (entry == nullptr || !entry->record) throw Error("model type \"" + settings.type + "\" is not registered");
+  SettingsRecord record = entry->record(settings, module);
+  record.set("model_type", settings.type);
+  record.set_words("type_map", settings.type_map);
+  record.set("precision", settings.precision);
+  record.set_number("cutoff", settings.cutoff());
+  record.set_integer("message_layers", settings.message_layers());
+  return record;
+}
+
+Capabilities capabilities_of(const ModelSettings& settings) {
+  Capabilities c;
+  c.model_type = settings.type;
+  c.type_map = settings.type_map;
+  c.dtype = settings.precision;
+  c.cutoff = settings.cutoff();
+  c.message_layers = settings.message_layers();
+  c.devices = {"cpu", "cuda"};
+  const InferenceEntry* entry = find_inference(settings.type);
+  if (entry != nullptr && entry->inference) c.inference = {"cpu"};
+  return c;
 }
 
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context) {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "input/section.h"
-#include "models/compress_options.h"
-#include "models/inference.h"
+#include "models/capabilities.h"
 #include "models/model.h"
+#include "models/settings_record.h"
 
 namespace mlip::models {
 
@@ -30,15 +30,11 @@ struct ModelEntry {
       read;
   /// Builds the model, freshly initialised, from settings its `read` made.
   std::function<std::unique_ptr<Model>(const ModelSettings& settings, const ModelContext& context)> create;
-  /// The model's own inference for MD on the CPU (models/inference.h), from a frozen model's
-  /// settings and module; empty when it has none (MD then runs the TorchScript forward).
-  std::function<std::unique_ptr<Inference>(const ModelSettings& settings, torch::jit::Module& module)> inference;
-  /// A compressed copy of a frozen model for MD (`mlip compress`; se_e2_a: docs/se_e2_a.md
-  /// "Compression: the embedding nets as tables"), from its settings and module, with a line per
-  /// table to `log`; empty when the model has no compressed form.
-  std::function<torch::jit::Module(const ModelSettings& settings, const torch::jit::Module& module,
-                                   const CompressOptions& options, std::ostream& log)>
-      compress;
+  /// The model's own keys of the settings record a frozen model carries (docs/deploy.md
+  /// "Inference settings"), from its settings and trained module (what the data decided, such
+  /// as se_e2_a's sel, is read from the module). Its inference side (models/inference_registry.h,
+  /// an entry of the same type) reads them back.
+  std::function<SettingsRecord(const ModelSettings& settings, const torch::jit::Module& module)> record;
 };
 
 /// Adds a model type (e.g. one defined in a test). Throws mlip::Error when the name is taken.
@@ -63,6 +59,15 @@ std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& model)
 /// The model section of a training input given as text (e.g. a frozen model's `config`), read
 /// as `mlip train` reads it; errors name `source`. The data paths are not looked at.
 std::shared_ptr<const ModelSettings> parse_model_settings(const std::string& text, const std::string& source);
+
+/// The settings record of a trained model for its frozen form: the generic keys (model_type,
+/// type_map, precision, cutoff, message_layers) and its entry's own. Throws mlip::Error for an
+/// unknown type.
+SettingsRecord inference_record(const ModelSettings& settings, const torch::jit::Module& module);
+
+/// The capabilities of a model with these settings (docs/deploy.md "Capabilities"); the
+/// inference registry says whether it has its own inference.
+Capabilities capabilities_of(const ModelSettings& settings);
 
 /// Builds the model of `settings` through its entry. Throws mlip::Error for an unknown type.
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context);

@@ -27,10 +27,10 @@
 #include "dist/simple_ddp.h"
 #include "error.h"
 #include "models/module_device.h"
+#include "archive/model_archive.h"
 #include "models/registry.h"
 #include "train/adam_state.h"
 #include "train/adam_step.h"
-#include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/ema.h"
 #include "train/frame_store.h"
@@ -667,7 +667,7 @@ void check_same_types(const std::string& path, const std::vector<std::string>& s
 }  // namespace
 
 void Trainer::restore(const std::string& given, bool full) {
-  const std::string path = resolve_checkpoint(given);
+  const std::string path = archive::resolve_checkpoint(given);
   ExtraFiles extra;
   torch::jit::Module loaded = load_model(path, extra);
   if (extra["model_type"] != config_.model->type)

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "error.h"
-#include "models/equivariant/equivariant_model.h"
 #include "models/equivariant/training_function.h"
 
 namespace mlip::models {
@@ -89,24 +88,23 @@ class EquivariantInference : public Inference {
 
   std::string describe() const override { return "equivariant inference through the training path's contraction"; }
   double cutoff() const override { return config_.r_max; }
-  InferenceInput input() const override { return InferenceInput::kGraph; }
-
-  InferenceResult evaluate(const data::NeighborList<float>&, const std::vector<int>&, int64_t, int64_t, bool,
-                           bool) override {
-    throw Error(describe() + ": evaluates a graph of atoms, not a neighbour list");
-  }
-  InferenceResult evaluate(const data::NeighborList<double>&, const std::vector<int>&, int64_t, int64_t, bool,
-                           bool) override {
-    throw Error(describe() + ": evaluates a graph of atoms, not a neighbour list");
+  InferenceInputs inputs() const override {
+    InferenceInputs in;
+    in.graph = true;
+    for (const auto& sizes : layer_outputs_) in.exchange_width = std::max(in.exchange_width, width(sizes));
+    return in;
   }
 
-  int64_t exchange_width() const override {
-    int64_t widest = 0;
-    for (const auto& sizes : layer_outputs_) widest = std::max(widest, width(sizes));
-    return widest;
+  InferenceResult evaluate(const Request& request) override {
+    if (request.graph == nullptr || request.neighbors != nullptr) refuse(request);
+    const bool atomic = request.outputs.atomic_energy, pair_gradient = request.outputs.pair_gradient;
+    if (request.exchange != nullptr) return evaluate_exchanged(*request.graph, *request.exchange, atomic, pair_gradient);
+    return evaluate_graph(*request.graph, atomic, pair_gradient);
   }
 
-  InferenceResult evaluate(const AtomGraph& graph, bool atomic, bool pair_gradient) override {
+ private:
+  /// The whole graph at once: every node's features computed here.
+  InferenceResult evaluate_graph(const AtomGraph& graph, bool atomic, bool pair_gradient) {
     torch::Tensor owned, grad;
     GraphGeometry g;
     {
@@ -123,7 +121,7 @@ class EquivariantInference : public Inference {
   // The layers one at a time, the ghosts' features from their owners between them, and the
   // backward pass through them in reverse with the ghosts' gradients returned to their owners
   // (docs/equivariant.md "Features exchanged between ranks").
-  InferenceResult evaluate(const AtomGraph& graph, GhostExchange& exchange, bool atomic, bool pair_gradient) override {
+  InferenceResult evaluate_exchanged(const AtomGraph& graph, GhostExchange& exchange, bool atomic, bool pair_gradient) {
     const int64_t n = graph.nodes, nlocal = graph.nlocal;
     const int64_t blocks = int64_t(layer_outputs_.size()) + 1;
     torch::Tensor owned, grad;
@@ -173,7 +171,6 @@ class EquivariantInference : public Inference {
     return result(graph, g, owned, grad, atomic, pair_gradient);
   }
 
- private:
   int64_t width(const std::vector<int64_t>& sizes) const {
     int64_t w = 0;
     for (int64_t s : sizes) w += config_.num_features * s;
@@ -244,12 +241,76 @@ class EquivariantInference : public Inference {
   std::vector<std::vector<int64_t>> layer_outputs_;  // equivariant_layer_outputs(config_)
 };
 
+/// The record of an equivariant model frozen by mlip 0.1.0, from its stored training input's
+/// keys of that version (model.*) and the defaults that version applied.
+SettingsRecord legacy_equivariant_record(const SettingsRecord& input) {
+  const EquivariantConfig defaults;
+  EquivariantConfig c;
+  c.num_features = input.integer("num_features", defaults.num_features);
+  c.l_max = input.integer("l_max", defaults.l_max);
+  c.parity = input.flag("parity", defaults.parity);
+  c.num_layers = input.integer("num_layers", defaults.num_layers);
+  c.correlation = input.integer("correlation", defaults.correlation);
+  c.readout_every_layer = input.text("readout", "last") == "every_layer";
+  c.num_bessels = input.integer("num_bessels", defaults.num_bessels);
+  c.polynomial_p = input.number("polynomial_p", defaults.polynomial_p);
+  c.radial_width = input.integer("radial_width", defaults.radial_width);
+  c.radial_depth = input.integer("radial_depth", defaults.radial_depth);
+  SettingsRecord record = equivariant_record(c);
+  record.set_integer("message_layers", c.num_layers);
+  return record;
+}
+
 }  // namespace
 
-std::unique_ptr<Inference> make_equivariant_inference(const ModelSettings& settings, torch::jit::Module& module) {
-  const auto* equivariant = dynamic_cast<const EquivariantSettings*>(&settings);
-  if (equivariant == nullptr) throw Error("make_equivariant_inference: the settings are not an equivariant model's");
-  return std::make_unique<EquivariantInference>(equivariant->config, module);
+SettingsRecord equivariant_record(const EquivariantConfig& config) {
+  SettingsRecord record;
+  record.set_integer("num_features", config.num_features);
+  record.set_integer("l_max", config.l_max);
+  record.set_flag("parity", config.parity);
+  record.set_integer("num_layers", config.num_layers);
+  record.set_integer("correlation", config.correlation);
+  record.set_flag("readout_every_layer", config.readout_every_layer);
+  record.set_integer("num_bessels", config.num_bessels);
+  record.set_number("polynomial_p", config.polynomial_p);
+  record.set_integer("radial_width", config.radial_width);
+  record.set_integer("radial_depth", config.radial_depth);
+  return record;
+}
+
+EquivariantConfig equivariant_config(const SettingsRecord& record, const torch::jit::Module& module) {
+  const EquivariantConfig defaults;
+  EquivariantConfig c;
+  c.type_map = record.words("type_map", {});
+  c.precision = record.text("precision", defaults.precision);
+  c.r_max = record.number("cutoff", defaults.r_max);
+  c.num_features = record.integer("num_features", defaults.num_features);
+  c.l_max = record.integer("l_max", defaults.l_max);
+  c.parity = record.flag("parity", defaults.parity);
+  c.num_layers = record.integer("num_layers", defaults.num_layers);
+  c.correlation = record.integer("correlation", defaults.correlation);
+  c.readout_every_layer = record.flag("readout_every_layer", defaults.readout_every_layer);
+  c.num_bessels = record.integer("num_bessels", defaults.num_bessels);
+  c.polynomial_p = record.number("polynomial_p", defaults.polynomial_p);
+  c.radial_width = record.integer("radial_width", defaults.radial_width);
+  c.radial_depth = record.integer("radial_depth", defaults.radial_depth);
+  if (module.hasattr("avg_num_neighbors")) c.avg_num_neighbors = module.attr("avg_num_neighbors").toDouble();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(record.source() + ": " + e.what());
+  }
+  return c;
+}
+
+InferenceEntry equivariant_inference_entry() {
+  InferenceEntry e;
+  e.type = "equivariant";
+  e.legacy_record = legacy_equivariant_record;
+  e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
+    return std::make_unique<EquivariantInference>(equivariant_config(record, module), module);
+  };
+  return e;
 }
 
 }  // namespace mlip::models

@@ -321,7 +321,9 @@ ModelEntry equivariant_entry() {
             "readout",
             "data_stat_nbatch"};
   e.read = read_equivariant;
-  e.inference = make_equivariant_inference;
+  e.record = [](const ModelSettings& settings, const torch::jit::Module&) {
+    return equivariant_record(dynamic_cast<const EquivariantSettings&>(settings).config);
+  };
   e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
     return std::make_unique<EquivariantModel>(dynamic_cast<const EquivariantSettings&>(settings), context);
   };

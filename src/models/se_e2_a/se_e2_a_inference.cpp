@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "error.h"
-#include "models/se_e2_a/se_e2_a_model.h"
+#include "models/se_e2_a/compress.h"
 #include "models/se_e2_a/se_e2_a_training.h"
 
 namespace mlip::models {
@@ -17,59 +17,129 @@ class SeAInference : public Inference {
       o << "hand-written se_e2_a inference, compressed (embedding nets as tables, step "
         << module.attr("compression_step").toDouble() << ")";
       description_ = o.str();
+      // docs/lammps.md "Compressed models": pairs closer than any in the training data.
+      Counter beyond;
+      beyond.name = "pairs beyond tables";
+      beyond.report_every =
+          module.hasattr("compression_check_frequency") ? module.attr("compression_check_frequency").toInt() : -1;
+      beyond.interval_phrase =
+          "pair(s) beyond the compressed model's tables, closer than any in its training data (evaluated by its "
+          "exact embedding nets)";
+      beyond.run_phrase = "pair(s) beyond the compressed model's tables over the run";
+      counters_.push_back(beyond);
     }
   }
 
   std::string describe() const override { return description_; }
   double cutoff() const override { return config_.rcut; }
-
-  InferenceResult evaluate(const data::NeighborList<float>& list, const std::vector<int>& types, int64_t natoms,
-                           int64_t nlocal, bool atomic, bool atom_virial) override {
-    return run(list, types, natoms, nlocal, atomic, atom_virial);
+  InferenceInputs inputs() const override {
+    InferenceInputs in;
+    in.neighbor_list = true;
+    return in;
   }
-  InferenceResult evaluate(const data::NeighborList<double>& list, const std::vector<int>& types, int64_t natoms,
-                           int64_t nlocal, bool atomic, bool atom_virial) override {
-    return run(list, types, natoms, nlocal, atomic, atom_virial);
+  std::vector<Counter> counters() const override { return counters_; }
+
+  InferenceResult evaluate(const Request& request) override {
+    const NeighborInput* atoms = request.neighbors;
+    if (atoms == nullptr || request.exchange != nullptr) refuse(request);
+    if (atoms->list_float != nullptr) return run(*atoms->list_float, *atoms, request.outputs);
+    if (atoms->list_double != nullptr) return run(*atoms->list_double, *atoms, request.outputs);
+    throw Error(describe() + ": the request's neighbour input has no list");
   }
 
  private:
   template <typename Real>
-  InferenceResult run(const data::NeighborList<Real>& list, const std::vector<int>& types, int64_t natoms,
-                      int64_t nlocal, bool atomic, bool atom_virial) {
+  InferenceResult run(const data::NeighborList<Real>& list, const NeighborInput& atoms, const Outputs& outputs) {
+    const std::vector<int> types(atoms.types, atoms.types + atoms.natoms);
     const PackedEnv packed = PackedEnv::from_neighbor_list<Real>(list, types, config_);
-    const std::vector<int> centre_types(types.begin(), types.begin() + nlocal);
-    SeATrainingPath::Evaluation e = path_.evaluate(packed, centre_types, natoms, atom_virial);
+    const std::vector<int> centre_types(types.begin(), types.begin() + atoms.nlocal);
+    SeATrainingPath::Evaluation e = path_.evaluate(packed, centre_types, atoms.natoms, outputs.atom_virial);
     InferenceResult out;
     out.energy = e.energy;
     out.forces = std::move(e.forces);
     out.virial = e.virial;
-    if (atomic) out.atomic = std::move(e.atomic);
-    if (atom_virial) out.atom_virial = std::move(e.atom_virial);
-    out.beyond_tables = e.beyond_tables;
+    if (outputs.atomic_energy) out.atomic = std::move(e.atomic);
+    if (outputs.atom_virial) out.atom_virial = std::move(e.atom_virial);
+    if (!counters_.empty()) out.counts = {e.beyond_tables};
     return out;
   }
 
   SeAConfig config_;
   SeATrainingPath path_;
   std::string description_ = "hand-written se_e2_a inference";
+  std::vector<Counter> counters_;
 };
+
+/// The record of an se_e2_a model frozen by mlip 0.1.0, from its stored training input's key
+/// paths of that version (model.descriptor.*, model.fitting_net.*) and DeePMD's defaults, the
+/// ones that version applied.
+SettingsRecord legacy_se_e2_a_record(const SettingsRecord& input) {
+  const SeAConfig defaults;
+  SeAConfig c;
+  c.rcut = input.number("descriptor.rcut", defaults.rcut);
+  c.rcut_smth = input.number("descriptor.rcut_smth", defaults.rcut_smth);
+  c.neuron = input.integers("descriptor.neuron", defaults.neuron);
+  c.axis_neuron = input.integer("descriptor.axis_neuron", defaults.axis_neuron);
+  c.type_one_side = input.flag("descriptor.type_one_side", defaults.type_one_side);
+  c.resnet_dt = input.flag("descriptor.resnet_dt", defaults.resnet_dt);
+  c.fitting_neuron = input.integers("fitting_net.neuron", defaults.fitting_neuron);
+  c.fitting_resnet_dt = input.flag("fitting_net.resnet_dt", defaults.fitting_resnet_dt);
+  SettingsRecord record = se_e2_a_record(c);
+  record.set_integer("message_layers", 1);
+  return record;
+}
 
 }  // namespace
 
-SeAConfig frozen_se_e2_a_config(const ModelSettings& settings, const torch::jit::Module& module) {
-  const auto* se = dynamic_cast<const SeASettings*>(&settings);
-  if (se == nullptr) throw Error("se_e2_a: the settings are not se_e2_a's (" + settings.type + ")");
-  SeAConfig config = se->config;
-  const torch::Tensor sel = module.attr("sel").toTensor().to(torch::kCPU).contiguous();
-  config.sel.assign(sel.data_ptr<int64_t>(), sel.data_ptr<int64_t>() + sel.numel());
-  // The module's own record (models frozen before it existed subtract nothing).
-  config.isolated_energy_is_bias =
-      module.hasattr("isolated_energy_is_bias") && module.attr("isolated_energy_is_bias").toBool();
-  return config;
+SettingsRecord se_e2_a_record(const SeAConfig& config) {
+  SettingsRecord record;
+  record.set_number("rcut", config.rcut);
+  record.set_number("rcut_smth", config.rcut_smth);
+  record.set_integers("neuron", config.neuron);
+  record.set_integer("axis_neuron", config.axis_neuron);
+  record.set_flag("type_one_side", config.type_one_side);
+  record.set_flag("resnet_dt", config.resnet_dt);
+  record.set_integers("fitting_neuron", config.fitting_neuron);
+  record.set_flag("fitting_resnet_dt", config.fitting_resnet_dt);
+  return record;
 }
 
-std::unique_ptr<Inference> make_se_e2_a_inference(const ModelSettings& settings, torch::jit::Module& module) {
-  return std::make_unique<SeAInference>(frozen_se_e2_a_config(settings, module), module);
+SeAConfig se_e2_a_config(const SettingsRecord& record, const torch::jit::Module& module) {
+  const SeAConfig defaults;
+  SeAConfig c;
+  c.type_map = record.words("type_map", {});
+  c.precision = record.text("precision", defaults.precision);
+  c.rcut = record.number("rcut", defaults.rcut);
+  c.rcut_smth = record.number("rcut_smth", defaults.rcut_smth);
+  c.neuron = record.integers("neuron", defaults.neuron);
+  c.axis_neuron = record.integer("axis_neuron", defaults.axis_neuron);
+  c.type_one_side = record.flag("type_one_side", defaults.type_one_side);
+  c.resnet_dt = record.flag("resnet_dt", defaults.resnet_dt);
+  c.fitting_neuron = record.integers("fitting_neuron", defaults.fitting_neuron);
+  c.fitting_resnet_dt = record.flag("fitting_resnet_dt", defaults.fitting_resnet_dt);
+  if (!module.hasattr("sel")) throw Error(record.source() + ": the se_e2_a module has no 'sel' attribute");
+  const torch::Tensor sel = module.attr("sel").toTensor().to(torch::kCPU).contiguous();
+  c.sel.assign(sel.data_ptr<int64_t>(), sel.data_ptr<int64_t>() + sel.numel());
+  c.isolated_energy_is_bias =
+      module.hasattr("isolated_energy_is_bias") && module.attr("isolated_energy_is_bias").toBool();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(record.source() + ": " + e.what());
+  }
+  return c;
+}
+
+InferenceEntry se_e2_a_inference_entry() {
+  InferenceEntry e;
+  e.type = "se_e2_a";
+  e.legacy_record = legacy_se_e2_a_record;
+  e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
+    return std::make_unique<SeAInference>(se_e2_a_config(record, module), module);
+  };
+  e.compress = [](const SettingsRecord& record, const torch::jit::Module& module, const CompressOptions& options,
+                  std::ostream& log) { return compress_se_e2_a(se_e2_a_config(record, module), module, options, log); };
+  return e;
 }
 
 }  // namespace mlip::models

@@ -285,10 +285,13 @@ ModelEntry se_e2_a_entry() {
   e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
     return std::make_unique<SeAModel>(dynamic_cast<const SeASettings&>(settings), context);
   };
-  e.inference = make_se_e2_a_inference;
-  e.compress = [](const ModelSettings& settings, const torch::jit::Module& module, const CompressOptions& options,
-                  std::ostream& log) {
-    return compress_se_e2_a(frozen_se_e2_a_config(settings, module), module, options, log);
+  // The record's keys from the settings, with what the module decided (sel from the data).
+  e.record = [](const ModelSettings& settings, const torch::jit::Module& module) {
+    const auto& se = dynamic_cast<const SeASettings&>(settings);
+    SeAConfig config = se.config;
+    config.type_map = se.type_map;
+    config.precision = se.precision;
+    return se_e2_a_record(config);
   };
   return e;
 }

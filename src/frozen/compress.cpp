@@ -1,4 +1,4 @@
-#include "train/compress.h"
+#include "frozen/compress.h"
 
 #include <cmath>
 #include <filesystem>
@@ -11,13 +11,17 @@
 #include "data/neighbor_stat.h"
 #include "error.h"
 #include "models/capabilities.h"
+#include "models/inference_registry.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace fs = std::filesystem;
 
-namespace mlip::train {
+namespace mlip::frozen {
+
+using train::TrainConfig;
+using train::load_train_config;
+using train::parse_train_config;
 
 namespace {
 
@@ -54,7 +58,7 @@ double shortest_distance(const CompressRequest& request, const std::string& stor
 
 void compress(const CompressRequest& request, std::ostream& log) {
   std::error_code ec;
-  const std::string source = fs::is_regular_file(request.input, ec) ? request.input : resolve_checkpoint(request.input);
+  const std::string source = fs::is_regular_file(request.input, ec) ? request.input : archive::resolve_checkpoint(request.input);
   if (fs::equivalent(source, request.output, ec))
     throw Error("compress -o " + request.output + ": that is the model being compressed (" + source +
                 "); expected another file name, e.g. frozen_model_compressed.pt");
@@ -67,18 +71,25 @@ void compress(const CompressRequest& request, std::ostream& log) {
     if (it == extra.end()) throw Error(source + ": the model lacks '" + k + "' metadata");
     meta[k] = it->second;
   }
-  const auto settings = models::parse_model_settings(meta["config"], source + " (its training input)");
-  const models::ModelEntry* entry = models::find_model_type(meta["model_type"]);
+  // The model's settings as frozen (docs/deploy.md "Inference settings"); a checkpoint's (no
+  // record yet) from the training input it stores, read as `mlip freeze` reads it.
+  const bool checkpoint = extra.count("step") != 0 || extra.count("optimizer") != 0;
+  const models::SettingsRecord record =
+      checkpoint ? models::inference_record(*models::parse_model_settings(meta["config"], source + " (its training input)"),
+                                            module)
+                 : models::frozen_settings(extra, source);
+  const models::InferenceEntry* entry = models::find_inference(meta["model_type"]);
   if (entry == nullptr || !entry->compress)
     throw Error("compress: " + source + ": the " + meta["model_type"] +
                 " model has no compressed form (mlip compresses se_e2_a, whose embedding nets become tables)");
   models::CompressOptions options = request.options;
   if (!(options.min_distance > 0))
-    options.min_distance = shortest_distance(request, meta["config"], source, settings->cutoff(), log);
+    options.min_distance = shortest_distance(request, meta["config"], source, record.number("cutoff", 0.0), log);
   std::ostringstream tables;
-  torch::jit::Module compressed = entry->compress(*settings, module, options, tables);
+  torch::jit::Module compressed = entry->compress(record, module, options, tables);
   log << tables.str();
-  meta["capabilities"] = models::capabilities_of(*settings).to_text();
+  meta["capabilities"] = models::capabilities_from(record).to_text();
+  meta["inference_settings"] = record.to_text();
   std::ostringstream header;
   header << std::setprecision(17) << "step " << options.step << "\nextrapolate " << options.extrapolate
          << "\ncheck_frequency " << options.check_frequency << "\nmin_distance " << options.min_distance
@@ -87,4 +98,4 @@ void compress(const CompressRequest& request, std::ostream& log) {
   archive::save_module_atomically(compressed, meta, request.output, "the compressed model");
 }
 
-}  // namespace mlip::train
+}  // namespace mlip::frozen

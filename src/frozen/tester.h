@@ -6,7 +6,7 @@
 
 #include "data/label_keys.h"
 
-namespace mlip::train {
+namespace mlip::frozen {
 
 /// `mlip test -m model -s systems [-n N] [-d prefix]`.
 struct TestOptions {
@@ -21,8 +21,9 @@ struct TestOptions {
 };
 
 /// Per-system and weighted metrics of docs/training.md "Other commands". Energies, forces and
-/// virials are predicted through the model's forward() (the deploy path, from positions).
+/// virials are predicted through the model's forward() (the deploy path, from positions;
+/// models/torchscript_inference.h).
 /// Prints the report to stdout; returns 0. Throws mlip::Error for bad input.
 int run_test(const TestOptions& options);
 
-}  // namespace mlip::train
+}  // namespace mlip::frozen

@@ -1,4 +1,4 @@
-#include "train/tester.h"
+#include "frozen/tester.h"
 
 #include <torch/script.h>
 
@@ -15,17 +15,20 @@
 #include "data/load.h"
 #include "data/neighbor_list.h"
 #include "error.h"
+#include "models/inference.h"
 #include "models/pair_list.h"
-#include "train/checkpoint.h"
+#include "models/torchscript_inference.h"
+#include "archive/model_archive.h"
 #include "archive/output_file.h"
 
-namespace mlip::train {
+namespace mlip::frozen {
 
 using archive::ExtraFiles;
 using archive::OutputFile;
 using archive::SpecialTarget;
 using archive::load_model;
 using archive::remove_stale_temporaries;
+using archive::resolve_checkpoint;
 using archive::stored_type_names;
 namespace {
 
@@ -66,6 +69,34 @@ void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
     std::printf("Virial RMSE        : %e eV\n", m.v.rmse());
     std::printf("Virial MAE/Natoms  : %e eV\n", m.v_atom.mae());
     std::printf("Virial RMSE/Natoms : %e eV\n", m.v_atom.rmse());
+  }
+}
+
+/// A frame's pairs as the graph the TorchScript forward evaluates (models/inference.h): its
+/// positions, its cell (or none) and each pair's integer cell shift.
+struct FrameGraph {
+  std::vector<int64_t> centre, neighbour;  ///< [npairs] atom indices
+  models::AtomGraph graph;                 ///< points into these, the frame, its pairs and the types
+};
+
+void fill_frame_graph(const data::System& sys, const data::Frame& frame, const models::PairList& pairs,
+                      const std::vector<int64_t>& types, FrameGraph& out) {
+  const int64_t npairs = pairs.npairs();
+  out.centre.assign(pairs.centre.data_ptr<int64_t>(), pairs.centre.data_ptr<int64_t>() + npairs);
+  out.neighbour.assign(pairs.neighbor.data_ptr<int64_t>(), pairs.neighbor.data_ptr<int64_t>() + npairs);
+  models::AtomGraph& g = out.graph;
+  g = models::AtomGraph();
+  g.nodes = sys.natoms();
+  g.nlocal = g.nodes;
+  g.types = types.data();
+  g.npairs = npairs;
+  g.centre = out.centre.data();
+  g.neighbour = out.neighbour.data();
+  g.positions = frame.coord.data();
+  // A frame without a cell has no periodic images: no shifts (a zero cell).
+  if (frame.cell() != nullptr) {
+    g.cell = frame.box.data();
+    g.shifts = pairs.shift.data_ptr<double>();
   }
 }
 
@@ -115,26 +146,24 @@ int run_test(const TestOptions& options) {
   std::map<std::string, int64_t> systems_of_type;
   bool any_e = false, any_f = false, any_v = false;
   data::NeighborListBuilder<double> builder;
+  // The model's own TorchScript forward, as plain PyTorch would call it (docs/deploy.md).
+  models::TorchScriptInference inference(model, torch::kCPU, dtype, rcut);
+  FrameGraph frame_graph;
   for (const auto& sys : systems) {
     const int64_t nframes = options.numb_test > 0 ? std::min(options.numb_test, sys.nframes) : sys.nframes;
     const int64_t n = sys.natoms();
     Metrics m;
-    auto atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64);
+    const std::vector<int64_t> types(sys.types.begin(), sys.types.end());
     for (int64_t f = 0; f < nframes; ++f) {
       data::Frame frame = sys.frame(f);
       const models::PairList pairs = models::pair_list(builder.build(frame.coord.data(), n, frame.cell(), sys.pbc, rcut));
-      c10::Dict<std::string, torch::Tensor> input;
-      input.insert("pos", torch::from_blob(frame.coord.data(), {n, 3}, torch::kFloat64).to(dtype));
-      input.insert("atom_types", atype);
-      input.insert("edge_index", pairs.edge_index());
-      input.insert("cell", (frame.cell() != nullptr ? torch::from_blob(frame.box.data(), {3, 3}, torch::kFloat64)
-                                                    : torch::zeros({3, 3}, torch::kFloat64))
-                               .to(dtype));
-      input.insert("edge_cell_shift", pairs.shift.to(dtype));
-      auto out = model.forward({input}).toGenericDict();
-      const double e_pred = out.at("total_energy").toTensor().item<double>();
-      auto forces = out.at("forces").toTensor().to(torch::kFloat64).contiguous();
-      auto virial = out.at("virial").toTensor().to(torch::kFloat64).reshape({9}).contiguous();
+      fill_frame_graph(sys, frame, pairs, types, frame_graph);
+      models::Request request;
+      request.graph = &frame_graph.graph;
+      const models::InferenceResult out = inference.evaluate(request);
+      const double e_pred = out.energy;
+      const torch::Tensor forces = torch::tensor(out.forces, torch::kFloat64);
+      const torch::Tensor virial = torch::tensor(std::vector<double>(out.virial.begin(), out.virial.end()), torch::kFloat64);
       if (!std::isfinite(e_pred) || !torch::isfinite(forces).all().item<bool>() ||
           !torch::isfinite(virial).all().item<bool>()) {
         std::ostringstream m;
@@ -220,4 +249,4 @@ int run_test(const TestOptions& options) {
   return 0;
 }
 
-}  // namespace mlip::train
+}  // namespace mlip::frozen

@@ -5,7 +5,7 @@
 
 #include "models/compress_options.h"
 
-namespace mlip::train {
+namespace mlip::frozen {
 
 /// What `mlip compress` is asked (docs/se_e2_a.md "Compression: the embedding nets as tables").
 struct CompressRequest {
@@ -18,10 +18,11 @@ struct CompressRequest {
   std::string training_input;
 };
 
-/// `mlip compress`: the model frozen (as `mlip freeze` would) and compressed by its registry
-/// entry, with the metadata and capabilities of a frozen model and an extra file `compression`
-/// saying how. Refuses an output that is the input, and a model type without a compressed form.
+/// `mlip compress`: the model frozen (as `mlip freeze` would) and compressed by its inference
+/// entry (models/inference_registry.h) from its settings record, with the metadata,
+/// capabilities and inference settings of a frozen model and an extra file `compression` saying
+/// how. Refuses an output that is the input, and a model type without a compressed form.
 /// Progress lines go to `log`.
 void compress(const CompressRequest& request, std::ostream& log);
 
-}  // namespace mlip::train
+}  // namespace mlip::frozen

@@ -1,0 +1,40 @@
+#include "frozen/freeze.h"
+
+#include <filesystem>
+
+#include "archive/model_archive.h"
+#include "archive/output_file.h"
+#include "error.h"
+#include "models/registry.h"
+
+namespace fs = std::filesystem;
+
+namespace mlip::frozen {
+
+void freeze(const std::string& checkpoint, const std::string& output) {
+  const std::string source = archive::resolve_checkpoint(checkpoint);
+  std::error_code ec;
+  if (fs::equivalent(source, output, ec))
+    throw Error("freeze -o " + output + ": that is the checkpoint being frozen (" + source +
+                "); expected another file name, e.g. frozen_model.pt");
+  archive::remove_stale_temporaries(fs::path(output).parent_path().string());
+  archive::ExtraFiles extra;
+  torch::jit::Module module = archive::load_model(source, extra);
+  archive::ExtraFiles meta;
+  for (const std::string& k : archive::model_metadata_keys()) {
+    auto it = extra.find(k);
+    if (it == extra.end()) throw Error(checkpoint + ": the checkpoint lacks '" + k + "' metadata");
+    meta[k] = it->second;
+  }
+  // What MD checks at load and rebuilds the model's computation from, so that it needs no
+  // training input (docs/deploy.md "Capabilities", "Inference settings"). The training input is
+  // read here, by the version that trained the model (or a later one reading its keys).
+  const auto settings = models::parse_model_settings(meta["config"], source + " (its training input)");
+  meta["capabilities"] = models::capabilities_of(*settings).to_text();
+  meta["inference_settings"] = models::inference_record(*settings, module).to_text();
+  module.eval();
+  for (const auto& p : module.parameters()) p.requires_grad_(false);
+  archive::save_module_atomically(module, meta, output, "the frozen model");
+}
+
+}  // namespace mlip::frozen

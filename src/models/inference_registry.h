@@ -1,0 +1,59 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "models/capabilities.h"
+#include "models/compress_options.h"
+#include "models/inference.h"
+#include "models/settings_record.h"
+
+namespace mlip::models {
+
+/// What the inference side knows of one model type (docs/architecture.md "Adding a model"):
+/// how its frozen form is evaluated and compressed, from its settings record alone. The
+/// training side (models/registry.h) adds how it is read from a training input and trained.
+struct InferenceEntry {
+  /// The model type as frozen models name it (their `model_type`), e.g. "se_e2_a".
+  std::string type;
+  /// The record of a model frozen before records existed (mlip 0.1.0), from the `model` section
+  /// of the training input stored in it, flattened: keys are that version's key paths below
+  /// `model` ("descriptor.rcut", "l_max"), sequences of scalars their items separated by spaces,
+  /// flags "true" / "false". Reads that version's key names, whatever the input reader reads now;
+  /// skips the rest. The generic keys (model_type, type_map, precision, cutoff) are filled by
+  /// the caller; it fills message_layers and its own.
+  std::function<SettingsRecord(const SettingsRecord& stored_input)> legacy_record;
+  /// The model's own inference on the CPU (models/inference.h) from its record and frozen module;
+  /// empty when it has none (its TorchScript forward then serves).
+  std::function<std::unique_ptr<Inference>(const SettingsRecord& record, torch::jit::Module& module)> inference;
+  /// A compressed copy of a frozen model for MD (`mlip compress`; se_e2_a: docs/se_e2_a.md
+  /// "Compression: the embedding nets as tables"), with a line per table to `log`; empty when
+  /// the model has no compressed form.
+  std::function<torch::jit::Module(const SettingsRecord& record, const torch::jit::Module& module,
+                                   const CompressOptions& options, std::ostream& log)>
+      compress;
+};
+
+/// Adds a model type's inference entry (e.g. one defined in a test). Throws mlip::Error when
+/// the type is taken.
+void register_inference(InferenceEntry entry);
+
+/// The entry of a model type; nullptr when none.
+const InferenceEntry* find_inference(const std::string& type);
+
+/// A frozen model's settings record (docs/deploy.md "Inference settings"): its extra file
+/// `inference_settings`; for a model frozen before records existed, made from the training input
+/// stored in it (`config`) by its entry's legacy_record, and from its metadata (model_type,
+/// type_names, model_dtype, r_max). Errors name `source`.
+SettingsRecord frozen_settings(const std::map<std::string, std::string>& extra, const std::string& source);
+
+/// The capabilities of a model with this record (models frozen before capabilities were
+/// written): its generic keys, and the CPU for its own inference when its entry has one.
+Capabilities capabilities_from(const SettingsRecord& record);
+
+}  // namespace mlip::models
