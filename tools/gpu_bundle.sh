@@ -8,13 +8,16 @@
 # usage: tools/gpu_bundle.sh [--force] [--no-hdf5] [--no-ase]
 #
 # .gpu-deps/ holds
-#   root/      Debian 12's yaml-cpp, Kokkos (Trilinos 13.2), GoogleTest and the HDF5 C library,
-#              unpacked with dpkg-deb -x and made relocatable: a prefix for CMAKE_PREFIX_PATH
-#              (root/usr), HDF5_ROOT (root/usr/lib/x86_64-linux-gnu/hdf5/serial), and
-#              LD_LIBRARY_PATH (root/usr/lib/x86_64-linux-gnu; only these libraries are in it)
-#   fallback/  the shared libraries that HDF5 needs at run time (libcurl and what it needs, libsz,
-#              ...), flat, one file per SONAME: gpu_check.sh links into its LD_LIBRARY_PATH only
-#              those the GPU machine lacks, so that none shadows a newer system copy
+#   root/      Debian 12's yaml-cpp, Kokkos (Trilinos 13.2), GoogleTest, the HDF5 C library,
+#              CLI11 (headers and CMake config) and OpenSSL's headers, unpacked with dpkg-deb -x
+#              and made relocatable: a prefix for CMAKE_PREFIX_PATH (root/usr), HDF5_ROOT
+#              (root/usr/lib/x86_64-linux-gnu/hdf5/serial), and LD_LIBRARY_PATH
+#              (root/usr/lib/x86_64-linux-gnu; only these libraries are in it; its libcrypto.so,
+#              what the build links, points at fallback/libcrypto.so.3)
+#   fallback/  the shared libraries that HDF5 and mlip's SHA-256 need at run time (libcurl and what
+#              it needs, libsz, OpenSSL's libcrypto.so.3, ...), flat, one file per SONAME:
+#              gpu_check.sh links into its LD_LIBRARY_PATH only those the GPU machine lacks, so
+#              that none shadows a newer system copy
 #   wheels/    ASE's wheel (pure Python; the image has numpy and scipy but not ASE) for the
 #              Python-side tests
 #   MANIFEST.txt  packages, versions, sizes; .stamp  what it was made from
@@ -49,7 +52,12 @@ if [ "$(id -u)" != 0 ]; then command -v sudo >/dev/null && SUDO=sudo || die "nee
 # not needed for find_package(HDF5 COMPONENTS C).
 # libgloo-dev: Gloo's headers only, which LibTorch's ProcessGroupGloo.hpp includes and pip's
 # LibTorch does not ship (Gloo itself is linked into libtorch_cpu.so; CMakeLists.txt finds them).
-CORE=(libyaml-cpp-dev libyaml-cpp0.7 libtrilinos-kokkos-dev libtrilinos-kokkos-13.2 libgtest-dev libgloo-dev)
+# libcli11-dev: CLI11, header-only, which reads mlip's command line (src/app/command_line.h).
+# libssl-dev: OpenSSL's headers, for mlip's SHA-256 (src/archive/sha256.h); its library,
+# libcrypto.so.3 (libssl3), goes to fallback/ and not to root/, whose folder is on LD_LIBRARY_PATH
+# ahead of the system's: a system OpenSSL 3 newer than Debian 12's must not be shadowed.
+CORE=(libyaml-cpp-dev libyaml-cpp0.7 libtrilinos-kokkos-dev libtrilinos-kokkos-13.2 libgtest-dev libgloo-dev
+      libcli11-dev libssl-dev)
 [ "$HDF5" = 1 ] && CORE+=(libhdf5-dev libhdf5-103-1)
 # What every glibc system with a C++ compiler has (and must not be replaced).
 BASE_RE='^(libc6|libgcc-s1|gcc-[0-9]+-base|libstdc\+\+6|libcrypt1|debconf|dpkg|perl-base|libselinux1|libpcre2-8-0)$'
@@ -65,6 +73,8 @@ if [ "$HDF5" = 1 ]; then
       --no-replaces --no-enhances libhdf5-103-1 | grep -v '^ ' | grep -v '^<' | sort -u |
     grep -Ev "$BASE_RE" | grep -vx libhdf5-103-1)
 fi
+# OpenSSL's libcrypto.so.3 for mlip itself (HDF5's closure has it too, through libcurl).
+[[ " ${FALLBACK[*]} " == *" libssl3 "* ]] || FALLBACK+=(libssl3)
 ALL=("${CORE[@]}" "${FALLBACK[@]}")
 
 # The exact versions (the candidates), so that the stamp says when to remake.
@@ -109,7 +119,16 @@ LIB="$R/lib/x86_64-linux-gnu"
 # Not needed: documentation, the static HDF5 and yaml-cpp (the shared ones are linked), HDF5's Fortran, C++
 # and high-level parts (their .so links dangle: those packages are not taken), Kokkos' algorithms
 # and containers, pkg-config's gmock files.
-rm -rf "$DEST/root/usr/share" "$DEST/root/usr/src"
+# (usr/share/cmake stays: CLI11's CMake config, which computes its prefix from its own location.)
+find "$DEST/root/usr/share" -mindepth 1 -maxdepth 1 ! -name cmake -exec rm -rf {} +
+find "$DEST/root/usr/share/cmake" -mindepth 1 -maxdepth 1 ! -name CLI11 -exec rm -rf {} +
+rm -rf "$DEST/root/usr/src"
+# OpenSSL: Debian keeps two of its headers in the multiarch folder, which the compiler searches
+# under /usr only: put them beside the others. Only libcrypto is linked (no static libraries,
+# no libssl); its link is made below, once fallback/ holds libcrypto.so.3.
+mv "$DEST/root/usr/include/x86_64-linux-gnu/openssl/"*.h "$DEST/root/usr/include/openssl/"
+rmdir "$DEST/root/usr/include/x86_64-linux-gnu/openssl" "$DEST/root/usr/include/x86_64-linux-gnu"
+rm -f "$LIB"/libssl.a "$LIB"/libcrypto.a "$LIB"/libssl.so "$LIB"/libcrypto.so
 # (GoogleTest is static only: libgtest.a and libgtest_main.a stay.)
 rm -f "$LIB"/libhdf5*.a "$LIB"/libyaml-cpp.a "$DEST/root/usr/lib"/libgloo*
 find "$DEST/root" -xtype l -delete  # dangling links (Fortran, C++, high-level HDF5; gtest's source link)
@@ -152,6 +171,11 @@ for p in "${FALLBACK[@]}"; do
   done < <(find "$TMP/x" -type f -name '*.so*')
 done
 
+# What the build links (FindOpenSSL finds root/usr/lib/x86_64-linux-gnu/libcrypto.so); at run time
+# the loader looks for the SONAME, libcrypto.so.3: the system's, else fallback/'s.
+[ -f "$DEST/fallback/libcrypto.so.3" ] || die "libssl3 gave no libcrypto.so.3"
+ln -s ../../../../fallback/libcrypto.so.3 "$LIB/libcrypto.so"
+
 if [ "$ASE" = 1 ]; then
   mkdir -p "$WHEELS" "$DEST/wheels"
   whl="$(ls "$WHEELS"/ase-"$ASE_VERSION"-py3-none-any.whl 2>/dev/null | head -1 || true)"
@@ -172,7 +196,7 @@ fi
   echo "# .gpu-deps made by tools/gpu_bundle.sh on $(date -u +%Y-%m-%dT%H:%MZ) from Debian $(cat /etc/debian_version)"
   echo "# root/ (unpacked, made relocatable):"
   for p in "${CORE[@]}"; do echo "  $(grep "^$p=" <<<"$versions")"; done
-  echo "# fallback/ (HDF5's run-time closure; used on the GPU machine only where the system lacks a SONAME):"
+  echo "# fallback/ (HDF5's run-time closure and OpenSSL's libcrypto; used on the GPU machine only where the system lacks a SONAME):"
   for p in "${FALLBACK[@]}"; do echo "  $(grep "^$p=" <<<"$versions")"; done
   echo "#   SONAMEs: $(ls "$DEST/fallback" | tr '\n' ' ')"
   [ "$ASE" = 1 ] && echo "# wheels/: $(ls "$DEST/wheels" | tr '\n' ' ')"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's check (docs/gpu_check.md): builds mlip against the machine's PyTorch
 # (LibTorch with CUDA) and the carried .gpu-deps/ (tools/gpu_bundle.sh: yaml-cpp, Kokkos,
-# GoogleTest, HDF5), runs the GPU tests (ctest -L gpu), the MD benchmark (bench/md_gpu_bench.sh),
+# GoogleTest, HDF5, CLI11, OpenSSL), runs the GPU tests (ctest -L gpu), the MD benchmark (bench/md_gpu_bench.sh),
 # the rest of the suite, and the training benchmark (bench/gpu_bench.sh), and writes a summary
 # with the logs.
 #
@@ -38,9 +38,9 @@
 #                  on one GPU with NCCL, which NCCL refuses)
 #   --run-without-gpu  run the suite and bench stages even where no CUDA device is visible (a
 #                  test of this script; the bench then needs --bench-args "--device cpu ...")
-#   --fallback-libs  missing (default): link into LD_LIBRARY_PATH only the carried HDF5 run-time
-#                  libraries whose SONAME the system lacks; all: every one (a test of the bundle)
-#   --no-isolate   where /usr holds Debian's yaml-cpp/Kokkos/GTest/HDF5/LibTorch (a development
+#   --fallback-libs  missing (default): link into LD_LIBRARY_PATH only the carried HDF5 and OpenSSL
+#                  run-time libraries whose SONAME the system lacks; all: every one (a test of the bundle)
+#   --no-isolate   where /usr holds Debian's yaml-cpp/Kokkos/GTest/HDF5/CLI11/OpenSSL/LibTorch (a development
 #                  machine), CMake is told to ignore the /usr prefix so that only the carried
 #                  copies and the chosen torch are used; this turns that off
 # Exit status: 0 when every stage that ran passed (skipped GPU cases included: a dry run), 1
@@ -228,8 +228,8 @@ echo "python-side tests: $("$PY" -c 'import ase, numpy, scipy; print("ase", ase.
 # see them: the GPU machine has none, and the dry run must prove that the carried ones suffice.
 if [ "$ISOLATE" = auto ]; then
   ISOLATE=0
-  for p in /usr/include/yaml-cpp /usr/include/trilinos /usr/include/gtest /usr/include/hdf5 \
-           /usr/lib/x86_64-linux-gnu/libtorch.so /usr/lib/x86_64-linux-gnu/cmake/yaml-cpp; do
+  for p in /usr/include/yaml-cpp /usr/include/trilinos /usr/include/gtest /usr/include/hdf5 /usr/include/CLI \
+           /usr/include/openssl /usr/lib/x86_64-linux-gnu/libtorch.so /usr/lib/x86_64-linux-gnu/cmake/yaml-cpp; do
     [ -e "$p" ] && ISOLATE=1
   done
 fi
@@ -237,6 +237,8 @@ fi
 HDF5_ROOT_DIR="$DEPS_LIB/hdf5/serial"
 CMAKE_ARGS=("${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release
   "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX;$DEPS_USR"
+  # FindOpenSSL searches a pkg-config answer (which may be the system's) before the prefix path.
+  "-DOPENSSL_ROOT_DIR=$DEPS_USR"
   -DMLIP_ENABLE_CUDA=ON -DMLIP_MPI=OFF -DMLIP_LAMMPS=OFF
   "-DMLIP_TEST_PYTHON=$PY" "-DMLIP_TORCHRUN=$TORCHRUN")
 if [ -e "$HDF5_ROOT_DIR/include/hdf5.h" ]; then
@@ -307,7 +309,7 @@ stage_build() {
     echo "|---|---|---|"
     local var val want src
     for var in TORCH_LIBRARY c10_LIBRARY C10_CUDA_LIBRARY yaml-cpp_DIR GTest_DIR MLIP_KOKKOS_INCLUDE_DIR \
-               MLIP_KOKKOS_CORE_LIB Kokkos_DIR HDF5_C_LIBRARY_hdf5 HDF5_hdf5_LIBRARY_RELEASE HDF5_C_INCLUDE_DIR CUDAToolkit_NVCC_EXECUTABLE; do
+               MLIP_KOKKOS_CORE_LIB Kokkos_DIR CLI11_DIR OPENSSL_INCLUDE_DIR OPENSSL_CRYPTO_LIBRARY HDF5_C_LIBRARY_hdf5 HDF5_hdf5_LIBRARY_RELEASE HDF5_C_INCLUDE_DIR CUDAToolkit_NVCC_EXECUTABLE; do
       val="$(grep -E "^$var:[A-Z]+=" "$BUILD/CMakeCache.txt" | head -1 | cut -d= -f2-)"
       [ -n "$val" ] || continue
       case "$var" in

@@ -46,7 +46,9 @@ say() { echo "[mlip setup] $*"; }
 # OpenBLAS (Debian's LibTorch calls the system BLAS; the reference BLAS is ~15x slower), and the
 # HDF5 C library for DeePMD's .hdf5 systems (docs/data.md "HDF5 systems"), and the LAMMPS library
 # with its headers for pair_style mlip and `mlip lammps` (docs/lammps.md), and matplotlib for
-# `mlip plot` (docs/training.md "Pictures").
+# `mlip plot` (docs/training.md "Pictures"), and CLI11 (header-only) that reads the command line's
+# options (src/app/command_line.h) and OpenSSL's libcrypto that computes the SHA-256 checksums of
+# checkpoints and frozen models (src/archive/sha256.h; docs/robustness.md "Checksums").
 PACKAGES=(
   build-essential cmake ccache pkg-config
   libtorch-dev libgloo-dev libyaml-cpp-dev
@@ -57,6 +59,7 @@ PACKAGES=(
   libopenblas0-openmp
   libhdf5-dev
   liblammps-dev
+  libcli11-dev libssl-dev
 )
 # The pip build's virtual environment is made with Debian's Python.
 [ "$TORCH" = pip ] && PACKAGES+=(python3-venv)

@@ -4,7 +4,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include <limits>
 #include <sstream>
 
+#include "app/command_line.h"
 #include "app/command_paths.h"
 #include "app/plot_command.h"
 #include "compat/libtorch.h"
@@ -40,12 +43,6 @@
 
 namespace mlip::app {
 namespace {
-
-/// A usage error: printed with the command's usage, exit code 2.
-struct UsageError {
-  std::string message;
-  std::string usage;
-};
 
 /// What the command is doing, for a message that has nothing else to name ("out of memory while
 /// reading the training input in.yaml").
@@ -84,57 +81,62 @@ const char* kNeighborStatUsage =
     "  --virial-key <key>        ... the virial, eV (default virial)\n"
     "  -h, --help                show this help\n";
 
-/// --energy-key, --forces-key, --stress-key, --virial-key (docs/data.md "Label keys"): takes the
-/// value into `keys` and returns true when `a` is one of them.
-bool take_label_key(const std::string& a, const std::vector<std::string>& args, std::size_t& i, data::LabelKeys& keys,
-                    const char* usage);
+/// --energy-key, --forces-key, --stress-key, --virial-key (docs/data.md "Label keys"): where the
+/// files keep each label, into `keys`.
+void add_label_key_options(CommandLine& line, data::LabelKeys& keys) {
+  const auto key_name = [](const std::string& key) {
+    return key.find_first_of(" \t\"=") == std::string::npos
+               ? std::string()
+               : "expected a key name (no spaces, quotes or '='), got '" + key + "'";
+  };
+  line.add_value("--energy-key", keys.energy, key_name);
+  line.add_value("--forces-key", keys.forces, key_name);
+  line.add_value("--stress-key", keys.stress, key_name);
+  line.add_value("--virial-key", keys.virial, key_name);
+}
 
-bool is_flag(const std::string& a) { return a.size() > 1 && a[0] == '-' && !std::isdigit(static_cast<unsigned char>(a[1])) && a[1] != '.'; }
+/// A value check (CommandLine::ValueCheck): "" when `value` is one of `choices`, else
+/// "expected <in_words>, got '<value>'".
+CommandLine::ValueCheck one_of(std::vector<std::string> choices, std::string in_words) {
+  return [choices = std::move(choices), in_words = std::move(in_words)](const std::string& value) {
+    if (std::find(choices.begin(), choices.end(), value) != choices.end()) return std::string();
+    return "expected " + in_words + ", got '" + value + "'";
+  };
+}
 
-double parse_positive(const std::string& flag, const std::string& value, const std::string& usage) {
-  std::size_t used = 0;
-  double v = 0.0;
-  try {
-    v = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || !(v > 0.0) || !std::isfinite(v))
-    throw UsageError{flag + ": expected a positive number, got '" + value + "'", usage};
-  return v;
+/// neighbor-stat's options (kNeighborStatUsage).
+struct NeighborStatArguments {
+  std::vector<std::string> systems;   ///< -s
+  std::vector<std::string> type_map;  ///< -t; empty: the data's type_map.raw
+  data::LabelKeys keys;
+  double rcut = 6.0;  ///< -r, Å
+};
+
+/// Reads neighbor-stat's arguments into `out`; false when --help printed the usage.
+bool read_neighbor_stat_arguments(const std::vector<std::string>& args, NeighborStatArguments& out) {
+  CommandLine line("neighbor-stat", kNeighborStatUsage);
+  line.add_list("-s,--system", out.systems, "expected at least one system path");
+  line.add_list("-t,--type-map", out.type_map, "expected at least one type name");
+  line.add_parsed("-r,--rcut", out.rcut, positive_number_problem, CommandLine::ValueArgument::kAny);
+  add_label_key_options(line, out.keys);
+  if (!line.read(args)) return false;
+  if (out.systems.empty()) throw line.error("neighbor-stat: -s <system> is required");
+  return true;
 }
 
 int neighbor_stat_command(const std::vector<std::string>& args) {
-  std::vector<std::string> systems, type_map;
-  data::LabelKeys keys;
-  double rcut = 6.0;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kNeighborStatUsage;
-      return kExitOk;
-    } else if (a == "-s" || a == "--system") {
-      while (i + 1 < args.size() && !is_flag(args[i + 1])) systems.push_back(args[++i]);
-      if (systems.empty()) throw UsageError{a + ": expected at least one system path", kNeighborStatUsage};
-    } else if (a == "-t" || a == "--type-map") {
-      while (i + 1 < args.size() && !is_flag(args[i + 1])) type_map.push_back(args[++i]);
-      if (type_map.empty()) throw UsageError{a + ": expected at least one type name", kNeighborStatUsage};
-    } else if (a == "-r" || a == "--rcut") {
-      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kNeighborStatUsage};
-      rcut = parse_positive(a, args[++i], kNeighborStatUsage);
-    } else if (take_label_key(a, args, i, keys, kNeighborStatUsage)) {
-    } else {
-      throw UsageError{"neighbor-stat: unknown option '" + a + "'", kNeighborStatUsage};
-    }
-  }
-  if (systems.empty()) throw UsageError{"neighbor-stat: -s <system> is required", kNeighborStatUsage};
+  NeighborStatArguments arguments;
+  if (!read_neighbor_stat_arguments(args, arguments)) return kExitOk;
+  const std::vector<std::string>& systems = arguments.systems;
+  std::vector<std::string>& type_map = arguments.type_map;
+  const double rcut = arguments.rcut;
   for (const auto& system : systems) check_input_path(system, "the system");
   std::ostringstream radius;
   radius << rcut;
   g_doing = "scanning neighbours within -r " + radius.str() + " Å";
 
   // Streamed: every frame is scanned, one at a time (docs/data.md).
-  auto data = data::load_systems(systems, type_map, "", data::Loading::kStreamed, keys);
+  auto data = data::load_systems(systems, type_map, "", data::Loading::kStreamed, arguments.keys);
   int64_t frames = 0, atoms = 0;
   for (auto& s : data) frames += s.nframes, atoms += s.nframes * s.natoms();
   std::cout << "neighbor-stat: " << data.size() << " system(s), " << frames << " frame(s), "
@@ -288,25 +290,6 @@ std::string library_error_text(const std::exception& e) {
   return kept.empty() ? "unexpected error in a library" : kept;
 }
 
-std::string take_value(const std::vector<std::string>& args, std::size_t& i, const char* usage) {
-  if (i + 1 >= args.size() || is_flag(args[i + 1])) throw UsageError{args[i] + ": expected a value", usage};
-  return args[++i];
-}
-
-bool take_label_key(const std::string& a, const std::vector<std::string>& args, std::size_t& i, data::LabelKeys& keys,
-                    const char* usage) {
-  std::string* key = a == "--energy-key"   ? &keys.energy
-                     : a == "--forces-key" ? &keys.forces
-                     : a == "--stress-key" ? &keys.stress
-                     : a == "--virial-key" ? &keys.virial
-                                           : nullptr;
-  if (key == nullptr) return false;
-  *key = take_value(args, i, usage);
-  if (key->find_first_of(" \t\"=") != std::string::npos)
-    throw UsageError{a + ": expected a key name (no spaces, quotes or '='), got '" + *key + "'", usage};
-  return true;
-}
-
 /// Prefixes every line written to the stream it replaces with "[rank R] " (--log-mode collect).
 class PrefixBuf : public std::streambuf {
  public:
@@ -351,98 +334,97 @@ dist::LaunchEnv launch_for(const std::string& mode) {
   return env;
 }
 
-int train_command(const std::vector<std::string>& args) {
-  std::string input;
-  train::TrainOptions options;
-  std::string distributed = "auto", log_mode = "master";
-  dist::CommOptions comm_options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kTrainUsage;
-      return kExitOk;
-    } else if (a == "--restart") {
-      options.restart = take_value(args, i, kTrainUsage);
-    } else if (a == "--init-model") {
-      options.init_model = take_value(args, i, kTrainUsage);
-    } else if (a == "-o" || a == "--output") {
-      options.output_dir = take_value(args, i, kTrainUsage);
-    } else if (a == "--step-times") {
-      options.step_times = take_value(args, i, kTrainUsage);
-    } else if (a == "--device") {
-      options.device = take_value(args, i, kTrainUsage);
-    } else if (a == "--distributed") {
-      distributed = take_value(args, i, kTrainUsage);
-      if (distributed != "auto" && distributed != "on" && distributed != "off")
-        throw UsageError{"--distributed: expected auto, on or off, got '" + distributed + "'", kTrainUsage};
-    } else if (a == "--backend") {
-      comm_options.backend = take_value(args, i, kTrainUsage);
-      if (comm_options.backend != "auto" && comm_options.backend != "gloo" && comm_options.backend != "mpi" &&
-          comm_options.backend != "nccl")
-        throw UsageError{"--backend: expected auto, gloo, mpi or nccl, got '" + comm_options.backend + "'", kTrainUsage};
-    } else if (a == "--log-mode") {
-      log_mode = take_value(args, i, kTrainUsage);
-      if (log_mode != "master" && log_mode != "collect" && log_mode != "workers")
-        throw UsageError{"--log-mode: expected master, collect or workers, got '" + log_mode + "'", kTrainUsage};
-    } else if (a == "--timeout") {
-      const std::string v = take_value(args, i, kTrainUsage);
-      const double t = parse_positive(a, v, kTrainUsage);
-      comm_options.timeout = std::chrono::seconds(int64_t(std::ceil(t)));
-    } else if (is_flag(a)) {
-      throw UsageError{"train: unknown option '" + a + "'", kTrainUsage};
-    } else if (input.empty()) {
-      input = a;
-    } else {
-      throw UsageError{"train: expected one input file, got '" + input + "' and '" + a + "'", kTrainUsage};
-    }
-  }
-  if (input.empty()) throw UsageError{"train: an input file is required", kTrainUsage};
-  if (!options.restart.empty() && !options.init_model.empty())
-    throw UsageError{"train: --restart and --init-model exclude each other", kTrainUsage};
-  const dist::LaunchEnv launch = launch_for(distributed);
-  check_input_file(input, "the training input");
-  if (!options.restart.empty()) check_checkpoint_path(options.restart, "the checkpoint to restart from");
-  if (!options.init_model.empty()) check_checkpoint_path(options.init_model, "the checkpoint to start from");
-  g_doing = "reading the training input " + input;
-  // The input and the device come first: --backend auto picks NCCL for ranks on CUDA devices.
-  const train::TrainConfig config = train::load_train_config(input);
-  const c10::Device device = options.device.empty()
-                                 ? train::resolve_device(config.device, "training.device", launch.local_rank)
-                                 : train::resolve_device(options.device, "--device", launch.local_rank);
-  options.device = device.str();
-  comm_options.cuda = device.is_cuda();
-  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, comm_options);
-  const int rank = comm->rank();
-  // Rank-0 I/O (docs/distributed.md): the other ranks' standard output per --log-mode.
-  std::ofstream worker_log;
-  std::unique_ptr<PrefixBuf> prefix;
-  std::streambuf* saved = std::cout.rdbuf();
-  if (rank > 0) {
+/// Where this rank's standard output goes under --log-mode (docs/distributed.md): rank 0 keeps
+/// it; another rank drops it (master), prefixes its lines with "[rank r] " (collect) or writes
+/// <output>/train.rank<r>.log (workers). restore() (or the destructor) gives std::cout back.
+class RankOutput {
+ public:
+  RankOutput(int rank, const std::string& log_mode, const std::string& output_dir) : saved_(std::cout.rdbuf()) {
+    if (rank == 0) return;
     if (log_mode == "master") {
       std::cout.rdbuf(nullptr);
     } else if (log_mode == "workers") {
-      archive::prepare_output_folder(options.output_dir, "-o " + options.output_dir);
-      const std::string log = (std::filesystem::path(options.output_dir) / ("train.rank" + std::to_string(rank) + ".log")).string();
-      worker_log.open(log);
-      if (!worker_log) throw Error(log + ": cannot write this rank's log (" + std::strerror(errno) + ")");
-      std::cout.rdbuf(worker_log.rdbuf());
+      archive::prepare_output_folder(output_dir, "-o " + output_dir);
+      const std::string log = (std::filesystem::path(output_dir) / ("train.rank" + std::to_string(rank) + ".log")).string();
+      worker_log_.open(log);
+      if (!worker_log_) throw Error(log + ": cannot write this rank's log (" + std::strerror(errno) + ")");
+      std::cout.rdbuf(worker_log_.rdbuf());
     } else {
-      prefix = std::make_unique<PrefixBuf>(saved, "[rank " + std::to_string(rank) + "] ");
-      std::cout.rdbuf(prefix.get());
+      prefix_ = std::make_unique<PrefixBuf>(saved_, "[rank " + std::to_string(rank) + "] ");
+      std::cout.rdbuf(prefix_.get());
     }
   }
-  options.comm = comm.get();
-  options.launch = &launch;
+  ~RankOutput() { restore(); }
+  RankOutput(const RankOutput&) = delete;
+  RankOutput& operator=(const RankOutput&) = delete;
+
+  /// Standard output as it was before.
+  void restore() { std::cout.rdbuf(saved_); }
+
+ private:
+  std::streambuf* saved_;
+  std::ofstream worker_log_;
+  std::unique_ptr<PrefixBuf> prefix_;
+};
+
+/// train's options (kTrainUsage): the input file, those of train::train, the launch and the
+/// collectives.
+struct TrainArguments {
+  std::string input;
+  train::TrainOptions options;
+  std::string distributed = "auto";  ///< --distributed: auto, on, off
+  std::string log_mode = "master";   ///< --log-mode: master, collect, workers
+  dist::CommOptions comm_options;    ///< --backend, --timeout
+};
+
+/// --timeout's value: a positive number of seconds, rounded up to whole seconds.
+std::string parse_timeout(const std::string& value, std::chrono::seconds& timeout) {
+  double seconds = 0.0;
+  const std::string problem = positive_number_problem(value, seconds);
+  if (problem.empty()) timeout = std::chrono::seconds(int64_t(std::ceil(seconds)));
+  return problem;
+}
+
+/// Reads train's arguments into `out`; false when --help printed the usage.
+bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& out) {
+  CommandLine line("train", kTrainUsage);
+  line.add_positional("input", out.input, [](const std::string& first, const std::string& other) {
+    return "expected one input file, got '" + first + "' and '" + other + "'";
+  });
+  line.add_value("--restart", out.options.restart);
+  line.add_value("--init-model", out.options.init_model);
+  line.add_value("-o,--output", out.options.output_dir);
+  line.add_value("--step-times", out.options.step_times);
+  line.add_value("--device", out.options.device);
+  line.add_value("--distributed", out.distributed, one_of({"auto", "on", "off"}, "auto, on or off"));
+  line.add_value("--backend", out.comm_options.backend,
+                 one_of({"auto", "gloo", "mpi", "nccl"}, "auto, gloo, mpi or nccl"));
+  line.add_value("--log-mode", out.log_mode, one_of({"master", "collect", "workers"}, "master, collect or workers"));
+  line.add_parsed("--timeout", out.comm_options.timeout, parse_timeout);
+  if (!line.read(args)) return false;
+  if (out.input.empty()) throw line.error("train: an input file is required");
+  if (!out.options.restart.empty() && !out.options.init_model.empty())
+    throw line.error("train: --restart and --init-model exclude each other");
+  return true;
+}
+
+/// Trains on this rank, its standard output per `log_mode`, and returns the exit code. A failure
+/// is printed here: once, by rank 0, when every rank raised it; else naming the rank, and then
+/// announced to the other ranks.
+int run_training(const train::TrainConfig& config, const train::TrainOptions& options, dist::Communicator& comm,
+                 const std::string& log_mode) {
+  const int rank = comm.rank();
+  RankOutput output(rank, log_mode, options.output_dir);
   try {
     // Rank 0 writes every file: its paths are checked before any work (docs/robustness.md).
     if (rank == 0) check_training_outputs(config, options);
     g_doing = "training";
     const int code = train::train(config, options);
-    std::cout.rdbuf(saved);
+    output.restore();
     return code;
   } catch (const std::exception& e) {
     std::cout.flush();
-    std::cout.rdbuf(saved);
+    output.restore();
     const auto* error = dynamic_cast<const Error*>(&e);
     if (error != nullptr && error->raised_on_every_rank()) {
       if (rank == 0) print_error_line(std::string("mlip: error: ") + e.what());
@@ -451,11 +433,33 @@ int train_command(const std::vector<std::string>& args) {
     // Print first (MPI's announcement aborts the job), then tell the other ranks.
     const std::string what = library_error_text(e);
     const bool named = what.rfind("rank ", 0) == 0;
-    print_error_line("mlip: error" + (comm->size() > 1 && !named ? " on rank " + std::to_string(rank) : std::string()) +
+    print_error_line("mlip: error" + (comm.size() > 1 && !named ? " on rank " + std::to_string(rank) : std::string()) +
                      ": " + what);
-    comm->announce_failure(what);
+    comm.announce_failure(what);
     return kExitError;
   }
+}
+
+int train_command(const std::vector<std::string>& args) {
+  TrainArguments arguments;
+  if (!read_train_arguments(args, arguments)) return kExitOk;
+  train::TrainOptions& options = arguments.options;
+  const dist::LaunchEnv launch = launch_for(arguments.distributed);
+  check_input_file(arguments.input, "the training input");
+  if (!options.restart.empty()) check_checkpoint_path(options.restart, "the checkpoint to restart from");
+  if (!options.init_model.empty()) check_checkpoint_path(options.init_model, "the checkpoint to start from");
+  g_doing = "reading the training input " + arguments.input;
+  // The input and the device come first: --backend auto picks NCCL for ranks on CUDA devices.
+  const train::TrainConfig config = train::load_train_config(arguments.input);
+  const c10::Device device = options.device.empty()
+                                 ? train::resolve_device(config.device, "training.device", launch.local_rank)
+                                 : train::resolve_device(options.device, "--device", launch.local_rank);
+  options.device = device.str();
+  arguments.comm_options.cuda = device.is_cuda();
+  std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, arguments.comm_options);
+  options.comm = comm.get();
+  options.launch = &launch;
+  return run_training(config, options, *comm, arguments.log_mode);
 }
 
 const char* kCompressUsage =
@@ -481,53 +485,52 @@ const char* kCompressUsage =
     "  --min-distance <Å>        the shortest pair distance itself (mlip neighbor-stat: min_nbor_dist)\n"
     "  -h, --help                show this help\n";
 
+/// compress's -e: a number of at least 1 (the coarse grid reaches that many times the data's range).
+std::string parse_extrapolation(const std::string& value, double& extrapolate) {
+  double number = 0.0;
+  std::string problem = positive_number_problem(value, number);
+  if (problem.empty() && number < 1) problem = "expected a number of at least 1, got '" + value + "'";
+  if (problem.empty()) extrapolate = number;
+  return problem;
+}
+
+/// compress's -f: a whole number of MD steps (-1: at the end of the run).
+std::string parse_check_frequency(const std::string& value, int64_t& steps) {
+  std::size_t used = 0;
+  long long number = 0;
+  try {
+    number = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty())
+    return "expected a whole number of steps (-1: at the end of the run), got '" + value + "'";
+  steps = number;
+  return "";
+}
+
+/// Reads compress's arguments into `request`; false when --help printed the usage.
+bool read_compress_arguments(const std::vector<std::string>& args, frozen::CompressRequest& request) {
+  using ValueArgument = CommandLine::ValueArgument;
+  CommandLine line("compress", kCompressUsage);
+  line.add_value("-i,--input", request.input);
+  line.add_value("-o,--output", request.output);
+  line.add_parsed("-s,--step", request.options.step, positive_number_problem, ValueArgument::kAny);
+  line.add_parsed("-e,--extrapolate", request.options.extrapolate, parse_extrapolation, ValueArgument::kAny);
+  line.add_parsed("-f,--frequency", request.options.check_frequency, parse_check_frequency, ValueArgument::kAny);
+  line.add_value("-t,--training-script", request.training_input);
+  line.add_parsed("--min-distance", request.options.min_distance, positive_number_problem, ValueArgument::kAny);
+  if (!line.read(args)) return false;
+  if (!request.training_input.empty() && request.options.min_distance > 0)
+    throw line.error("compress: -t and --min-distance: give one of them");
+  return true;
+}
+
 int compress_command(const std::vector<std::string>& args) {
   frozen::CompressRequest request;
   request.input = "frozen_model.pt";
   request.output = "frozen_model_compressed.pt";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kCompressUsage;
-      return kExitOk;
-    } else if (a == "-i" || a == "--input") {
-      request.input = take_value(args, i, kCompressUsage);
-    } else if (a == "-o" || a == "--output") {
-      request.output = take_value(args, i, kCompressUsage);
-    } else if (a == "-s" || a == "--step") {
-      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
-      request.options.step = parse_positive(a, args[++i], kCompressUsage);
-    } else if (a == "-e" || a == "--extrapolate") {
-      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
-      const std::string value = args[++i];
-      request.options.extrapolate = parse_positive(a, value, kCompressUsage);
-      if (request.options.extrapolate < 1)
-        throw UsageError{a + ": expected a number of at least 1, got '" + value + "'", kCompressUsage};
-    } else if (a == "-f" || a == "--frequency") {
-      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
-      const std::string value = args[++i];
-      std::size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(value, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != value.size() || value.empty())
-        throw UsageError{a + ": expected a whole number of steps (-1: at the end of the run), got '" + value + "'",
-                         kCompressUsage};
-      request.options.check_frequency = v;
-    } else if (a == "-t" || a == "--training-script") {
-      request.training_input = take_value(args, i, kCompressUsage);
-    } else if (a == "--min-distance") {
-      if (i + 1 >= args.size()) throw UsageError{a + ": expected a value", kCompressUsage};
-      request.options.min_distance = parse_positive(a, args[++i], kCompressUsage);
-    } else {
-      throw UsageError{"compress: unknown option '" + a + "'", kCompressUsage};
-    }
-  }
-  if (!request.training_input.empty() && request.options.min_distance > 0)
-    throw UsageError{"compress: -t and --min-distance: give one of them", kCompressUsage};
+  if (!read_compress_arguments(args, request)) return kExitOk;
   check_checkpoint_path(request.input, "the model");
   if (!request.training_input.empty()) check_input_path(request.training_input, "the training input");
   archive::check_output_target(request.output, archive::SpecialTarget::kRefuse, "compress -o " + request.output,
@@ -540,19 +543,10 @@ int compress_command(const std::vector<std::string>& args) {
 
 int freeze_command(const std::vector<std::string>& args) {
   std::string checkpoint = ".", output = "frozen_model.pt";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kFreezeUsage;
-      return kExitOk;
-    } else if (a == "-c" || a == "--checkpoint") {
-      checkpoint = take_value(args, i, kFreezeUsage);
-    } else if (a == "-o" || a == "--output") {
-      output = take_value(args, i, kFreezeUsage);
-    } else {
-      throw UsageError{"freeze: unknown option '" + a + "'", kFreezeUsage};
-    }
-  }
+  CommandLine line("freeze", kFreezeUsage);
+  line.add_value("-c,--checkpoint", checkpoint);
+  line.add_value("-o,--output", output);
+  if (!line.read(args)) return kExitOk;
   check_checkpoint_path(checkpoint, "the checkpoint");
   archive::check_output_target(output, archive::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
   g_doing = "freezing " + checkpoint;
@@ -561,36 +555,36 @@ int freeze_command(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+/// test's -n: a positive whole number of frames per system.
+std::string parse_frame_count(const std::string& value, int64_t& frames) {
+  double number = 0.0;
+  const std::string problem = positive_number_problem(value, number);
+  if (!problem.empty()) return problem;
+  frames = int64_t(number);
+  if (double(frames) != number) return "expected a positive integer, got '" + value + "'";
+  return "";
+}
+
+/// Reads test's arguments into `options`; false when --help printed the usage.
+bool read_test_arguments(const std::vector<std::string>& args, frozen::TestOptions& options) {
+  CommandLine line("test", kTestUsage);
+  line.add_value("-m,--model", options.model);
+  line.add_list("-s,--system", options.systems, "expected at least one system path");
+  line.add_parsed("-n,--numb-test", options.numb_test, parse_frame_count);
+  line.add_value("-d,--detail", options.detail);
+  line.add_value("--xyz", options.xyz);
+  add_label_key_options(line, options.keys);
+  if (!line.read(args)) return false;
+  if (options.model.empty()) throw line.error("test: -m <model> is required");
+  if (options.systems.empty()) throw line.error("test: -s <system> is required");
+  return true;
+}
+
 int test_command(const std::vector<std::string>& args) {
   // `mlip test` runs on one rank: under a launcher, the other ranks leave at once.
   if (dist::detect_launch([](const char* name) { return std::getenv(name); }).rank > 0) return kExitOk;
   frozen::TestOptions options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kTestUsage;
-      return kExitOk;
-    } else if (a == "-m" || a == "--model") {
-      options.model = take_value(args, i, kTestUsage);
-    } else if (a == "-s" || a == "--system") {
-      while (i + 1 < args.size() && !is_flag(args[i + 1])) options.systems.push_back(args[++i]);
-      if (options.systems.empty()) throw UsageError{a + ": expected at least one system path", kTestUsage};
-    } else if (a == "-n" || a == "--numb-test") {
-      const std::string v = take_value(args, i, kTestUsage);
-      options.numb_test = int64_t(parse_positive(a, v, kTestUsage));
-      if (double(options.numb_test) != std::stod(v))
-        throw UsageError{a + ": expected a positive integer, got '" + v + "'", kTestUsage};
-    } else if (a == "-d" || a == "--detail") {
-      options.detail = take_value(args, i, kTestUsage);
-    } else if (a == "--xyz") {
-      options.xyz = take_value(args, i, kTestUsage);
-    } else if (take_label_key(a, args, i, options.keys, kTestUsage)) {
-    } else {
-      throw UsageError{"test: unknown option '" + a + "'", kTestUsage};
-    }
-  }
-  if (options.model.empty()) throw UsageError{"test: -m <model> is required", kTestUsage};
-  if (options.systems.empty()) throw UsageError{"test: -s <system> is required", kTestUsage};
+  if (!read_test_arguments(args, options)) return kExitOk;
   check_checkpoint_path(options.model, "the model");
   for (const auto& system : options.systems) check_input_path(system, "the system");
   if (!options.detail.empty()) check_test_detail_outputs(options.detail);
@@ -602,23 +596,18 @@ int test_command(const std::vector<std::string>& args) {
 }
 
 int plot_command(const std::vector<std::string>& args) {
+  std::string lcurve, test, output;
+  CommandLine line("plot", kPlotUsage);
+  const CLI::Option* lcurve_option = line.add_value("-l,--lcurve", lcurve);
+  const CLI::Option* test_option = line.add_value("-t,--test", test);
+  const CLI::Option* output_option = line.add_value("-o,--output", output);
+  if (!line.read(args)) return kExitOk;
+  // tools/mlip_plot.py's own options, for those given.
   std::vector<std::string> script_args;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kPlotUsage;
-      return kExitOk;
-    } else if (a == "-l" || a == "--lcurve") {
-      script_args.insert(script_args.end(), {"--lcurve", take_value(args, i, kPlotUsage)});
-    } else if (a == "-t" || a == "--test") {
-      script_args.insert(script_args.end(), {"--test", take_value(args, i, kPlotUsage)});
-    } else if (a == "-o" || a == "--output") {
-      script_args.insert(script_args.end(), {"--output", take_value(args, i, kPlotUsage)});
-    } else {
-      throw UsageError{"plot: unknown option '" + a + "'", kPlotUsage};
-    }
-  }
-  if (script_args.empty()) throw UsageError{"plot: nothing to draw: give -l and/or -t", kPlotUsage};
+  if (lcurve_option->count() > 0) script_args.insert(script_args.end(), {"--lcurve", lcurve});
+  if (test_option->count() > 0) script_args.insert(script_args.end(), {"--test", test});
+  if (output_option->count() > 0) script_args.insert(script_args.end(), {"--output", output});
+  if (script_args.empty()) throw line.error("plot: nothing to draw: give -l and/or -t");
   g_doing = "drawing pictures";
   return run_plot_script(script_args);
 }

@@ -1,87 +1,47 @@
 #include "archive/sha256.h"
 
-#include <algorithm>
+#include <openssl/evp.h>
+
 #include <cstdio>
 
+#include "error.h"
+
 namespace mlip::archive {
-namespace {
 
-constexpr uint32_t kRound[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+void Sha256::ContextDeleter::operator()(evp_md_ctx_st* context) const { EVP_MD_CTX_free(context); }
 
-constexpr uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-}  // namespace
-
-Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::block(const uint8_t* p) {
-  uint32_t w[64];
-  for (int t = 0; t < 16; ++t)
-    w[t] = uint32_t(p[4 * t]) << 24 | uint32_t(p[4 * t + 1]) << 16 | uint32_t(p[4 * t + 2]) << 8 | p[4 * t + 3];
-  for (int t = 16; t < 64; ++t) {
-    const uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-    const uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
-    w[t] = w[t - 16] + s0 + w[t - 7] + s1;
-  }
-  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-  for (int t = 0; t < 64; ++t) {
-    const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[t] + w[t];
-    const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-  }
-  state_[0] += a, state_[1] += b, state_[2] += c, state_[3] += d;
-  state_[4] += e, state_[5] += f, state_[6] += g, state_[7] += h;
+Sha256::Sha256() : context_(EVP_MD_CTX_new()) {
+  if (!context_ || EVP_DigestInit_ex(context_.get(), EVP_sha256(), nullptr) != 1)
+    throw Error("SHA-256: OpenSSL could not start a digest");
 }
 
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
 void Sha256::update(std::string_view bytes) {
-  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  size_t n = bytes.size();
-  length_ += n;
-  if (buffered_ > 0) {
-    const size_t take = std::min(n, 64 - buffered_);
-    std::copy(p, p + take, buffer_.begin() + long(buffered_));
-    buffered_ += take, p += take, n -= take;
-    if (buffered_ < 64) return;
-    block(buffer_.data());
-    buffered_ = 0;
-  }
-  for (; n >= 64; p += 64, n -= 64) block(p);
-  std::copy(p, p + n, buffer_.begin());
-  buffered_ = n;
+  if (EVP_DigestUpdate(context_.get(), bytes.data(), bytes.size()) != 1)
+    throw Error("SHA-256: OpenSSL could not digest " + std::to_string(bytes.size()) + " bytes");
 }
 
 std::string Sha256::hex_digest() {
-  const uint64_t bits = length_ * 8;
-  const uint8_t pad = 0x80;
-  update(std::string_view(reinterpret_cast<const char*>(&pad), 1));
-  const uint8_t zero = 0;
-  while (buffered_ != 56) update(std::string_view(reinterpret_cast<const char*>(&zero), 1));
-  uint8_t tail[8];
-  for (int i = 0; i < 8; ++i) tail[i] = uint8_t(bits >> (56 - 8 * i));
-  update(std::string_view(reinterpret_cast<const char*>(tail), 8));
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_DigestFinal_ex(context_.get(), digest, &length) != 1)
+    throw Error("SHA-256: OpenSSL could not finish the digest");
   std::string hex;
-  char digits[9];
-  for (uint32_t v : state_) {
-    std::snprintf(digits, sizeof digits, "%08x", v);
+  char digits[3];
+  for (unsigned int i = 0; i < length; ++i) {
+    std::snprintf(digits, sizeof digits, "%02x", digest[i]);
     hex += digits;
   }
   return hex;
 }
 
 std::string sha256_hex(std::string_view bytes) {
-  Sha256 h;
-  h.update(bytes);
-  return h.hex_digest();
+  Sha256 digest;
+  digest.update(bytes);
+  return digest.hex_digest();
 }
 
 }  // namespace mlip::archive
