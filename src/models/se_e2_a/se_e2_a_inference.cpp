@@ -4,7 +4,7 @@
 
 #include "error.h"
 #include "models/se_e2_a/se_e2_a_model.h"
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 
 namespace mlip::models {
 namespace {
@@ -38,7 +38,7 @@ class SeAInference : public Inference {
                       int64_t nlocal, bool atomic, bool atom_virial) {
     const PackedEnv packed = PackedEnv::from_neighbor_list<Real>(list, types, config_);
     const std::vector<int> centre_types(types.begin(), types.begin() + nlocal);
-    SeATrainingPath::Evaluation e = path_.evaluate(packed, centre_types, natoms, atom_virial);
+    SeAEvaluator::Evaluation e = path_.evaluate(packed, centre_types, natoms, atom_virial);
     InferenceResult out;
     out.energy = e.energy;
     out.forces = std::move(e.forces);
@@ -50,7 +50,7 @@ class SeAInference : public Inference {
   }
 
   SeAConfig config_;
-  SeATrainingPath path_;
+  SeAEvaluator path_;
   std::string description_ = "hand-written se_e2_a inference";
 };
 

@@ -11,7 +11,7 @@
 namespace mlip::models {
 
 /// se_e2_a's own inference for MD on the CPU: the hand-written training path's evaluation
-/// (models/se_e2_a/se_e2_a_training.h) on the packed environment of the MD neighbour list. `settings`
+/// (models/se_e2_a/se_e2_a_evaluator.h) on the packed environment of the MD neighbour list. `settings`
 /// are se_e2_a's (a frozen model's config read back), `module` the frozen module (its `sel`).
 std::unique_ptr<Inference> make_se_e2_a_inference(const ModelSettings& settings, torch::jit::Module& module);
 

@@ -1,4 +1,4 @@
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 
 #include <ATen/Parallel.h>
 
@@ -400,7 +400,7 @@ void block_reverse(const EmbNet<R>& net, Block<R>& blk, int64_t q, EmbGrad<R>& a
 
 }  // namespace
 
-struct SeATrainingPath::Impl {
+struct SeAEvaluator::Impl {
   SeAConfig c;
   torch::jit::Module module;
   std::vector<Layer> emb_layers, fit_layers;
@@ -565,7 +565,7 @@ struct SeATrainingPath::Impl {
 };
 
 template <typename R>
-SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, const std::vector<int>& types) {
+SeAEvaluator::Output SeAEvaluator::Impl::forward(const PackedEnv& pe, const std::vector<int>& types) {
   batch = &pe;
   nb = pe.nframes, n = pe.natoms, bn = nb * n;
   if (int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng)
@@ -775,7 +775,7 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
 /// and write disjoint ranges; forces on the neighbours and the virials are summed afterwards in
 /// pair order, so the result does not depend on the number of threads.
 template <typename R>
-SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
+SeAEvaluator::Evaluation SeAEvaluator::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
                                                             int64_t natoms_total, bool atom_virial) {
   constexpr int64_t kEvaluationPairs = 512;
   // A compressed model keeps no embedding outputs (docs/se_e2_a.md "The fused lookup"): its
@@ -1046,7 +1046,7 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
 }
 
 template <typename R>
-void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, const Tensor& gv_in) {
+void SeAEvaluator::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, const Tensor& gv_in) {
   if (batch == nullptr) throw Error("se_e2_a training path: backward() without forward()");
   const PackedEnv& pe = *batch;
   const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
@@ -1238,7 +1238,7 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
   }
 }
 
-SeATrainingPath::SeATrainingPath(const SeAConfig& config, torch::jit::Module module) : impl_(std::make_unique<Impl>()) {
+SeAEvaluator::SeAEvaluator(const SeAConfig& config, torch::jit::Module module) : impl_(std::make_unique<Impl>()) {
   config.validate();
   Impl& s = *impl_;
   s.c = config;
@@ -1264,24 +1264,24 @@ SeATrainingPath::SeATrainingPath(const SeAConfig& config, torch::jit::Module mod
   }
 }
 
-SeATrainingPath::~SeATrainingPath() = default;
-SeATrainingPath::SeATrainingPath(SeATrainingPath&&) noexcept = default;
-SeATrainingPath& SeATrainingPath::operator=(SeATrainingPath&&) noexcept = default;
+SeAEvaluator::~SeAEvaluator() = default;
+SeAEvaluator::SeAEvaluator(SeAEvaluator&&) noexcept = default;
+SeAEvaluator& SeAEvaluator::operator=(SeAEvaluator&&) noexcept = default;
 
-SeATrainingPath::Output SeATrainingPath::forward(const PackedEnv& batch, const std::vector<int>& types) {
+SeAEvaluator::Output SeAEvaluator::forward(const PackedEnv& batch, const std::vector<int>& types) {
   at::NoGradGuard no_grad;
   if (impl_->c.dtype() == torch::kFloat32) return impl_->forward<float>(batch, types);
   return impl_->forward<double>(batch, types);
 }
 
-SeATrainingPath::Evaluation SeATrainingPath::evaluate(const PackedEnv& frame, const std::vector<int>& types,
+SeAEvaluator::Evaluation SeAEvaluator::evaluate(const PackedEnv& frame, const std::vector<int>& types,
                                                       int64_t natoms_total, bool atom_virial) {
   at::NoGradGuard no_grad;
   if (impl_->c.dtype() == torch::kFloat32) return impl_->evaluate<float>(frame, types, natoms_total, atom_virial);
   return impl_->evaluate<double>(frame, types, natoms_total, atom_virial);
 }
 
-void SeATrainingPath::backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) {
+void SeAEvaluator::backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) {
   at::NoGradGuard no_grad;
   if (impl_->c.dtype() == torch::kFloat32) impl_->backward<float>(ge, gf, gv);
   else impl_->backward<double>(ge, gf, gv);
