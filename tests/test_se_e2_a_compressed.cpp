@@ -12,7 +12,7 @@
 #include "data/neighbor_list.h"
 #include "models/se_e2_a/env_matrix.h"
 #include "models/se_e2_a/se_e2_a.h"
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 #include "model_test_util.h"
 #include "test_util.h"
 
@@ -25,7 +25,7 @@ namespace {
 
 using mlip::models::PackedEnv;
 using mlip::models::SeAConfig;
-using mlip::models::SeATrainingPath;
+using mlip::models::SeAEvaluator;
 using mlip::test::Frame;
 
 /// Water frames: the shared DFT set's data_3 (192 atoms) when present, else random boxes.
@@ -107,8 +107,8 @@ double shortest_distance(const std::vector<Frame>& frames, const SeAConfig& c) {
 }
 
 template <typename Real>
-SeATrainingPath::Evaluation evaluate(const SeAConfig& c, torch::jit::Module& module, const Frame& f) {
-  SeATrainingPath path(c, module);
+SeAEvaluator::Evaluation evaluate(const SeAConfig& c, torch::jit::Module& module, const Frame& f) {
+  SeAEvaluator path(c, module);
   return path.evaluate(PackedEnv::from_neighbor_list<Real>(neighbors<Real>(f, c.rcut), f.types, c), f.types,
                        f.natoms());
 }
@@ -119,7 +119,7 @@ struct Differences {
   double virial = 0;           // eV, largest over the components
 };
 
-Differences compare(const SeATrainingPath::Evaluation& a, const SeATrainingPath::Evaluation& b, int natoms) {
+Differences compare(const SeAEvaluator::Evaluation& a, const SeAEvaluator::Evaluation& b, int natoms) {
   Differences d;
   d.energy_per_atom = std::abs(a.energy - b.energy) / natoms;
   for (size_t k = 0; k < a.forces.size(); ++k) d.force = std::max(d.force, std::abs(a.forces[k] - b.forces[k]));

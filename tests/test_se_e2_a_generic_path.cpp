@@ -15,7 +15,7 @@
 #include "data/neighbor_list.h"
 #include "models/se_e2_a/env_matrix.h"
 #include "models/se_e2_a/se_e2_a.h"
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 #include "test_util.h"
 
 namespace {
@@ -23,7 +23,7 @@ namespace {
 using mlip::models::PackedEnv;
 using mlip::models::SeAConfig;
 using mlip::models::SeAGenericPath;
-using mlip::models::SeATrainingPath;
+using mlip::models::SeAEvaluator;
 using mlip::test::Frame;
 
 struct Case {
@@ -141,9 +141,9 @@ struct Differences {
 template <typename Real>
 Differences compare(const Case& k, const torch::Device& device, int repeats = 1) {
   Setup<Real> s(k);
-  SeATrainingPath hand_written(s.config, s.module);
+  SeAEvaluator hand_written(s.config, s.module);
   const PackedEnv cpu_batch = s.batch(false);
-  SeATrainingPath::Output expected;
+  SeAEvaluator::Output expected;
   for (int r = 0; r < repeats; ++r) {
     expected = hand_written.forward(cpu_batch, s.types);
     hand_written.backward(s.ge, s.gf, s.gv);
@@ -153,7 +153,7 @@ Differences compare(const Case& k, const torch::Device& device, int repeats = 1)
   s.module.to(device);
   SeAGenericPath generic(s.config, s.module);
   const PackedEnv batch = s.batch(true).to(device);
-  SeATrainingPath::Output got;
+  SeAEvaluator::Output got;
   for (int r = 0; r < repeats; ++r) {
     got = generic.forward(batch, s.types);
     generic.backward(s.ge.to(device), s.gf.to(device), s.gv.to(device));

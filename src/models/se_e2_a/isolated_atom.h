@@ -13,7 +13,7 @@ namespace mlip::models {
 /// t, and its adjoint: what se_e2_a subtracts from every atomic energy when
 /// config.isolated_energy_is_bias, so that an isolated atom's energy is exactly its bias
 /// (docs/se_e2_a.md "Reference energies"). The steps are those of an atom whose slots are all
-/// empty in SeATrainingPath (the same arithmetic, so the two agree to the last bit of T and D).
+/// empty in SeAEvaluator (the same arithmetic, so the two agree to the last bit of T and D).
 template <typename R>
 class IsolatedAtomFit {
  public:

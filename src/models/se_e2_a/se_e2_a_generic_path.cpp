@@ -10,7 +10,7 @@ namespace mlip::models {
 SeAGenericPath::SeAGenericPath(const SeAConfig& config, torch::jit::Module module)
     : config_(config), module_(std::move(module)) {}
 
-SeATrainingPath::Output SeAGenericPath::forward(const PackedEnv& batch, const std::vector<int>& types, bool training) {
+SeAEvaluator::Output SeAGenericPath::forward(const PackedEnv& batch, const std::vector<int>& types, bool training) {
   const int64_t nb = batch.nframes, n = batch.natoms, nc = config_.nslots();
   if (batch.nslots != nc)
     throw Error("SeAGenericPath: the batch has " + std::to_string(batch.nslots) + " slots per atom, the model " +
@@ -41,16 +41,16 @@ SeATrainingPath::Output SeAGenericPath::forward(const PackedEnv& batch, const st
                  .run_method("energy_force_env", rij.view({nb, n, nc, 4}), drij.view({nb, n, nc, 4, 3}),
                              vec.view({nb, n, nc, 3}), nlist.view({nb, n, nc}), atype_, training)
                  .toTuple();
-  SeATrainingPath::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
+  SeAEvaluator::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
                                  out->elements()[2].toTensor(), out->elements()[3].toTensor()};
-  last_ = training ? result : SeATrainingPath::Output{};
+  last_ = training ? result : SeAEvaluator::Output{};
   return result;
 }
 
 void SeAGenericPath::backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
                               const torch::Tensor& grad_virial) {
   backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial);
-  last_ = SeATrainingPath::Output{};
+  last_ = SeAEvaluator::Output{};
 }
 
 }  // namespace mlip::models

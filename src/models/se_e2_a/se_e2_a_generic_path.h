@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "models/se_e2_a/se_e2_a.h"
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 
 namespace mlip::models {
 
@@ -14,7 +14,7 @@ namespace mlip::models {
 /// scattered back into the dense environment matrix of the batch, the module's
 /// `energy_force_env` gives energies, forces (the gradient of the energy with respect to the
 /// rows, kept as a graph) and virials, and backward() is autograd's double backward through
-/// that graph. Same interface and same numbers as SeATrainingPath (the hand-written CPU path);
+/// that graph. Same interface and same numbers as SeAEvaluator (the hand-written CPU path);
 /// tests/test_se_e2_a_generic_path.cpp checks both on the CPU.
 class SeAGenericPath {
  public:
@@ -24,7 +24,7 @@ class SeAGenericPath {
   /// Energies [B] float64, forces [B, N, 3] and virials [B, 3, 3] of a batch whose tensors
   /// (rows, slots) live on the module's device. With `training`, keeps the graph that
   /// backward() differentiates (create_graph); without, keeps nothing.
-  SeATrainingPath::Output forward(const PackedEnv& batch, const std::vector<int>& types, bool training = true);
+  SeAEvaluator::Output forward(const PackedEnv& batch, const std::vector<int>& types, bool training = true);
 
   /// After forward(..., true): adds d loss / d parameter to every parameter's grad, given
   /// d loss / d energy [B], d loss / d forces [B, N, 3] and d loss / d virial [B, 3, 3] (any
@@ -36,7 +36,7 @@ class SeAGenericPath {
   torch::jit::Module module_;
   torch::Tensor atype_;          // [N] int64 on the device, for types_
   std::vector<int> types_;
-  SeATrainingPath::Output last_;  // the outputs of the last training forward, with their graph
+  SeAEvaluator::Output last_;  // the outputs of the last training forward, with their graph
 };
 
 }  // namespace mlip::models

@@ -4,7 +4,7 @@
 
 #include "error.h"
 #include "models/se_e2_a/compress.h"
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 
 namespace mlip::models {
 namespace {
@@ -53,7 +53,7 @@ class SeAInference : public Inference {
     const std::vector<int> types(atoms.types, atoms.types + atoms.natoms);
     const PackedEnv packed = PackedEnv::from_neighbor_list<Real>(list, types, config_);
     const std::vector<int> centre_types(types.begin(), types.begin() + atoms.nlocal);
-    SeATrainingPath::Evaluation e = path_.evaluate(packed, centre_types, atoms.natoms, outputs.atom_virial);
+    SeAEvaluator::Evaluation e = path_.evaluate(packed, centre_types, atoms.natoms, outputs.atom_virial);
     InferenceResult out;
     out.energy = e.energy;
     out.forces = std::move(e.forces);
@@ -65,7 +65,7 @@ class SeAInference : public Inference {
   }
 
   SeAConfig config_;
-  SeATrainingPath path_;
+  SeAEvaluator path_;
   std::string description_ = "hand-written se_e2_a inference";
   std::vector<Counter> counters_;
 };

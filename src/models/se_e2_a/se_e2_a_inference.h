@@ -19,7 +19,7 @@ SettingsRecord se_e2_a_record(const SeAConfig& config);
 SeAConfig se_e2_a_config(const SettingsRecord& record, const torch::jit::Module& module);
 
 /// se_e2_a's inference entry (models/inference_registry.h): its own inference for MD on the
-/// CPU, the hand-written evaluator (models/se_e2_a/se_e2_a_training.h) on the packed environment of
+/// CPU, the hand-written evaluator (models/se_e2_a/se_e2_a_evaluator.h) on the packed environment of
 /// the MD neighbour list, counting a compressed model's pairs beyond its tables; compression;
 /// and the record of models frozen by mlip 0.1.0.
 InferenceEntry se_e2_a_inference_entry();

@@ -17,7 +17,7 @@
 #include "models/energy_bias.h"
 #include "models/se_e2_a/env_matrix.h"
 #include "models/se_e2_a/se_e2_a_generic_path.h"
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 
 namespace mlip::models {
 
@@ -146,7 +146,7 @@ class SeAModel final : public Model {
       if (!device_.is_cpu())
         throw Error("MLIP_SE_E2_A_PATH=hand-written: the hand-written path runs on the CPU only, the model is on " +
                     device_.str());
-      hand_written_ = std::make_unique<SeATrainingPath>(c, module_);
+      hand_written_ = std::make_unique<SeAEvaluator>(c, module_);
     } else {
       generic_ = std::make_unique<SeAGenericPath>(c, module_);
     }
@@ -206,7 +206,7 @@ class SeAModel final : public Model {
       batch_ = PackedEnv::concat(parts, generic_ != nullptr);
       batch = &batch_;
     }
-    const SeATrainingPath::Output out =
+    const SeAEvaluator::Output out =
         generic_ ? generic_->forward(*batch, atoms.types, training) : hand_written_->forward(*batch, atoms.types);
     return {out.energy, out.forces, out.virial};
   }
@@ -255,7 +255,7 @@ class SeAModel final : public Model {
   torch::Device device_;
   torch::jit::Module module_;
   SeAPathKind kind_ = SeAPathKind::kHandWritten;
-  std::unique_ptr<SeATrainingPath> hand_written_;
+  std::unique_ptr<SeAEvaluator> hand_written_;
   std::unique_ptr<SeAGenericPath> generic_;
   PackedEnv batch_;  // the current batch when it has several frames (the paths keep references into it)
   std::atomic<int64_t> truncated_{0};

@@ -18,7 +18,7 @@ struct NeighborList;
 namespace mlip::models {
 
 /// The real (non-empty) slots of one or more frames' environment matrices, grouped by embedding
-/// net and sorted by centre atom: what SeATrainingPath consumes. Empty slots are not stored;
+/// net and sorted by centre atom: what SeAEvaluator consumes. Empty slots are not stored;
 /// their number per (atom, neighbour type) follows from sel and the offsets.
 struct PackedEnv {
   /// Pairs of one embedding net: neighbour type t (type_one_side) or centre type ti and
@@ -69,23 +69,29 @@ struct PackedEnv {
   }
 };
 
-/// se_e2_a's energy, forces and virial and the gradient of a loss of them with respect to the
-/// parameters, written by hand: the embedding nets run forward with their derivative dG/ds
-/// carried along (one GEMM for value and derivative), and the backward pass is the exact
-/// adjoint of that forward pass and of the force computation (docs/se_e2_a.md "Forces and virial"), so that a
-/// force loss needs no double backward through LibTorch's autograd. Only real pairs go through
-/// the embedding nets; the empty slots enter in closed form.
+/// se_e2_a's energy, forces and virial, written by hand, for training and for MD. forward() and
+/// backward() run on batches and give the gradient of a loss of them with respect to the
+/// parameters (`mlip train`); evaluate() runs one frame without a backward pass (an MD step,
+/// through se_e2_a_inference.h). Both go through the same stages, written once: the embedding
+/// nets ("embed"), the contraction of their outputs into the descriptor ("contract"), the
+/// fitting nets ("fit"), and the adjoints of these that give the forces.
+///
+/// The embedding nets run forward with their derivative dG/ds carried along (one GEMM for
+/// value and derivative), and backward() is the exact adjoint of that forward pass and of the
+/// force computation (docs/se_e2_a.md "Forces and virial"), so that a force loss needs no double
+/// backward through LibTorch's autograd. Only real pairs go through the embedding nets; the
+/// empty slots enter in closed form.
 ///
 /// It reads the parameters and buffers of a module made by build_se_e2_a (shared, not copied:
 /// an optimiser stepping the module's parameters is seen at the next call) and accumulates the
 /// gradients into the parameters' .grad(). It gives the same numbers as the module's
-/// energy_force_env and autograd (tests/test_se_e2_a_training.cpp).
-class SeATrainingPath {
+/// energy_force_env and autograd (tests/test_se_e2_a_evaluator.cpp).
+class SeAEvaluator {
  public:
-  SeATrainingPath(const SeAConfig& config, torch::jit::Module module);
-  ~SeATrainingPath();
-  SeATrainingPath(SeATrainingPath&&) noexcept;
-  SeATrainingPath& operator=(SeATrainingPath&&) noexcept;
+  SeAEvaluator(const SeAConfig& config, torch::jit::Module module);
+  ~SeAEvaluator();
+  SeAEvaluator(SeAEvaluator&&) noexcept;
+  SeAEvaluator& operator=(SeAEvaluator&&) noexcept;
 
   struct Output {
     torch::Tensor energy;  ///< [B] float64, eV

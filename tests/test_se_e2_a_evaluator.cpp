@@ -1,4 +1,4 @@
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -21,7 +21,7 @@ namespace {
 
 using mlip::models::PackedEnv;
 using mlip::models::SeAConfig;
-using mlip::models::SeATrainingPath;
+using mlip::models::SeAEvaluator;
 using mlip::test::Frame;
 
 struct Case {
@@ -132,7 +132,7 @@ Compared compare(const Case& k, const std::string& precision) {
   std::vector<const PackedEnv*> ptrs;
   for (auto& p : packed) ptrs.push_back(&p);
   const PackedEnv batch = PackedEnv::concat(ptrs);
-  SeATrainingPath path(c, model);
+  SeAEvaluator path(c, model);
   auto mine = path.forward(batch, frames[0].types);
   for (auto& p : params) p.mutable_grad() = torch::Tensor();
   path.backward(ge, gf, gv);
@@ -211,7 +211,7 @@ std::vector<Case> cases() {
   return out;
 }
 
-TEST(SeATrainingPath, EqualsAutogradInDouble) {
+TEST(SeAEvaluator, EqualsAutogradInDouble) {
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name());
     const Compared r = compare<double>(k, "float64");
@@ -222,7 +222,7 @@ TEST(SeATrainingPath, EqualsAutogradInDouble) {
   }
 }
 
-TEST(SeATrainingPath, EqualsAutogradInFloat) {
+TEST(SeAEvaluator, EqualsAutogradInFloat) {
   for (const Case& k : {Case(), cases()[3], cases()[cases().size() - 4], cases()[cases().size() - 3]}) {
     SCOPED_TRACE(k.name());
     const Compared r = compare<float>(k, "float32");
@@ -233,7 +233,7 @@ TEST(SeATrainingPath, EqualsAutogradInFloat) {
   }
 }
 
-TEST(SeATrainingPath, PackKeepsOnlyRealSlotsSortedByCentre) {
+TEST(SeAEvaluator, PackKeepsOnlyRealSlotsSortedByCentre) {
   Case k;
   const SeAConfig c = config_of(k, "float64");
   Frame f = mlip::test::random_frame(30, true, 21, 6.5, {0.8, -0.5, 0.4}, 0.9, 0.4);
@@ -331,7 +331,7 @@ TYPED_TEST(IsolatedAtom, EnergyIsTheBiasInEveryPath) {
 
     const auto env = env_of<Real>(lone, c);
     ASSERT_EQ((env.rij.select(-1, 0) != 0).sum().template item<int64_t>(), 0) << "the atoms should have no neighbours";
-    SeATrainingPath path(c, model);
+    SeAEvaluator path(c, model);
     const auto trained = path.forward(PackedEnv::pack(env, lone.types, c), lone.types).atomic.to(torch::kFloat64);
     mlip::data::NeighborListBuilder<Real> builder;
     std::vector<Real> pos(lone.pos.begin(), lone.pos.end());

@@ -1,4 +1,4 @@
-#include "models/se_e2_a/se_e2_a_training.h"
+#include "models/se_e2_a/se_e2_a_evaluator.h"
 
 #include <ATen/Parallel.h>
 
@@ -398,15 +398,179 @@ void block_reverse(const EmbNet<R>& net, Block<R>& blk, int64_t q, EmbGrad<R>& a
   }
 }
 
+
+/// R̂ = (R - davg_t) / dstd_t (docs/se_e2_a.md): the normalised rows [count, 4] of `count` pairs
+/// of one centre of type t from their raw rows [count, 4]; davg_of_type, dstd_of_type: [4], that
+/// type's normalisation. Model dtype throughout.
+template <typename R>
+inline void normalise_rows(const R* raw_rows, int64_t count, const R* davg_of_type, const R* dstd_of_type,
+                           R* normalised_rows) {
+  for (int64_t p = 0; p < count; ++p)
+    for (int a = 0; a < 4; ++a)
+      normalised_rows[p * 4 + a] = (raw_rows[p * 4 + a] - davg_of_type[a]) / dstd_of_type[a];
+}
+
+/// "embed" and "contract" of one embedding net's pairs of the atoms [first, last): the net's
+/// outputs G and dG/ds [q, M] of the pairs (into `output` and `slope`) from their normalised
+/// rows R̂ [q, 4], then R̂_i^T G_i ([4, M]) of each atom's pairs added to its row of
+/// t_rows [last - first, 4, M] (not yet divided by N_c). offsets: the net's pair offsets per
+/// atom; the pairs are those from offsets[first] to offsets[last], q of them (q > 0).
+template <typename R>
+void embed_and_contract(const EmbNet<R>& net, const R* normalised_rows, const int64_t* offsets, int64_t first,
+                        int64_t last, Block<R>& block, R* output, R* slope, R* t_rows) {
+  const int64_t m = net.layers->back().out;
+  const int64_t first_pair = offsets[first], q = offsets[last] - first_pair;
+  block_forward(net, normalised_rows, 4, q, block, output, slope);
+  for (int64_t i = first; i < last; ++i) {
+    const int64_t a = offsets[i] - first_pair, qi = offsets[i + 1] - offsets[i];
+    if (qi > 0)
+      gemm<R>(true, false, 4, m, qi, R(1), normalised_rows + a * 4, 4, output + a * m, m, R(1),
+              t_rows + (i - first) * 4 * m, m);
+  }
+}
+
+/// D = T^T T< ([M, M<], the descriptor of one atom) from its T [4, M] (T< its first M< columns).
+template <typename R>
+inline void descriptor_of(const R* t_row, int64_t m, int64_t axis_neurons, R* descriptor) {
+  gemm<R>(true, false, m, axis_neurons, 4, R(1), t_row, m, t_row, m, R(0), descriptor, axis_neurons);
+}
+
+/// The adjoint of D = T^T T< for one atom: out = beta out + T< X^T + [T X, 0] ([4, M]), the
+/// T-shaped gradient for X = d/dD [M, M<] (e.g. dE/dT from dE/dD).
+template <typename R>
+inline void descriptor_adjoint_of(const R* t_row, const R* descriptor_gradient, int64_t m, int64_t axis_neurons,
+                                  R beta, R* out) {
+  gemm<R>(false, true, 4, m, axis_neurons, R(1), t_row, m, descriptor_gradient, axis_neurons, beta, out, m);
+  gemm<R>(false, false, 4, axis_neurons, m, R(1), t_row, m, descriptor_gradient, axis_neurons, R(1), out, m);
+}
+
+/// The adjoint of "embed" and "contract" for q pairs of one centre, from the nets' stored outputs
+/// G and dG/ds [q, M], the pairs' normalised rows R̂ [q, 4] and the centre's dE/dT [4, M]:
+/// row_gradient [q, 4] = G (dE/dT)^T (dE/dR̂ without the share through s) and
+/// input_gradient [q] = sum_k (R̂ dE/dT)_pk dG/ds_pk (dE/ds). `product`: scratch, [q, M].
+template <typename R>
+void embedding_adjoint_from_outputs(const R* output, const R* slope, const R* normalised_rows, const R* t_gradient,
+                                    int64_t q, int64_t m, std::vector<R>& product, R* row_gradient,
+                                    R* input_gradient) {
+  grow(product, q * m);
+  gemm<R>(false, true, q, 4, m, R(1), output, m, t_gradient, m, R(0), row_gradient, 4);
+  gemm<R>(false, false, q, m, 4, R(1), normalised_rows, 4, t_gradient, m, R(0), product.data(), m);
+  for (int64_t p = 0; p < q; ++p) {
+    R gs = 0;
+    const R* product_row = product.data() + p * m;
+    const R* slope_row = slope + p * m;
+    for (int64_t k = 0; k < m; ++k) gs += product_row[k] * slope_row[k];
+    input_gradient[p] = gs;
+  }
+}
+
+/// dE/dd_ij [q, 3] (eV/Å, model dtype) of q pairs of one centre of type t (pair_vector_gradient
+/// of each; row_gradient [q, 4] is changed): dstd_of_type [4], dr [q, 4, 3] dR/dd.
+template <typename R>
+void pair_vector_gradients(R* row_gradient, const R* input_gradient, R inv_nc, const R* dstd_of_type, const R* dr,
+                           int64_t q, R* pair_gradient) {
+  for (int64_t p = 0; p < q; ++p) {
+    R d[3];
+    pair_vector_gradient(row_gradient + p * 4, input_gradient[p], inv_nc, dstd_of_type, dr + p * 12, d);
+    for (int y = 0; y < 3; ++y) pair_gradient[p * 3 + y] = d[y];
+  }
+}
+
+/// "contract" of a compressed net's pairs of one centre (MD only; docs/se_e2_a.md "The fused
+/// lookup"): adds R̂^T G ([4, M]) to t_row with G looked up in the table and never stored, and
+/// G from the net itself for the pairs beyond the table. The q pairs start at pair `first` of
+/// the located block; normalised_rows [q, 4].
+template <typename R>
+void contract_from_table(const EmbTable<R>& table, const LocatedPairs<R>& located, int64_t first, int64_t q,
+                         int64_t m, const R* normalised_rows, R* t_row) {
+  table_embed_accumulate(table.table, m, located.interval.data() + first, located.offset.data() + first,
+                         normalised_rows, q, t_row);
+  for (int64_t p = 0; p < q; ++p) {  // pairs beyond the table: their G from the net
+    const int64_t interval = located.interval[size_t(first + p)];
+    if (interval >= 0) continue;
+    const R* g_beyond = located.beyond_g.data() + (-1 - interval) * m;
+    for (int c = 0; c < 4; ++c)
+      for (int64_t k = 0; k < m; ++k) t_row[c * m + k] += normalised_rows[p * 4 + c] * g_beyond[k];
+  }
+}
+
+/// The adjoint of contract_from_table for q pairs of one centre (MD only): G and dG/ds
+/// recomputed from the table, fused with their adjoint, into row_gradient [q, 4] and
+/// input_gradient [q] as embedding_adjoint_from_outputs gives them; t_gradient: dE/dT [4, M].
+template <typename R>
+void table_embedding_adjoint(const EmbTable<R>& table, const LocatedPairs<R>& located, int64_t first, int64_t q,
+                             int64_t m, const R* normalised_rows, const R* t_gradient, R* row_gradient,
+                             R* input_gradient) {
+  const int64_t* interval = located.interval.data() + first;
+  table_embed_adjoint(table.table, m, interval, located.offset.data() + first, normalised_rows, q, t_gradient,
+                      row_gradient, input_gradient);
+  for (int64_t p = 0; p < q; ++p) {  // pairs beyond the table: G and G' from the net
+    if (interval[p] >= 0) continue;
+    const R* g_beyond = located.beyond_g.data() + (-1 - interval[p]) * m;
+    const R* dg_beyond = located.beyond_dg.data() + (-1 - interval[p]) * m;
+    R gs = 0;
+    for (int c = 0; c < 4; ++c) row_gradient[p * 4 + c] = 0;
+    for (int64_t k = 0; k < m; ++k) {
+      R h = 0;
+      for (int c = 0; c < 4; ++c) {
+        row_gradient[p * 4 + c] += g_beyond[k] * t_gradient[c * m + k];
+        h += normalised_rows[p * 4 + c] * t_gradient[c * m + k];
+      }
+      gs += h * dg_beyond[k];
+    }
+    input_gradient[p] = gs;
+  }
+}
+
+/// What evaluate() reads of the model, per dtype: the embedding nets, a compressed model's tables,
+/// the fitting nets' parameters, the energy biases and the isolated atom's fitting output.
+template <typename R>
+struct EvaluationModel {
+  std::vector<EmbNet<R>> nets;
+  std::vector<EmbTable<R>> tables;
+  std::vector<typename FittingAdjoint<R>::Params> fit_params;
+  Tensor bias;                             // [ntypes] float64, eV
+  const IsolatedAtomFit<R>* isolated = nullptr;  // null without isolated_energy_is_bias
+};
+
+/// One thread's buffers for evaluate(), reused from block to block.
+template <typename R>
+struct EvaluationWorkspace {
+  std::vector<FittingAdjoint<R>> fits;                   // per centre type
+  Block<R> block;
+  std::vector<std::vector<R>> normalised_rows;           // per net: [block pairs, 4]
+  std::vector<std::vector<R>> outputs, slopes;           // per net: G and dG/ds [block pairs, M]
+  std::vector<LocatedPairs<R>> located;                  // per net (compressed)
+  std::vector<R> t_rows, descriptors, descriptor_gradients, t_gradients, energies;  // per atom of the block
+  std::vector<R> product, row_gradient, input_gradient;  // per pair of one centre
+  std::vector<std::vector<int64_t>> rows_of_type;        // per centre type: its atoms in the block
+  int64_t beyond_tables = 0;
+
+  EvaluationWorkspace(const std::vector<Layer>& fit_layers, int64_t ntypes, int64_t nnets)
+      : normalised_rows(size_t(nnets)), outputs(size_t(nnets)), slopes(size_t(nnets)), located(size_t(nnets)),
+        rows_of_type(size_t(ntypes)) {
+    for (int64_t t = 0; t < ntypes; ++t) fits.emplace_back(fit_layers);
+  }
+};
+
+/// evaluate()'s results before the forces on the neighbours and the virials are summed.
+template <typename R>
+struct EvaluationPartials {
+  std::vector<double> atomic;                  // [centres] eV
+  std::vector<double> own_force;               // [centres * 3] eV/Å: sum over the centre's pairs
+  std::vector<std::vector<R>> pair_gradient;   // per net: [pairs, 3] dE/dd_ij
+};
+
 }  // namespace
 
-struct SeATrainingPath::Impl {
+struct SeAEvaluator::Impl {
   SeAConfig c;
   torch::jit::Module module;
   std::vector<Layer> emb_layers, fit_layers;
   int64_t nt = 0, ng = 0, nc = 0, m = 0, ms = 0;
 
-  /// What backward() needs from forward(), per embedding net.
+  /// Per embedding net: its outputs for the empty-slot inputs (forward() and evaluate()), and
+  /// what backward() needs from forward().
   struct EmbState {
     int64_t pairs = 0;
     std::vector<int64_t> pseudo_row;  // [ntypes]: row in ge of centre type ti's empty slot, -1 if none
@@ -438,6 +602,8 @@ struct SeATrainingPath::Impl {
                            : "emb_" + std::to_string(g / nt) + "_" + std::to_string(g % nt);
   }
   bool active(int64_t g) const { return c.sel[size_t(c.type_one_side ? g : g % nt)] > 0; }
+  template <typename R>
+  static at::TensorOptions options() { return at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value); }
 
   /// Calls f(g, state, group, p0, q) for each embedding net with pairs of centre atom i
   /// (pairs [p0, p0 + q) of that net), in neighbour-type order.
@@ -498,11 +664,18 @@ struct SeATrainingPath::Impl {
     else return isolated_d.get();
   }
 
+  /// G [M] of net g for the empty-slot input of centre type ti (after embed_empty_slots).
+  template <typename R>
+  const R* empty_slot_output(int64_t g, int64_t ti) const {
+    const EmbState& s = emb[size_t(g)];
+    return s.ge.template data_ptr<R>() + s.pseudo_row[size_t(ti)] * m;
+  }
+
   /// With c.isolated_energy_is_bias, FN_t of an atom without neighbours for the types in
-  /// `types` (docs/se_e2_a.md "Reference energies"), from the empty-slot outputs
-  /// `empty_output(g, ti)` of the nets; null otherwise.
-  template <typename R, typename EmptyOutput>
-  IsolatedAtomFit<R>* isolated_forward(const std::vector<int>& types, EmptyOutput&& empty_output) {
+  /// `types` (docs/se_e2_a.md "Reference energies"), from the nets' empty-slot outputs
+  /// (embed_empty_slots); null otherwise.
+  template <typename R>
+  IsolatedAtomFit<R>* isolated_forward(const std::vector<int>& types) {
     IsolatedAtomFit<R>* iso = isolated<R>();
     if (iso == nullptr) return nullptr;
     std::vector<std::vector<const R*>> empty(size_t(nt), std::vector<const R*>(size_t(nt), nullptr));
@@ -512,7 +685,7 @@ struct SeATrainingPath::Impl {
     for (int64_t ti = 0; ti < nt; ++ti) {
       params.push_back(fit_params<R>(ti));
       for (int64_t t = 0; t < nt; ++t)
-        if (c.sel[size_t(t)] > 0) empty[size_t(ti)][size_t(t)] = empty_output(group_of(c, ti, t), ti);
+        if (c.sel[size_t(t)] > 0) empty[size_t(ti)][size_t(t)] = empty_slot_output<R>(group_of(c, ti, t), ti);
     }
     iso->forward(params, e0, empty, used);
     return iso;
@@ -546,94 +719,224 @@ struct SeATrainingPath::Impl {
   template <typename R>
   void sym(const R* t, const R* x, R beta, R* out) const {
     at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const R* ti = t + i * 4 * m;
-        const R* xi = x + i * m * ms;
-        R* oi = out + i * 4 * m;
-        gemm<R>(false, true, 4, m, ms, R(1), ti, m, xi, ms, beta, oi, m);
-        gemm<R>(false, false, 4, ms, m, R(1), ti, m, xi, ms, R(1), oi, m);
-      }
+      for (int64_t i = i0; i < i1; ++i) descriptor_adjoint_of(t + i * 4 * m, x + i * m * ms, m, ms, beta, out + i * 4 * m);
     });
   }
+
+  // Stages shared by forward() and evaluate().
+
+  /// Reads the normalisation davg, dstd ([ntypes, 4], model dtype) and sets e0, the normalised
+  /// input s of an empty slot per centre type.
+  template <typename R>
+  void load_normalisation() {
+    davg = attr("davg").contiguous();
+    dstd = attr("dstd").contiguous();
+    const R* da = davg.data_ptr<R>();
+    const R* ds = dstd.data_ptr<R>();
+    e0.resize(size_t(nt));
+    for (int64_t t = 0; t < nt; ++t) e0[size_t(t)] = -double(da[t * 4]) / double(ds[t * 4]);
+  }
+
+  /// "embed" of the empty slots: resets `emb` and gives each active net its outputs ge [rows, M]
+  /// for the empty-slot input e0 of each centre type that uses it (from a compressed model's
+  /// tables too, so that a pair leaving the cutoff meets the same function; an empty slot's input
+  /// is the grid's lower end, never beyond it).
+  template <typename R>
+  void embed_empty_slots(const std::vector<EmbNet<R>>& nets, const std::vector<EmbTable<R>>& tables) {
+    emb.assign(size_t(ng), EmbState());
+    for (int64_t g = 0; g < ng; ++g) {
+      if (!active(g)) continue;
+      EmbState& s = emb[size_t(g)];
+      s.pseudo_row.assign(size_t(nt), -1);
+      for (int64_t ti = 0; ti < nt; ++ti)
+        if (c.type_one_side || ti == g / nt) {
+          s.pseudo_row[size_t(ti)] = int64_t(s.pseudo_s.size());
+          s.pseudo_s.push_back(e0[size_t(ti)]);
+        }
+      const std::vector<R> inputs(s.pseudo_s.begin(), s.pseudo_s.end());
+      const int64_t rows = int64_t(inputs.size());
+      s.ge = at::empty({rows, m}, options<R>());
+      Block<R> block;
+      std::vector<R> slope(size_t(rows * m)), spill;
+      std::vector<int64_t> outside;
+      int64_t beyond = 0;
+      embed(nets[size_t(g)], tables[size_t(g)], inputs.data(), 1, rows, block, s.ge.data_ptr<R>(), slope.data(),
+            outside, spill, beyond);
+    }
+  }
+
+  /// Atom ranges [blocks[k], blocks[k+1]) of the atoms [0, count), each closed once it holds
+  /// pairs_per_block pairs of the active nets (the last one with what is left).
+  std::vector<int64_t> atom_blocks(const PackedEnv& pe, int64_t count, int64_t pairs_per_block) const {
+    std::vector<int64_t> blocks(1, 0);
+    int64_t pairs = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      for (int64_t g = 0; g < ng; ++g)
+        if (active(g)) pairs += pe.groups[size_t(g)].offsets[size_t(i + 1)] - pe.groups[size_t(g)].offsets[size_t(i)];
+      if (pairs >= pairs_per_block || i + 1 == count) {
+        blocks.push_back(i + 1);
+        pairs = 0;
+      }
+    }
+    return blocks;
+  }
+
+  /// The end of "contract" for the atoms [first, last) (t_rows [last - first, 4, M], the real
+  /// pairs' R̂^T G summed): adds the empty slots in closed form (their count × e0 × G_e, row 0)
+  /// and divides by N_c, giving T_i = (1/N_c) sum_j R̂_ij G_ij.
+  template <typename R>
+  void add_empty_slots_and_scale(const PackedEnv& pe, int64_t first, int64_t last, R* t_rows) const {
+    const R inv_nc = R(1) / R(nc);
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t ti = atype[size_t(i)];
+      R* row = t_rows + (i - first) * 4 * m;
+      for (int64_t t = 0; t < nt; ++t) {
+        if (c.sel[size_t(t)] == 0) continue;
+        const int64_t g = group_of(c, ti, t);
+        const auto& off = pe.groups[size_t(g)].offsets;
+        const int64_t empty = c.sel[size_t(t)] - (off[size_t(i + 1)] - off[size_t(i)]);
+        if (empty > 0) {
+          const R* ge = empty_slot_output<R>(g, ti);
+          const R f = R(double(empty) * e0[size_t(ti)]);
+          for (int64_t k = 0; k < m; ++k) row[k] += f * ge[k];
+        }
+      }
+      for (int64_t k = 0; k < 4 * m; ++k) row[k] *= inv_nc;
+    }
+  }
+
+  /// Sorts the atoms [first, last) by centre type: rows_of_type[t] gets i - first of each atom i of type t.
+  void group_by_type(int64_t first, int64_t last, std::vector<std::vector<int64_t>>& rows_of_type) const {
+    rows_of_type.resize(size_t(nt));
+    for (auto& rows : rows_of_type) rows.clear();
+    for (int64_t i = first; i < last; ++i) rows_of_type[size_t(atype[size_t(i)])].push_back(i - first);
+  }
+
+  // forward() (training) and its stages.
 
   template <typename R>
   Output forward(const PackedEnv& batch, const std::vector<int>& types);
   template <typename R>
+  void normalise_batch_rows(const PackedEnv& pe);
+  template <typename R>
+  void embed_and_contract_batch(const PackedEnv& pe, const std::vector<EmbNet<R>>& nets);
+  template <typename R>
+  void descriptors_of_batch();
+  template <typename R>
+  Tensor fit_batch(const std::vector<int>& types);
+  template <typename R>
+  Tensor pair_gradients_of_batch(const PackedEnv& pe);
+  template <typename R>
+  std::vector<double> neighbour_forces_and_virials(const PackedEnv& pe, R* forces) const;
+
+  // evaluate() (MD) and its stages.
+
+  template <typename R>
   Evaluation evaluate(const PackedEnv& frame, const std::vector<int>& types, int64_t natoms_total, bool atom_virial);
   template <typename R>
+  std::vector<int64_t> evaluation_blocks(const PackedEnv& pe, bool compressed) const;
+  template <typename R>
+  void evaluate_block(const PackedEnv& pe, const EvaluationModel<R>& model, int64_t first, int64_t last,
+                      EvaluationWorkspace<R>& work, EvaluationPartials<R>& partials) const;
+  template <typename R>
+  void embed_and_contract_block(const PackedEnv& pe, const EvaluationModel<R>& model, int64_t first, int64_t last,
+                                EvaluationWorkspace<R>& work) const;
+  template <typename R>
+  void fit_block(const EvaluationModel<R>& model, int64_t first, int64_t last, EvaluationWorkspace<R>& work,
+                 std::vector<double>& atomic) const;
+  template <typename R>
+  void pair_gradients_of_block(const PackedEnv& pe, const EvaluationModel<R>& model, int64_t first, int64_t last,
+                               EvaluationWorkspace<R>& work, EvaluationPartials<R>& partials) const;
+  template <typename R>
+  Evaluation sum_evaluation(const PackedEnv& pe, EvaluationPartials<R>& partials, int64_t natoms_total,
+                            bool atom_virial) const;
+
+  // backward() (training) and its stages.
+
+  template <typename R>
   void backward(const Tensor& ge, const Tensor& gf, const Tensor& gv);
+  template <typename R>
+  Tensor force_adjoint(const Tensor& grad_forces, const Tensor& grad_virial);
+  template <typename R>
+  Tensor descriptor_gradient_adjoint(const Tensor& gt_bar, Tensor& t_bar) const;
+  template <typename R>
+  std::vector<std::vector<std::vector<R>>> fit_adjoint(const Tensor& grad_energy, const Tensor& gd_bar, Tensor& t_bar);
+  template <typename R>
+  void embedding_adjoint(const std::vector<EmbNet<R>>& nets, const Tensor& t_bar,
+                         std::vector<std::vector<EmbGrad<R>>>& per_thread);
+  template <typename R>
+  void empty_slot_adjoint(const std::vector<EmbNet<R>>& nets, const Tensor& t_bar,
+                          const std::vector<std::vector<std::vector<R>>>& isolated_bar, std::vector<EmbGrad<R>>& acc);
+  template <typename R>
+  void add_embedding_gradients(std::vector<std::vector<EmbGrad<R>>>& per_thread);
 };
 
 template <typename R>
-SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, const std::vector<int>& types) {
+SeAEvaluator::Output SeAEvaluator::Impl::forward(const PackedEnv& pe, const std::vector<int>& types) {
   batch = &pe;
   nb = pe.nframes, n = pe.natoms, bn = nb * n;
   if (int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng)
     throw Error("se_e2_a training path: the batch does not match the model (" + std::to_string(types.size()) +
                 " types for " + std::to_string(n) + " atoms, " + std::to_string(pe.groups.size()) + " nets for " +
                 std::to_string(ng) + ")");
-  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
-  davg = attr("davg").contiguous();
-  dstd = attr("dstd").contiguous();
-  const R* da = davg.data_ptr<R>();
-  const R* ds = dstd.data_ptr<R>();
+  load_normalisation<R>();
   atype.resize(size_t(bn));
   for (int64_t k = 0; k < bn; ++k) atype[size_t(k)] = types[size_t(k % n)];
-  e0.resize(size_t(nt));
-  for (int64_t t = 0; t < nt; ++t) e0[size_t(t)] = -double(da[t * 4]) / double(ds[t * 4]);
   const auto nets = emb_nets<R>();
-  const R inv_nc = R(1) / R(nc);
+  embed_empty_slots<R>(nets, std::vector<EmbTable<R>>(size_t(ng)));
+  normalise_batch_rows<R>(pe);
+  // Atom chunks of ~256 pairs: one block through the nets each, small enough for the cache.
+  chunks = atom_blocks(pe, bn, 256);
+  embed_and_contract_batch<R>(pe, nets);
+  descriptors_of_batch<R>();
+  const Tensor atomic = fit_batch<R>(types);
+  // dE/dT = the adjoint of D = T^T T< for dE/dD.
+  gt_mat = at::empty({bn, 4, m}, options<R>());
+  sym<R>(t_mat.data_ptr<R>(), gd_mat.data_ptr<R>(), R(0), gt_mat.data_ptr<R>());
+  const Tensor forces = pair_gradients_of_batch<R>(pe);
+  const std::vector<double> virial = neighbour_forces_and_virials<R>(pe, forces.data_ptr<R>());
+  Output out;
+  out.atomic = atomic.reshape({nb, n});
+  out.energy = out.atomic.to(at::kDouble).sum(1);
+  out.forces = forces.reshape({nb, n, 3});
+  out.virial = torch::tensor(virial, torch::kFloat64).reshape({nb, 3, 3}).to(options<R>().dtype());
+  return out;
+}
 
-  // Normalised rows, and the nets' outputs for the empty-slot inputs.
-  emb.assign(size_t(ng), EmbState());
+/// forward(): the normalised rows R̂ [pairs, 4] of every active net's pairs (emb[g].rh), and
+/// room for the nets' outputs G and dG/ds [pairs, M] (emb[g].g, emb[g].gt).
+template <typename R>
+void SeAEvaluator::Impl::normalise_batch_rows(const PackedEnv& pe) {
+  const R* da = davg.data_ptr<R>();
+  const R* ds = dstd.data_ptr<R>();
   for (int64_t g = 0; g < ng; ++g) {
     if (!active(g)) continue;
     const auto& grp = pe.groups[size_t(g)];
     EmbState& s = emb[size_t(g)];
     s.pairs = int64_t(grp.neighbor.size());
-    s.pseudo_row.assign(size_t(nt), -1);
-    for (int64_t ti = 0; ti < nt; ++ti)
-      if (c.type_one_side || ti == g / nt) {
-        s.pseudo_row[size_t(ti)] = int64_t(s.pseudo_s.size());
-        s.pseudo_s.push_back(e0[size_t(ti)]);
-      }
-    s.rh = at::empty({s.pairs, 4}, opts);
-    s.g = at::empty({s.pairs, m}, opts);
-    s.gt = at::empty({s.pairs, m}, opts);
+    s.rh = at::empty({s.pairs, 4}, options<R>());
+    s.g = at::empty({s.pairs, m}, options<R>());
+    s.gt = at::empty({s.pairs, m}, options<R>());
     R* rh = s.rh.data_ptr<R>();
     const R* r = grp.r.data_ptr<R>();
     const int64_t* off = grp.offsets.data();
     at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t ti = atype[size_t(i)];
-        for (int64_t p = off[i]; p < off[i + 1]; ++p)
-          for (int a = 0; a < 4; ++a) rh[p * 4 + a] = (r[p * 4 + a] - da[ti * 4 + a]) / ds[ti * 4 + a];
+        normalise_rows(r + off[i] * 4, off[i + 1] - off[i], da + ti * 4, ds + ti * 4, rh + off[i] * 4);
       }
     });
-    const std::vector<R> s_in(s.pseudo_s.begin(), s.pseudo_s.end());
-    const int64_t rows = int64_t(s_in.size());
-    Block<R> blk;
-    block_forward(nets[size_t(g)], s_in.data(), 1, rows, blk);
-    s.ge = at::from_blob(blk.x.back().data(), {rows, m}, opts).clone();
   }
+}
 
-  // Atom chunks of ~256 pairs: one block through the nets each, small enough for the cache.
-  chunks.assign(1, 0);
-  int64_t acc = 0;
-  for (int64_t i = 0; i < bn; ++i) {
-    for (int64_t g = 0; g < ng; ++g)
-      if (active(g)) acc += pe.groups[size_t(g)].offsets[size_t(i + 1)] - pe.groups[size_t(g)].offsets[size_t(i)];
-    if (acc >= 256 || i + 1 == bn) {
-      chunks.push_back(i + 1);
-      acc = 0;
-    }
-  }
-
-  // Embedding nets (value and d/ds) and T_i = (1/Nc) sum_j Rhat_ij G_ij, empty slots in closed form.
-  t_mat = at::zeros({bn, 4, m}, opts);
+/// forward(): "embed" and "contract" chunk by chunk (in parallel): the nets' outputs G and
+/// dG/ds of every pair (kept for backward()) and T_i [BN, 4, M] (t_mat).
+template <typename R>
+void SeAEvaluator::Impl::embed_and_contract_batch(const PackedEnv& pe, const std::vector<EmbNet<R>>& nets) {
+  t_mat = at::zeros({bn, 4, m}, options<R>());
   R* tp = t_mat.data_ptr<R>();
   at::parallel_for(0, int64_t(chunks.size()) - 1, 1, [&](int64_t c0, int64_t c1) {
-    Block<R> blk;
+    Block<R> block;
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t i0 = chunks[size_t(ch)], i1 = chunks[size_t(ch + 1)];
       for (int64_t g = 0; g < ng; ++g) {
@@ -642,52 +945,35 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
         EmbState& s = emb[size_t(g)];
         const int64_t p0 = off[size_t(i0)], q = off[size_t(i1)] - p0;
         if (q == 0) continue;
-        const R* rh = s.rh.data_ptr<R>();
-        R* gv = s.g.data_ptr<R>() + p0 * m;
-        block_forward(nets[size_t(g)], rh + p0 * 4, 4, q, blk, gv, s.gt.data_ptr<R>() + p0 * m);
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t a = off[size_t(i)], qi = off[size_t(i + 1)] - a;
-          if (qi > 0) gemm<R>(true, false, 4, m, qi, R(1), rh + a * 4, 4, gv + (a - p0) * m, m, R(1), tp + i * 4 * m, m);
-        }
+        embed_and_contract(nets[size_t(g)], s.rh.data_ptr<R>() + p0 * 4, off.data(), i0, i1, block,
+                           s.g.data_ptr<R>() + p0 * m, s.gt.data_ptr<R>() + p0 * m, tp + i0 * 4 * m);
       }
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t ti = atype[size_t(i)];
-        R* ti_row = tp + i * 4 * m;
-        for (int64_t t = 0; t < nt; ++t) {
-          if (c.sel[size_t(t)] == 0) continue;
-          const int64_t g = group_of(c, ti, t);
-          const EmbState& s = emb[size_t(g)];
-          const auto& off = pe.groups[size_t(g)].offsets;
-          const int64_t empty = c.sel[size_t(t)] - (off[size_t(i + 1)] - off[size_t(i)]);
-          if (empty > 0) {
-            const R* ge = s.ge.data_ptr<R>() + s.pseudo_row[size_t(ti)] * m;
-            const R f = R(double(empty) * e0[size_t(ti)]);
-            for (int64_t k = 0; k < m; ++k) ti_row[k] += f * ge[k];
-          }
-        }
-        for (int64_t k = 0; k < 4 * m; ++k) ti_row[k] *= inv_nc;
-      }
+      add_empty_slots_and_scale(pe, i0, i1, tp + i0 * 4 * m);
     }
   });
-  // D_i = T_i^T T<_i ([M, M<]).
-  d_flat = at::empty({bn, m * ms}, opts);
-  {
-    R* dp = d_flat.data_ptr<R>();
-    at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        gemm<R>(true, false, m, ms, 4, R(1), tp + i * 4 * m, m, tp + i * 4 * m, m, R(0), dp + i * m * ms, ms);
-    });
-  }
+}
 
-  // Fitting nets: atomic energies and dE/dD.
-  Tensor atomic = at::empty({bn}, opts);
-  Tensor gd_flat = at::empty({bn, m * ms}, opts);
-  const Tensor bias = attr("bias").to(at::kDouble).contiguous();
-  fit_index.assign(size_t(nt), {});
-  for (int64_t k = 0; k < bn; ++k) fit_index[size_t(atype[size_t(k)])].push_back(k);
-  const IsolatedAtomFit<R>* iso = isolated_forward<R>(types, [&](int64_t g, int64_t ti) {
-    return emb[size_t(g)].ge.template data_ptr<R>() + emb[size_t(g)].pseudo_row[size_t(ti)] * m;
+/// forward(): the descriptors D_i = T_i^T T<_i [BN, M * M<] (d_flat).
+template <typename R>
+void SeAEvaluator::Impl::descriptors_of_batch() {
+  d_flat = at::empty({bn, m * ms}, options<R>());
+  const R* tp = t_mat.data_ptr<R>();
+  R* dp = d_flat.data_ptr<R>();
+  at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) descriptor_of(tp + i * 4 * m, m, ms, dp + i * m * ms);
   });
+}
+
+/// forward(): "fit", the fitting nets of every centre type on its atoms' descriptors. Returns the
+/// atomic energies [BN] (model dtype, eV: the net's output, less the isolated atom's with
+/// isolated_energy_is_bias, plus the type's bias); sets dE/dD (gd_mat [BN, M, M<]) and fit_index.
+template <typename R>
+Tensor SeAEvaluator::Impl::fit_batch(const std::vector<int>& types) {
+  Tensor atomic = at::empty({bn}, options<R>());
+  Tensor gd_flat = at::empty({bn, m * ms}, options<R>());
+  const Tensor bias = attr("bias").to(at::kDouble).contiguous();
+  group_by_type(0, bn, fit_index);
+  const IsolatedAtomFit<R>* iso = isolated_forward<R>(types);
   R* ap = atomic.data_ptr<R>();
   for (int64_t ti = 0; ti < nt; ++ti) {
     const auto& idx = fit_index[size_t(ti)];
@@ -703,48 +989,48 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
     }
   }
   gd_mat = gd_flat.reshape({bn, m, ms});
-  gt_mat = at::empty({bn, 4, m}, opts);
-  sym<R>(tp, gd_flat.data_ptr<R>(), R(0), gt_mat.data_ptr<R>());
+  return atomic;
+}
 
-  // dE/dd_ij per pair; forces and virial.
+/// forward(): the adjoint of "embed" and "contract" for every pair, dE/dd_ij (pair_gd, per net
+/// [pairs, 3]), from the stored G, dG/ds and dE/dT (gt_mat). Returns each atom's sum over its
+/// own pairs [BN, 3] (model dtype, eV/Å), the forces before those on the neighbours.
+template <typename R>
+Tensor SeAEvaluator::Impl::pair_gradients_of_batch(const PackedEnv& pe) {
+  const R* ds = dstd.data_ptr<R>();
   const R* gtp = gt_mat.data_ptr<R>();
-  Tensor forces = at::zeros({bn, 3}, opts);
+  const R inv_nc = R(1) / R(nc);
+  Tensor forces = at::zeros({bn, 3}, options<R>());
   R* fp = forces.data_ptr<R>();
   pair_gd.assign(size_t(ng), Tensor());
-  for (int64_t g = 0; g < ng; ++g) pair_gd[size_t(g)] = at::empty({emb[size_t(g)].pairs, 3}, opts);
+  for (int64_t g = 0; g < ng; ++g) pair_gd[size_t(g)] = at::empty({emb[size_t(g)].pairs, 3}, options<R>());
   at::parallel_for(0, bn, 8, [&](int64_t i0, int64_t i1) {
-    std::vector<R> q_buf, gr_buf;
+    std::vector<R> product, row_gradient, input_gradient;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t ti = atype[size_t(i)];
-      const R* gti = gtp + i * 4 * m;
       R fi[3] = {0, 0, 0};
       for_each_block(pe, i, [&](int64_t g, const EmbState& s, const PackedEnv::Group& grp, int64_t p0, int64_t qi) {
-        grow(q_buf, qi * m);
-        grow(gr_buf, qi * 4);
-        const R* gv = s.g.data_ptr<R>() + p0 * m;
-        const R* gtan = s.gt.data_ptr<R>() + p0 * m;
-        const R* rh = s.rh.data_ptr<R>() + p0 * 4;
-        // gr = G gT^T (dE/dRhat without the d/ds term), Q = Rhat gT.
-        gemm<R>(false, true, qi, 4, m, R(1), gv, m, gti, m, R(0), gr_buf.data(), 4);
-        gemm<R>(false, false, qi, m, 4, R(1), rh, 4, gti, m, R(0), q_buf.data(), m);
-        const R* dr = grp.dr.data_ptr<R>() + p0 * 12;
+        grow(row_gradient, qi * 4);
+        grow(input_gradient, qi);
+        embedding_adjoint_from_outputs(s.g.data_ptr<R>() + p0 * m, s.gt.data_ptr<R>() + p0 * m,
+                                       s.rh.data_ptr<R>() + p0 * 4, gtp + i * 4 * m, qi, m, product,
+                                       row_gradient.data(), input_gradient.data());
         R* gd = pair_gd[size_t(g)].data_ptr<R>() + p0 * 3;
-        for (int64_t p = 0; p < qi; ++p) {
-          R gs = 0;
-          const R* qp = q_buf.data() + p * m;
-          const R* tg = gtan + p * m;
-          for (int64_t k = 0; k < m; ++k) gs += qp[k] * tg[k];
-          R d[3];
-          pair_vector_gradient(gr_buf.data() + p * 4, gs, inv_nc, ds + ti * 4, dr + p * 12, d);
-          for (int y = 0; y < 3; ++y) {
-            gd[p * 3 + y] = d[y];
-            fi[y] += d[y];
-          }
-        }
+        pair_vector_gradients(row_gradient.data(), input_gradient.data(), inv_nc, ds + ti * 4,
+                              grp.dr.data_ptr<R>() + p0 * 12, qi, gd);
+        for (int64_t p = 0; p < qi; ++p)
+          for (int y = 0; y < 3; ++y) fi[y] += gd[p * 3 + y];
       });
       for (int y = 0; y < 3; ++y) fp[i * 3 + y] = fi[y];
     }
   });
+  return forces;
+}
+
+/// forward(): subtracts dE/dd_ij of every pair from the force on its neighbour (forces [BN, 3],
+/// model dtype, eV/Å) and returns the virials [B, 3, 3] (float64, eV), in pair order.
+template <typename R>
+std::vector<double> SeAEvaluator::Impl::neighbour_forces_and_virials(const PackedEnv& pe, R* forces) const {
   std::vector<double> virial(size_t(nb * 9), 0.0);
   for (int64_t g = 0; g < ng; ++g) {
     const auto& grp = pe.groups[size_t(g)];
@@ -755,18 +1041,13 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
       double* w = virial.data() + (i / n) * 9;
       for (int64_t p = grp.offsets[size_t(i)]; p < grp.offsets[size_t(i + 1)]; ++p) {
         const int64_t j = grp.neighbor[size_t(p)];
-        for (int y = 0; y < 3; ++y) fp[j * 3 + y] -= gd[p * 3 + y];
+        for (int y = 0; y < 3; ++y) forces[j * 3 + y] -= gd[p * 3 + y];
         for (int x = 0; x < 3; ++x)
           for (int y = 0; y < 3; ++y) w[x * 3 + y] -= double(vec[p * 3 + x]) * double(gd[p * 3 + y]);
       }
     }
   }
-  Output out;
-  out.atomic = atomic.reshape({nb, n});
-  out.energy = out.atomic.to(at::kDouble).sum(1);
-  out.forces = forces.reshape({nb, n, 3});
-  out.virial = torch::tensor(virial, torch::kFloat64).reshape({nb, 3, 3}).to(opts.dtype());
-  return out;
+  return virial;
 }
 
 /// Inference (docs/lammps.md "se_e2_a in MD"): the stages of forward() run block by block of
@@ -775,62 +1056,52 @@ SeATrainingPath::Output SeATrainingPath::Impl::forward(const PackedEnv& pe, cons
 /// and write disjoint ranges; forces on the neighbours and the virials are summed afterwards in
 /// pair order, so the result does not depend on the number of threads.
 template <typename R>
-SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
-                                                            int64_t natoms_total, bool atom_virial) {
-  constexpr int64_t kEvaluationPairs = 512;
-  // A compressed model keeps no embedding outputs (docs/se_e2_a.md "The fused lookup"): its
-  // blocks are sized for the fitting nets instead, whose weights are then read and packed once
-  // for many atoms (about 180 water atoms).
-  constexpr int64_t kCompressedEvaluationPairs = 16384, kCompressedMinimumPairs = 2048;
+SeAEvaluator::Evaluation SeAEvaluator::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
+                                                      int64_t natoms_total, bool atom_virial) {
   batch = nullptr;  // nothing to differentiate afterwards
   nb = 1, n = pe.natoms, bn = n;
   if (pe.nframes != 1 || int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng || natoms_total < n)
     throw Error("se_e2_a evaluation: the frame does not match the model (" + std::to_string(types.size()) +
                 " types for " + std::to_string(n) + " centres of " + std::to_string(natoms_total) + " atoms, " +
                 std::to_string(pe.groups.size()) + " nets for " + std::to_string(ng) + ")");
-  davg = attr("davg").contiguous();
-  dstd = attr("dstd").contiguous();
-  const R* da = davg.data_ptr<R>();
-  const R* ds = dstd.data_ptr<R>();
+  load_normalisation<R>();
   atype.assign(types.begin(), types.end());
-  e0.resize(size_t(nt));
-  for (int64_t t = 0; t < nt; ++t) e0[size_t(t)] = -double(da[t * 4]) / double(ds[t * 4]);
-  const auto nets = emb_nets<R>();
-  const auto tables = emb_tables<R>();
-  const bool compressed =
-      std::any_of(tables.begin(), tables.end(), [](const EmbTable<R>& t) { return t.table != nullptr; });
+  EvaluationModel<R> model;
+  model.nets = emb_nets<R>();
+  model.tables = emb_tables<R>();
+  const bool compressed = std::any_of(model.tables.begin(), model.tables.end(),
+                                      [](const EmbTable<R>& t) { return t.table != nullptr; });
+  model.bias = attr("bias").to(at::kDouble).contiguous();
+  for (int64_t ti = 0; ti < nt; ++ti) model.fit_params.push_back(fit_params<R>(ti));
+  embed_empty_slots<R>(model.nets, model.tables);
+  model.isolated = isolated_forward<R>(types);
+
+  const std::vector<int64_t> blocks = evaluation_blocks<R>(pe, compressed);
+  EvaluationPartials<R> partials;
+  partials.atomic.resize(size_t(n));
+  partials.own_force.resize(size_t(n) * 3);
+  partials.pair_gradient.resize(size_t(ng));
+  for (int64_t g = 0; g < ng; ++g) partials.pair_gradient[size_t(g)].resize(pe.groups[size_t(g)].neighbor.size() * 3);
   std::atomic<int64_t> beyond_tables{0};
-  const R inv_nc = R(1) / R(nc);
-  const Tensor bias = attr("bias").to(at::kDouble).contiguous();
-  std::vector<typename FittingAdjoint<R>::Params> fit_p;
-  for (int64_t ti = 0; ti < nt; ++ti) fit_p.push_back(fit_params<R>(ti));
-
-  // The nets' outputs for the empty-slot input of each centre type (from a compressed model's
-  // tables too, so that a pair leaving the cutoff meets the same function).
-  std::vector<std::vector<R>> empty_g(static_cast<size_t>(ng));
-  std::vector<std::vector<int64_t>> empty_row(static_cast<size_t>(ng), std::vector<int64_t>(size_t(nt), -1));
-  for (int64_t g = 0; g < ng; ++g) {
-    if (!active(g)) continue;
-    std::vector<R> s_in;
-    for (int64_t ti = 0; ti < nt; ++ti)
-      if (c.type_one_side || ti == g / nt) {
-        empty_row[size_t(g)][size_t(ti)] = int64_t(s_in.size());
-        s_in.push_back(R(e0[size_t(ti)]));
-      }
-    Block<R> blk;
-    const int64_t rows = int64_t(s_in.size());
-    std::vector<R> slope(size_t(rows * m)), spill;
-    std::vector<int64_t> outside;
-    int64_t beyond = 0;  // an empty slot's input is the grid's lower end: never beyond
-    empty_g[size_t(g)].resize(size_t(rows * m));
-    embed(nets[size_t(g)], tables[size_t(g)], s_in.data(), 1, rows, blk, empty_g[size_t(g)].data(), slope.data(),
-          outside, spill, beyond);
-  }
-
-  const IsolatedAtomFit<R>* iso = isolated_forward<R>(types, [&](int64_t g, int64_t ti) {
-    return empty_g[size_t(g)].data() + empty_row[size_t(g)][size_t(ti)] * m;
+  at::parallel_for(0, int64_t(blocks.size()) - 1, 1, [&](int64_t b0, int64_t b1) {
+    EvaluationWorkspace<R> work(fit_layers, nt, ng);
+    for (int64_t b = b0; b < b1; ++b)
+      evaluate_block<R>(pe, model, blocks[size_t(b)], blocks[size_t(b + 1)], work, partials);
+    beyond_tables += work.beyond_tables;
   });
+  Evaluation out = sum_evaluation<R>(pe, partials, natoms_total, atom_virial);
+  out.beyond_tables = beyond_tables.load();
+  return out;
+}
 
+/// evaluate(): the centres' blocks, of kEvaluationPairs pairs; a compressed model keeps no
+/// embedding outputs (docs/se_e2_a.md "The fused lookup"), so its blocks are sized for the
+/// fitting nets instead, whose weights are then read and packed once for many atoms (about 180
+/// water atoms).
+template <typename R>
+std::vector<int64_t> SeAEvaluator::Impl::evaluation_blocks(const PackedEnv& pe, bool compressed) const {
+  constexpr int64_t kEvaluationPairs = 512;
+  constexpr int64_t kCompressedEvaluationPairs = 16384, kCompressedMinimumPairs = 2048;
   int64_t block_pairs = kEvaluationPairs;
   if (compressed) {
     int64_t pairs = 0;
@@ -842,192 +1113,139 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
     count = (count + threads - 1) / threads * threads;
     block_pairs = std::max<int64_t>(kCompressedMinimumPairs, (pairs + count - 1) / count);
   }
-  std::vector<int64_t> blocks(1, 0);
-  int64_t acc = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t g = 0; g < ng; ++g) acc += pe.groups[size_t(g)].offsets[size_t(i + 1)] - pe.groups[size_t(g)].offsets[size_t(i)];
-    if (acc >= block_pairs || i + 1 == n) {
-      blocks.push_back(i + 1);
-      acc = 0;
+  return atom_blocks(pe, n, block_pairs);
+}
+
+/// evaluate() of the centres [first, last): "embed" and "contract", "fit", and the adjoint of
+/// the first two, into the block's share of `partials`.
+template <typename R>
+void SeAEvaluator::Impl::evaluate_block(const PackedEnv& pe, const EvaluationModel<R>& model, int64_t first,
+                                        int64_t last, EvaluationWorkspace<R>& work,
+                                        EvaluationPartials<R>& partials) const {
+  embed_and_contract_block(pe, model, first, last, work);
+  fit_block(model, first, last, work, partials.atomic);
+  pair_gradients_of_block(pe, model, first, last, work, partials);
+}
+
+/// evaluate(): "embed" and "contract" of the centres [first, last): their pairs' normalised rows
+/// (work.normalised_rows), the nets' outputs G and dG/ds (work.outputs, work.slopes; a compressed
+/// net's pairs located in its table instead, work.located) and T [last - first, 4, M] (work.t_rows).
+template <typename R>
+void SeAEvaluator::Impl::embed_and_contract_block(const PackedEnv& pe, const EvaluationModel<R>& model,
+                                                  int64_t first, int64_t last, EvaluationWorkspace<R>& work) const {
+  const R* da = davg.data_ptr<R>();
+  const R* ds = dstd.data_ptr<R>();
+  work.t_rows.assign(size_t((last - first) * 4 * m), R(0));
+  for (int64_t g = 0; g < ng; ++g) {
+    if (!active(g)) continue;
+    const auto& off = pe.groups[size_t(g)].offsets;
+    const int64_t p0 = off[size_t(first)], q = off[size_t(last)] - p0;
+    if (q == 0) continue;
+    const EmbTable<R>& table = model.tables[size_t(g)];
+    auto& rows = work.normalised_rows[size_t(g)];
+    grow(rows, q * 4);
+    const R* r = pe.groups[size_t(g)].r.data_ptr<R>();
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t ti = atype[size_t(i)];
+      normalise_rows(r + off[size_t(i)] * 4, off[size_t(i + 1)] - off[size_t(i)], da + ti * 4, ds + ti * 4,
+                     rows.data() + (off[size_t(i)] - p0) * 4);
+    }
+    if (table.table == nullptr) {
+      grow(work.outputs[size_t(g)], q * m), grow(work.slopes[size_t(g)], q * m);
+      embed_and_contract(model.nets[size_t(g)], rows.data(), off.data(), first, last, work.block,
+                         work.outputs[size_t(g)].data(), work.slopes[size_t(g)].data(), work.t_rows.data());
+      continue;
+    }
+    // Compressed: the lookup fused with T_i = R̂^T G; G is not kept (recomputed for the adjoint).
+    LocatedPairs<R>& located = work.located[size_t(g)];
+    work.beyond_tables += located.locate(model.nets[size_t(g)], table, rows.data(), q, work.block);
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t a = off[size_t(i)] - p0;
+      contract_from_table(table, located, a, off[size_t(i + 1)] - off[size_t(i)], m, rows.data() + a * 4,
+                          work.t_rows.data() + (i - first) * 4 * m);
     }
   }
-  std::vector<double> atomic(static_cast<size_t>(n)), own_force(static_cast<size_t>(n) * 3);
-  std::vector<std::vector<R>> pair_grad(static_cast<size_t>(ng));
-  for (int64_t g = 0; g < ng; ++g) pair_grad[size_t(g)].resize(pe.groups[size_t(g)].neighbor.size() * 3);
+  add_empty_slots_and_scale(pe, first, last, work.t_rows.data());
+}
 
-  at::parallel_for(0, int64_t(blocks.size()) - 1, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<FittingAdjoint<R>> fit;
-    for (int64_t t = 0; t < nt; ++t) fit.emplace_back(fit_layers);
-    Block<R> blk;
-    std::vector<std::vector<R>> rh(static_cast<size_t>(ng)), gv(static_cast<size_t>(ng)), gtan(static_cast<size_t>(ng));
-    std::vector<R> t_blk, d_blk, dd_blk, gt_blk, e_blk, q_buf, gr_buf, gs_buf, spill;
-    std::vector<LocatedPairs<R>> located(static_cast<size_t>(ng));
-    std::vector<int64_t> outside;
-    int64_t beyond = 0;
-    std::vector<std::vector<int64_t>> rows(static_cast<size_t>(nt));
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t i0 = blocks[size_t(b)], i1 = blocks[size_t(b + 1)], bs = i1 - i0;
-      // Embedding nets (value and d/ds) and T_i, empty slots in closed form.
-      t_blk.assign(size_t(bs * 4 * m), R(0));
-      for (int64_t g = 0; g < ng; ++g) {
-        if (!active(g)) continue;
-        const auto& off = pe.groups[size_t(g)].offsets;
-        const int64_t p0 = off[size_t(i0)], q = off[size_t(i1)] - p0;
-        if (q == 0) continue;
-        auto& rg = rh[size_t(g)];
-        grow(rg, q * 4);
-        if (tables[size_t(g)].table == nullptr) grow(gv[size_t(g)], q * m), grow(gtan[size_t(g)], q * m);
-        const R* r = pe.groups[size_t(g)].r.data_ptr<R>();
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t ti = atype[size_t(i)];
-          for (int64_t p = off[size_t(i)]; p < off[size_t(i + 1)]; ++p)
-            for (int a = 0; a < 4; ++a) rg[size_t((p - p0) * 4 + a)] = (r[p * 4 + a] - da[ti * 4 + a]) / ds[ti * 4 + a];
-        }
-        if (tables[size_t(g)].table != nullptr) {
-          // Compressed: the lookup fused with T_i = R̂^T G; G is not kept (recomputed below).
-          auto& lp = located[size_t(g)];
-          beyond += lp.locate(nets[size_t(g)], tables[size_t(g)], rg.data(), q, blk);
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t a = off[size_t(i)] - p0, qi = off[size_t(i + 1)] - off[size_t(i)];
-            R* t_row = t_blk.data() + (i - i0) * 4 * m;
-            table_embed_accumulate(tables[size_t(g)].table, m, lp.interval.data() + a, lp.offset.data() + a,
-                                   rg.data() + a * 4, qi, t_row);
-            for (int64_t p = a; p < a + qi; ++p) {  // pairs beyond the table: their G from the net
-              if (lp.interval[size_t(p)] >= 0) continue;
-              const R* g_beyond = lp.beyond_g.data() + (-1 - lp.interval[size_t(p)]) * m;
-              for (int c = 0; c < 4; ++c)
-                for (int64_t k = 0; k < m; ++k) t_row[c * m + k] += rg[size_t(p * 4 + c)] * g_beyond[k];
-            }
-          }
-          continue;
-        }
-        embed(nets[size_t(g)], tables[size_t(g)], rg.data(), 4, q, blk, gv[size_t(g)].data(), gtan[size_t(g)].data(),
-              outside, spill, beyond);
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t a = off[size_t(i)] - p0, qi = off[size_t(i + 1)] - off[size_t(i)];
-          if (qi > 0)
-            gemm<R>(true, false, 4, m, qi, R(1), rg.data() + a * 4, 4, gv[size_t(g)].data() + a * m, m, R(1),
-                    t_blk.data() + (i - i0) * 4 * m, m);
-        }
-      }
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t ti = atype[size_t(i)];
-        R* row = t_blk.data() + (i - i0) * 4 * m;
-        for (int64_t t = 0; t < nt; ++t) {
-          if (c.sel[size_t(t)] == 0) continue;
-          const int64_t g = group_of(c, ti, t);
-          const auto& off = pe.groups[size_t(g)].offsets;
-          const int64_t empty = c.sel[size_t(t)] - (off[size_t(i + 1)] - off[size_t(i)]);
-          if (empty > 0) {
-            const R* ge = empty_g[size_t(g)].data() + empty_row[size_t(g)][size_t(ti)] * m;
-            const R f = R(double(empty) * e0[size_t(ti)]);
-            for (int64_t k = 0; k < m; ++k) row[k] += f * ge[k];
-          }
-        }
-        for (int64_t k = 0; k < 4 * m; ++k) row[k] *= inv_nc;
-      }
-      // D_i = T_i^T T<_i, the fitting nets, and dE/dT_i (the symmetric product's adjoint).
-      grow(d_blk, bs * m * ms), grow(dd_blk, bs * m * ms), grow(e_blk, bs);
-      gt_blk.assign(size_t(bs * 4 * m), R(0));
-      for (int64_t k = 0; k < bs; ++k)
-        gemm<R>(true, false, m, ms, 4, R(1), t_blk.data() + k * 4 * m, m, t_blk.data() + k * 4 * m, m, R(0),
-                d_blk.data() + k * m * ms, ms);
-      for (auto& r : rows) r.clear();
-      for (int64_t i = i0; i < i1; ++i) rows[size_t(atype[size_t(i)])].push_back(i - i0);
-      for (int64_t ti = 0; ti < nt; ++ti) {
-        if (rows[size_t(ti)].empty()) continue;
-        fit[size_t(ti)].forward(fit_p[size_t(ti)], d_blk.data(), rows[size_t(ti)].data(), int64_t(rows[size_t(ti)].size()),
-                                e_blk.data(), dd_blk.data());
-        const R e_iso = iso != nullptr ? iso->energy(ti) : R(0);
-        for (int64_t k : rows[size_t(ti)])
-          atomic[size_t(i0 + k)] = double(iso != nullptr ? R(e_blk[size_t(k)] - e_iso) : e_blk[size_t(k)]) +
-                                   bias.data_ptr<double>()[ti];
-      }
-      for (int64_t k = 0; k < bs; ++k) {
-        const R* tk = t_blk.data() + k * 4 * m;
-        const R* xk = dd_blk.data() + k * m * ms;
-        R* ok = gt_blk.data() + k * 4 * m;
-        gemm<R>(false, true, 4, m, ms, R(1), tk, m, xk, ms, R(0), ok, m);
-        gemm<R>(false, false, 4, ms, m, R(1), tk, m, xk, ms, R(1), ok, m);
-      }
-      // dE/dd_ij of every pair of the block (as in forward()).
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t ti = atype[size_t(i)];
-        const R* gti = gt_blk.data() + (i - i0) * 4 * m;
-        double fi[3] = {0, 0, 0};
-        for (int64_t t = 0; t < nt; ++t) {
-          if (c.sel[size_t(t)] == 0) continue;
-          const int64_t g = group_of(c, ti, t);
-          const auto& grp = pe.groups[size_t(g)];
-          const int64_t pa = grp.offsets[size_t(i)], qi = grp.offsets[size_t(i + 1)] - pa;
-          if (qi == 0) continue;
-          const int64_t local = pa - grp.offsets[size_t(i0)];
-          grow(q_buf, qi * m), grow(gr_buf, qi * 4), grow(gs_buf, qi);
-          const R* rhp = rh[size_t(g)].data() + local * 4;
-          if (tables[size_t(g)].table != nullptr) {
-            // Compressed: G and dG/ds recomputed from the table, fused with their adjoint.
-            const auto& lp = located[size_t(g)];
-            const int64_t* iv = lp.interval.data() + local;
-            table_embed_adjoint(tables[size_t(g)].table, m, iv, lp.offset.data() + local, rhp, qi, gti, gr_buf.data(),
-                                gs_buf.data());
-            for (int64_t p = 0; p < qi; ++p) {  // pairs beyond the table: G and G' from the net
-              if (iv[p] >= 0) continue;
-              const R* g_beyond = lp.beyond_g.data() + (-1 - iv[p]) * m;
-              const R* dg_beyond = lp.beyond_dg.data() + (-1 - iv[p]) * m;
-              R gs = 0;
-              for (int c = 0; c < 4; ++c) gr_buf[size_t(p * 4 + c)] = 0;
-              for (int64_t k = 0; k < m; ++k) {
-                R h = 0;
-                for (int c = 0; c < 4; ++c) {
-                  gr_buf[size_t(p * 4 + c)] += g_beyond[k] * gti[c * m + k];
-                  h += rhp[p * 4 + c] * gti[c * m + k];
-                }
-                gs += h * dg_beyond[k];
-              }
-              gs_buf[size_t(p)] = gs;
-            }
-          } else {
-            const R* gvp = gv[size_t(g)].data() + local * m;
-            const R* gtp = gtan[size_t(g)].data() + local * m;
-            gemm<R>(false, true, qi, 4, m, R(1), gvp, m, gti, m, R(0), gr_buf.data(), 4);
-            gemm<R>(false, false, qi, m, 4, R(1), rhp, 4, gti, m, R(0), q_buf.data(), m);
-            for (int64_t p = 0; p < qi; ++p) {
-              R gs = 0;
-              for (int64_t k = 0; k < m; ++k) gs += q_buf[size_t(p * m + k)] * gtp[p * m + k];
-              gs_buf[size_t(p)] = gs;
-            }
-          }
-          const R* dr = grp.dr.data_ptr<R>() + pa * 12;
-          R* gd = pair_grad[size_t(g)].data() + pa * 3;
-          for (int64_t p = 0; p < qi; ++p) {
-            R d[3];
-            pair_vector_gradient(gr_buf.data() + p * 4, gs_buf[size_t(p)], inv_nc, ds + ti * 4, dr + p * 12, d);
-            for (int y = 0; y < 3; ++y) {
-              gd[p * 3 + y] = d[y];
-              fi[y] += double(d[y]);
-            }
-          }
-        }
-        for (int y = 0; y < 3; ++y) own_force[size_t(i * 3 + y)] = fi[y];
-      }
-    }
-    beyond_tables += beyond;
-  });
+/// evaluate(): "fit" of the centres [first, last): their descriptors, the fitting nets, the
+/// atomic energies (float64, eV, into atomic) and dE/dT [last - first, 4, M] (work.t_gradients).
+template <typename R>
+void SeAEvaluator::Impl::fit_block(const EvaluationModel<R>& model, int64_t first, int64_t last,
+                                   EvaluationWorkspace<R>& work, std::vector<double>& atomic) const {
+  const int64_t count = last - first;
+  grow(work.descriptors, count * m * ms), grow(work.descriptor_gradients, count * m * ms), grow(work.energies, count);
+  work.t_gradients.assign(size_t(count * 4 * m), R(0));
+  for (int64_t k = 0; k < count; ++k) descriptor_of(work.t_rows.data() + k * 4 * m, m, ms, work.descriptors.data() + k * m * ms);
+  group_by_type(first, last, work.rows_of_type);
+  for (int64_t ti = 0; ti < nt; ++ti) {
+    const auto& rows = work.rows_of_type[size_t(ti)];
+    if (rows.empty()) continue;
+    work.fits[size_t(ti)].forward(model.fit_params[size_t(ti)], work.descriptors.data(), rows.data(),
+                                  int64_t(rows.size()), work.energies.data(), work.descriptor_gradients.data());
+    const IsolatedAtomFit<R>* iso = model.isolated;
+    const R e_iso = iso != nullptr ? iso->energy(ti) : R(0);
+    for (int64_t k : rows)
+      atomic[size_t(first + k)] = double(iso != nullptr ? R(work.energies[size_t(k)] - e_iso) : work.energies[size_t(k)]) +
+                                  model.bias.template data_ptr<double>()[ti];
+  }
+  for (int64_t k = 0; k < count; ++k)
+    descriptor_adjoint_of(work.t_rows.data() + k * 4 * m, work.descriptor_gradients.data() + k * m * ms, m, ms, R(0),
+                          work.t_gradients.data() + k * 4 * m);
+}
 
-  // Forces on the neighbours, and the virials, in pair order.
+/// evaluate(): the adjoint of "embed" and "contract" for the pairs of the centres [first, last):
+/// dE/dd_ij of each pair (partials.pair_gradient) and the sum over each centre's own pairs
+/// (partials.own_force), as in forward().
+template <typename R>
+void SeAEvaluator::Impl::pair_gradients_of_block(const PackedEnv& pe, const EvaluationModel<R>& model, int64_t first,
+                                                 int64_t last, EvaluationWorkspace<R>& work,
+                                                 EvaluationPartials<R>& partials) const {
+  const R* ds = dstd.data_ptr<R>();
+  const R inv_nc = R(1) / R(nc);
+  for (int64_t i = first; i < last; ++i) {
+    const int64_t ti = atype[size_t(i)];
+    const R* t_gradient = work.t_gradients.data() + (i - first) * 4 * m;
+    double fi[3] = {0, 0, 0};
+    for_each_block(pe, i, [&](int64_t g, const EmbState&, const PackedEnv::Group& grp, int64_t pa, int64_t qi) {
+      const int64_t local = pa - grp.offsets[size_t(first)];
+      grow(work.row_gradient, qi * 4), grow(work.input_gradient, qi);
+      const R* rows = work.normalised_rows[size_t(g)].data() + local * 4;
+      if (model.tables[size_t(g)].table != nullptr) {
+        table_embedding_adjoint(model.tables[size_t(g)], work.located[size_t(g)], local, qi, m, rows, t_gradient,
+                                work.row_gradient.data(), work.input_gradient.data());
+      } else {
+        embedding_adjoint_from_outputs(work.outputs[size_t(g)].data() + local * m,
+                                       work.slopes[size_t(g)].data() + local * m, rows, t_gradient, qi, m,
+                                       work.product, work.row_gradient.data(), work.input_gradient.data());
+      }
+      R* gd = partials.pair_gradient[size_t(g)].data() + pa * 3;
+      pair_vector_gradients(work.row_gradient.data(), work.input_gradient.data(), inv_nc, ds + ti * 4,
+                            grp.dr.data_ptr<R>() + pa * 12, qi, gd);
+      for (int64_t p = 0; p < qi; ++p)
+        for (int y = 0; y < 3; ++y) fi[y] += double(gd[p * 3 + y]);
+    });
+    for (int y = 0; y < 3; ++y) partials.own_force[size_t(i * 3 + y)] = fi[y];
+  }
+}
+
+/// evaluate(): the Evaluation of the frame, the forces on the neighbours and the virials (and
+/// with atom_virial each pair's half to each atom) summed in pair order (float64).
+template <typename R>
+SeAEvaluator::Evaluation SeAEvaluator::Impl::sum_evaluation(const PackedEnv& pe, EvaluationPartials<R>& partials,
+                                                            int64_t natoms_total, bool atom_virial) const {
   Evaluation out;
-  out.beyond_tables = beyond_tables.load();
-  out.atomic = std::move(atomic);
+  out.atomic = std::move(partials.atomic);
   out.energy = 0;
   for (double e : out.atomic) out.energy += e;
   out.forces.assign(size_t(natoms_total) * 3, 0.0);
-  for (int64_t k = 0; k < n * 3; ++k) out.forces[size_t(k)] = own_force[size_t(k)];
+  for (int64_t k = 0; k < n * 3; ++k) out.forces[size_t(k)] = partials.own_force[size_t(k)];
   if (atom_virial) out.atom_virial.assign(size_t(natoms_total) * 9, 0.0);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t g = 0; g < ng; ++g) {
       const auto& grp = pe.groups[size_t(g)];
       const R* vec = grp.vec.data_ptr<R>();
-      const R* gd = pair_grad[size_t(g)].data();
+      const R* gd = partials.pair_gradient[size_t(g)].data();
       for (int64_t p = grp.offsets[size_t(i)]; p < grp.offsets[size_t(i + 1)]; ++p) {
         const int64_t j = grp.neighbor[size_t(p)];
         for (int y = 0; y < 3; ++y) out.forces[size_t(j * 3 + y)] -= double(gd[p * 3 + y]);
@@ -1046,25 +1264,43 @@ SeATrainingPath::Evaluation SeATrainingPath::Impl::evaluate(const PackedEnv& pe,
 }
 
 template <typename R>
-void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, const Tensor& gv_in) {
+void SeAEvaluator::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, const Tensor& gv_in) {
   if (batch == nullptr) throw Error("se_e2_a training path: backward() without forward()");
-  const PackedEnv& pe = *batch;
-  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
+  const auto opts = options<R>();
   const Tensor ge = ge_in.defined() ? ge_in.to(opts.dtype()).contiguous().reshape({nb}) : at::zeros({nb}, opts);
   const Tensor gf = gf_in.defined() ? gf_in.to(opts.dtype()).contiguous().reshape({bn, 3}) : at::zeros({bn, 3}, opts);
   const Tensor gv = gv_in.defined() ? gv_in.to(opts.dtype()).contiguous().reshape({nb, 9}) : at::zeros({nb, 9}, opts);
-  const R* gfp = gf.data_ptr<R>();
-  const R* gvp = gv.data_ptr<R>();
-  const R* ds = dstd.data_ptr<R>();
-  const R* gtp = gt_mat.data_ptr<R>();
-  const R inv_nc = R(1) / R(nc);
   const auto nets = emb_nets<R>();
   // Every parameter gets a gradient, zero for a net the batch does not use (as autograd's).
   for (const auto& p : module.parameters()) grad_of(p);
 
-  // Phase A: from d loss / d force and virial to d loss / d(dE/dT), per atom.
-  for (int64_t g = 0; g < ng; ++g) emb[size_t(g)].vh = at::empty({emb[size_t(g)].pairs, 4}, opts);
-  Tensor gt_bar = at::zeros({bn, 4, m}, opts);
+  const Tensor gt_bar = force_adjoint<R>(gf, gv);
+  Tensor t_bar;
+  const Tensor gd_bar = descriptor_gradient_adjoint<R>(gt_bar, t_bar);
+  const auto isolated_bar = fit_adjoint<R>(ge, gd_bar, t_bar);
+
+  // Embedding nets, block by block, into per-thread gradients summed in thread order.
+  const int64_t nthreads = at::get_num_threads();
+  std::vector<std::vector<EmbGrad<R>>> per_thread(static_cast<size_t>(nthreads));
+  for (auto& mine : per_thread)
+    for (int64_t g = 0; g < ng; ++g) mine.emplace_back(emb_layers);
+  embedding_adjoint<R>(nets, t_bar, per_thread);
+  empty_slot_adjoint<R>(nets, t_bar, isolated_bar, per_thread[0]);
+  add_embedding_gradients<R>(per_thread);
+}
+
+/// backward(), the adjoint of the forces and virials: from d loss / d forces [BN, 3] and
+/// d loss / d virials [B, 9] (model dtype) to d loss / d R̂ of every pair through the pair
+/// vectors (emb[g].vh [pairs, 4]) and to d loss / d(dE/dT) [BN, 4, M], which it returns.
+template <typename R>
+Tensor SeAEvaluator::Impl::force_adjoint(const Tensor& grad_forces, const Tensor& grad_virial) {
+  const PackedEnv& pe = *batch;
+  const R* gfp = grad_forces.data_ptr<R>();
+  const R* gvp = grad_virial.data_ptr<R>();
+  const R* ds = dstd.data_ptr<R>();
+  const R inv_nc = R(1) / R(nc);
+  for (int64_t g = 0; g < ng; ++g) emb[size_t(g)].vh = at::empty({emb[size_t(g)].pairs, 4}, options<R>());
+  Tensor gt_bar = at::zeros({bn, 4, m}, options<R>());
   R* gtb = gt_bar.data_ptr<R>();
   at::parallel_for(0, bn, 8, [&](int64_t i0, int64_t i1) {
     std::vector<R> cr;
@@ -1098,35 +1334,45 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
       });
     }
   });
+  return gt_bar;
+}
 
-  // Through gT = sym(T, gD): d loss / d gD = gTbar^T T< + T^T gTbar<, and the first part of
-  // d loss / dT, sym(gTbar, gD).
-  const Tensor gd_bar = at::empty({bn, m * ms}, opts);
-  {
-    const R* tp = t_mat.data_ptr<R>();
-    R* gdb = gd_bar.data_ptr<R>();
-    at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const R* gi = gtb + i * 4 * m;
-        const R* ti = tp + i * 4 * m;
-        gemm<R>(true, false, m, ms, 4, R(1), gi, m, ti, m, R(0), gdb + i * m * ms, ms);
-        gemm<R>(true, false, m, ms, 4, R(1), ti, m, gi, m, R(1), gdb + i * m * ms, ms);
-      }
-    });
-  }
-  Tensor t_bar = at::empty({bn, 4, m}, opts);
+/// backward(), through dE/dT = sym(T, dE/dD): returns d loss / d(dE/dD) = gTbar^T T< + T^T gTbar<
+/// [BN, M * M<] and sets t_bar [BN, 4, M] to the first part of d loss / dT, sym(gTbar, dE/dD).
+template <typename R>
+Tensor SeAEvaluator::Impl::descriptor_gradient_adjoint(const Tensor& gt_bar, Tensor& t_bar) const {
+  const Tensor gd_bar = at::empty({bn, m * ms}, options<R>());
+  const R* gtb = gt_bar.data_ptr<R>();
+  const R* tp = t_mat.data_ptr<R>();
+  R* gdb = gd_bar.data_ptr<R>();
+  at::parallel_for(0, bn, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const R* gi = gtb + i * 4 * m;
+      const R* ti = tp + i * 4 * m;
+      gemm<R>(true, false, m, ms, 4, R(1), gi, m, ti, m, R(0), gdb + i * m * ms, ms);
+      gemm<R>(true, false, m, ms, 4, R(1), ti, m, gi, m, R(1), gdb + i * m * ms, ms);
+    }
+  });
+  t_bar = at::empty({bn, 4, m}, options<R>());
   sym<R>(gtb, gd_mat.data_ptr<R>(), R(0), t_bar.data_ptr<R>());
+  return gd_bar;
+}
 
-  // Fitting nets: the adjoint of the backward pass (dE/dD), then of the forward pass.
-  Tensor d_bar = at::empty({bn, m * ms}, opts);
-  const Tensor ge_atom = ge.repeat_interleave(n).contiguous();
+/// backward(), the adjoint of "fit": the fitting nets' adjoint of their backward pass (dE/dD,
+/// given gd_bar) and of their forward pass (given d loss / dE per frame, grad_energy [B]), into
+/// their parameters' gradients; adds the rest of d loss / dT (through D) to t_bar. Returns the
+/// isolated atom's adjoint at the empty-slot outputs (IsolatedAtomFit::backward; empty without
+/// isolated_energy_is_bias): its FN is subtracted once per atom of its type, so
+/// d loss / d FN_iso,t = -sum of d loss / dE over those atoms.
+template <typename R>
+std::vector<std::vector<std::vector<R>>> SeAEvaluator::Impl::fit_adjoint(const Tensor& grad_energy,
+                                                                         const Tensor& gd_bar, Tensor& t_bar) {
+  Tensor d_bar = at::empty({bn, m * ms}, options<R>());
+  const Tensor ge_atom = grad_energy.repeat_interleave(n).contiguous();
   for (int64_t ti = 0; ti < nt; ++ti)
     if (!fit_index[size_t(ti)].empty())
       fits<R>()[size_t(ti)].backward(gd_bar.data_ptr<R>(), ge_atom.data_ptr<R>(), d_bar.data_ptr<R>());
   sym<R>(t_mat.data_ptr<R>(), d_bar.data_ptr<R>(), R(1), t_bar.data_ptr<R>());
-  const R* tbp = t_bar.data_ptr<R>();
-  // The isolated atom's FN, subtracted once per atom of its type: d loss / d FN_iso,t = -sum of
-  // d loss / dE over those atoms; its adjoint ends at the empty-slot rows below.
   std::vector<std::vector<std::vector<R>>> isolated_bar;
   if (IsolatedAtomFit<R>* iso = isolated<R>()) {
     std::vector<R> energy_bar(size_t(nt), R(0));
@@ -1135,21 +1381,28 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
       for (int64_t k : fit_index[size_t(ti)]) energy_bar[size_t(ti)] -= gea[k];
     isolated_bar = iso->backward(energy_bar);
   }
+  return isolated_bar;
+}
 
-  // Embedding nets, block by block: d loss / dG and dG' of each pair, then the adjoint of the
-  // nets (their activations recomputed), into per-thread gradients summed in thread order.
-  const int64_t nthreads = at::get_num_threads();
+/// backward(), the adjoint of "embed" and "contract" chunk by chunk (in parallel): d loss / dG
+/// and dG' of each pair from t_bar (d loss / dT [BN, 4, M]), emb[g].vh and dE/dT, then the
+/// adjoint of the nets (their activations recomputed) into the thread's per_thread[thread][net].
+template <typename R>
+void SeAEvaluator::Impl::embedding_adjoint(const std::vector<EmbNet<R>>& nets, const Tensor& t_bar,
+                                           std::vector<std::vector<EmbGrad<R>>>& per_thread) {
+  const PackedEnv& pe = *batch;
+  const R* tbp = t_bar.data_ptr<R>();
+  const R* gtp = gt_mat.data_ptr<R>();
+  const R inv_nc = R(1) / R(nc);
+  const int64_t nthreads = int64_t(per_thread.size());
   // Without resnet_dt on the last embedding layer, its tanh and d/ds follow from G and G' by a
   // subtraction (layer_from_output), to within half an ulp of G and G'; with it they are
   // recomputed.
   const int64_t nlayers = int64_t(emb_layers.size());
   const bool derive_last = !emb_layers.back().idt;
-  std::vector<std::vector<EmbGrad<R>>> acc(static_cast<size_t>(nthreads));
-  for (auto& per_thread : acc)
-    for (int64_t g = 0; g < ng; ++g) per_thread.emplace_back(emb_layers);
   at::parallel_for(0, int64_t(chunks.size()) - 1, 1, [&](int64_t c0, int64_t c1) {
     Block<R> blk;
-    auto& mine = acc[size_t(std::min<int64_t>(at::get_thread_num(), nthreads - 1))];
+    auto& mine = per_thread[size_t(std::min<int64_t>(at::get_thread_num(), nthreads - 1))];
     for (int64_t ch = c0; ch < c1; ++ch) {
       const int64_t i0 = chunks[size_t(ch)], i1 = chunks[size_t(ch + 1)];
       for (int64_t g = 0; g < ng; ++g) {
@@ -1192,7 +1445,18 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
       }
     }
   });
-  // The empty-slot rows: d loss / dG_e = sum over atoms of (empty count) e0 Tbar_i[0] / Nc.
+}
+
+/// backward(), the adjoint of the empty slots' "embed": d loss / dG_e of each net's empty-slot
+/// rows, sum over atoms of (empty count) e0 Tbar_i[0] / N_c plus the isolated atom's share
+/// (isolated_bar, from fit_adjoint), then through the net into acc[net].
+template <typename R>
+void SeAEvaluator::Impl::empty_slot_adjoint(const std::vector<EmbNet<R>>& nets, const Tensor& t_bar,
+                                            const std::vector<std::vector<std::vector<R>>>& isolated_bar,
+                                            std::vector<EmbGrad<R>>& acc) {
+  const PackedEnv& pe = *batch;
+  const R* tbp = t_bar.data_ptr<R>();
+  const R inv_nc = R(1) / R(nc);
   for (int64_t g = 0; g < ng; ++g) {
     if (!active(g)) continue;
     const EmbState& s = emb[size_t(g)];
@@ -1220,16 +1484,23 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
     block_forward(nets[size_t(g)], s_in.data(), 1, rows, blk);
     blk.xbar.assign(size_t(2 * rows * m), R(0));
     std::copy(ebar.begin(), ebar.end(), blk.xbar.begin());
-    block_reverse(nets[size_t(g)], blk, rows, acc[0][size_t(g)]);
+    block_reverse(nets[size_t(g)], blk, rows, acc[size_t(g)]);
   }
+}
+
+/// backward(): adds the per-thread gradients of the embedding nets' parameters to their .grad(),
+/// in thread order.
+template <typename R>
+void SeAEvaluator::Impl::add_embedding_gradients(std::vector<std::vector<EmbGrad<R>>>& per_thread) {
+  const auto opts = options<R>();
   for (int64_t g = 0; g < ng; ++g) {
     if (!active(g)) continue;
     const std::string name = emb_name(g) + "_";
     for (size_t l = 0; l < emb_layers.size(); ++l) {
       const Layer& L = emb_layers[l];
       const std::string ls = std::to_string(l);
-      for (int64_t th = 0; th < nthreads; ++th) {
-        auto& a = acc[size_t(th)][size_t(g)];
+      for (auto& mine : per_thread) {
+        auto& a = mine[size_t(g)];
         grad_of(attr(name + "w" + ls)).add_(at::from_blob(a.w[l].data(), {L.in, L.out}, opts));
         grad_of(attr(name + "b" + ls)).add_(at::from_blob(a.b[l].data(), {L.out}, opts));
         if (L.idt) grad_of(attr(name + "idt" + ls)).add_(at::from_blob(a.idt[l].data(), {L.out}, opts));
@@ -1238,7 +1509,7 @@ void SeATrainingPath::Impl::backward(const Tensor& ge_in, const Tensor& gf_in, c
   }
 }
 
-SeATrainingPath::SeATrainingPath(const SeAConfig& config, torch::jit::Module module) : impl_(std::make_unique<Impl>()) {
+SeAEvaluator::SeAEvaluator(const SeAConfig& config, torch::jit::Module module) : impl_(std::make_unique<Impl>()) {
   config.validate();
   Impl& s = *impl_;
   s.c = config;
@@ -1264,24 +1535,24 @@ SeATrainingPath::SeATrainingPath(const SeAConfig& config, torch::jit::Module mod
   }
 }
 
-SeATrainingPath::~SeATrainingPath() = default;
-SeATrainingPath::SeATrainingPath(SeATrainingPath&&) noexcept = default;
-SeATrainingPath& SeATrainingPath::operator=(SeATrainingPath&&) noexcept = default;
+SeAEvaluator::~SeAEvaluator() = default;
+SeAEvaluator::SeAEvaluator(SeAEvaluator&&) noexcept = default;
+SeAEvaluator& SeAEvaluator::operator=(SeAEvaluator&&) noexcept = default;
 
-SeATrainingPath::Output SeATrainingPath::forward(const PackedEnv& batch, const std::vector<int>& types) {
+SeAEvaluator::Output SeAEvaluator::forward(const PackedEnv& batch, const std::vector<int>& types) {
   at::NoGradGuard no_grad;
   if (impl_->c.dtype() == torch::kFloat32) return impl_->forward<float>(batch, types);
   return impl_->forward<double>(batch, types);
 }
 
-SeATrainingPath::Evaluation SeATrainingPath::evaluate(const PackedEnv& frame, const std::vector<int>& types,
+SeAEvaluator::Evaluation SeAEvaluator::evaluate(const PackedEnv& frame, const std::vector<int>& types,
                                                       int64_t natoms_total, bool atom_virial) {
   at::NoGradGuard no_grad;
   if (impl_->c.dtype() == torch::kFloat32) return impl_->evaluate<float>(frame, types, natoms_total, atom_virial);
   return impl_->evaluate<double>(frame, types, natoms_total, atom_virial);
 }
 
-void SeATrainingPath::backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) {
+void SeAEvaluator::backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) {
   at::NoGradGuard no_grad;
   if (impl_->c.dtype() == torch::kFloat32) impl_->backward<float>(ge, gf, gv);
   else impl_->backward<double>(ge, gf, gv);
