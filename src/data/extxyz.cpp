@@ -207,25 +207,12 @@ std::string key_list(const std::map<std::string, KeyValue>& kv) {
   return out.empty() ? "none" : out;
 }
 
-/// frame: its index in the file (0-based), for messages; -1 when not known.
-XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms,
-                 int64_t count_line, const LabelKeys& keys, int64_t frame) {
-  XyzFrame fr;
-  fr.line = count_line;
-  std::string comment;
-  if (!std::getline(in, comment)) {
-    throw Error(path + ":" + std::to_string(count_line) +
-                ": frame declares " + std::to_string(natoms) +
-                " atoms but the file ends before its comment line");
-  }
-  ++line_no;
-  const std::string where = path + ":" + std::to_string(line_no);
-  const std::string which = frame >= 0 ? " (frame " + std::to_string(frame) + ")" : "";
-  std::map<std::string, KeyValue> kv = parse_comment(comment, where);
+/// The comment line's key=value pairs (parse_comment).
+using CommentKeys = std::map<std::string, KeyValue>;
 
-  // Properties: name:type:count triplets.
-  std::string props = "species:S:1:pos:R:3";
-  if (kv.count("Properties")) props = kv["Properties"].value;
+/// The columns of a Properties value (name:type:count triplets, e.g. "species:S:1:pos:R:3"),
+/// each with its first token index in an atom line. `where` names the comment line in messages.
+std::vector<Column> parse_properties(const std::string& props, const std::string& where) {
   std::vector<std::string> parts;
   {
     std::string cur;
@@ -265,71 +252,107 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
     ncols += c.count;
     columns.push_back(c);
   }
-  auto find_col = [&](std::initializer_list<const char*> names) -> const Column* {
-    for (const char* name : names) {
-      for (const Column& c : columns) {
-        if (c.name == name) return &c;
-      }
+  return columns;
+}
+
+/// The columns of a frame's atom lines that mlip reads.
+struct AtomColumns {
+  std::string properties;  ///< the Properties value (default "species:S:1:pos:R:3"), for messages
+  std::vector<Column> all;
+  int width = 0;           ///< tokens per atom line
+  Column species, pos;
+  const Column* force = nullptr;  ///< into `all`; nullptr when the frame has no forces column
+  std::string names;              ///< the column names, for messages: "species, pos, forces"
+
+  AtomColumns() = default;
+  AtomColumns(const AtomColumns&) = delete;  // `force` points into `all`
+  AtomColumns& operator=(const AtomColumns&) = delete;
+};
+
+/// The first column named by one of `names` (in that order of preference), or nullptr.
+const Column* find_column(const std::vector<Column>& columns, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    for (const Column& c : columns) {
+      if (c.name == name) return &c;
     }
-    return nullptr;
-  };
-  const Column* species = find_col({"species"});
-  const Column* pos = find_col({"pos", "positions"});
-  const Column* force =
-      keys.forces.empty() ? find_col({"forces", "force"}) : find_col({keys.forces.c_str()});
+  }
+  return nullptr;
+}
+
+/// Reads the Properties key into `out`: a species:S:1 and a pos:R:3 column are required; the
+/// forces column (keys.forces, else forces or force) is found but checked later (check_forces).
+void read_atom_columns(const CommentKeys& kv, const LabelKeys& keys, const std::string& where, AtomColumns& out) {
+  out.properties = kv.count("Properties") ? kv.at("Properties").value : "species:S:1:pos:R:3";
+  out.all = parse_properties(out.properties, where);
+  for (const Column& c : out.all) out.width += c.count;
+  const Column* species = find_column(out.all, {"species"});
+  const Column* pos = find_column(out.all, {"pos", "positions"});
+  out.force = keys.forces.empty() ? find_column(out.all, {"forces", "force"}) : find_column(out.all, {keys.forces.c_str()});
   if (!species || species->type != 'S' || species->count != 1) {
-    throw Error(where + ": key 'Properties': expected a species:S:1 column, got '" + props + "'");
+    throw Error(where + ": key 'Properties': expected a species:S:1 column, got '" + out.properties + "'");
   }
   if (!pos || pos->type != 'R' || pos->count != 3) {
-    throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + props + "'");
+    throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + out.properties + "'");
   }
-  // An isolated atom (MACE's config_type=IsolatedAtom), or any one-atom frame, needs no forces:
-  // they are zero (a lone atom's energy does not change when it moves, periodic or not).
-  const bool isolated =
-      natoms == 1 || (kv.count("config_type") != 0 && trim(kv["config_type"].value) == "IsolatedAtom");
-  // Energy.
+  out.species = *species;
+  out.pos = *pos;
+  for (const Column& c : out.all) out.names += (out.names.empty() ? "" : ", ") + c.name;
+}
+
+/// The frame's energy, eV, from the comment key keys.energy (else energy or free_energy).
+/// no_forces_too: the frame lacks forces it needs as well, which the message then says.
+/// `which` (" (frame 3)" or "") follows `where` in the message of a missing energy.
+double read_energy(const CommentKeys& kv, const LabelKeys& keys, const AtomColumns& columns, bool no_forces_too,
+                   const std::string& where, const std::string& which) {
   const std::string energy_key = !keys.energy.empty()     ? keys.energy
                                  : kv.count("energy")      ? "energy"
                                  : kv.count("free_energy") ? "free_energy"
                                                            : "";
-  std::string columns_list;
-  for (const Column& c : columns) columns_list += (columns_list.empty() ? "" : ", ") + c.name;
   if (energy_key.empty() || kv.count(energy_key) == 0) {
-    throw Error(where + which + ": no energy" + (force || isolated ? "" : " and no forces") + ": expected the key " +
+    throw Error(where + which + ": no energy" + (!no_forces_too ? "" : " and no forces") + ": expected the key " +
                 (keys.energy.empty() ? "'energy' (or 'free_energy')" : "'" + keys.energy + "' (energy_key)") +
                 " in the comment line; its keys are " + key_list(kv) +
-                (force || isolated ? "" : "; and a column " + std::string(keys.forces.empty() ? "'forces'" : "'" + keys.forces + "'") +
-                                  " in Properties, whose columns are " + columns_list) +
+                (!no_forces_too ? "" : "; and a column " + std::string(keys.forces.empty() ? "'forces'" : "'" + keys.forces + "'") +
+                                  " in Properties, whose columns are " + columns.names) +
                 (keys.energy.empty() ? " (for labels under other names: energy_key, forces_key in the data section, "
                                        "or --energy-key, --forces-key)"
                                      : ""));
   }
-  {
-    const std::string& ev = kv[energy_key].value;
-    if (!parse_double(trim(ev), fr.energy)) {
-      throw Error(where + ": key '" + energy_key + "': expected a number, got '" + ev + "'");
-    }
+  double energy = 0;
+  const std::string& ev = kv.at(energy_key).value;
+  if (!parse_double(trim(ev), energy)) {
+    throw Error(where + ": key '" + energy_key + "': expected a number, got '" + ev + "'");
   }
+  return energy;
+}
 
+/// A frame needs a forces column of type R and count 3, unless it is `isolated` (its forces are
+/// zero then).
+void check_forces(const AtomColumns& columns, bool isolated, const LabelKeys& keys, const std::string& where,
+                  const std::string& which) {
+  const Column* force = columns.force;
   if (!force && !isolated) {
     throw Error(where + which + ": no forces: expected a column " +
                 (keys.forces.empty() ? "'forces' (or 'force')" : "'" + keys.forces + "' (forces_key)") +
-                " of type R and count 3 in Properties; the columns are " + columns_list +
+                " of type R and count 3 in Properties; the columns are " + columns.names +
                 (keys.forces.empty() ? " (for forces under another name: forces_key in the data section, or --forces-key)" : ""));
   }
   if (force && (force->type != 'R' || force->count != 3)) {
     throw Error(where + ": key 'Properties': expected column '" + force->name +
-                "' of type R and count 3, got '" + props + "'");
+                "' of type R and count 3, got '" + columns.properties + "'");
   }
+}
 
-  // Cell and periodicity.
+/// Reads the Lattice and pbc keys into fr.cell, fr.has_cell and fr.pbc (pbc defaults to "T T T"
+/// with a Lattice, else "F F F"; a cell without periodicity is dropped).
+void read_cell_and_pbc(const CommentKeys& kv, const std::string& where, XyzFrame& fr) {
   if (kv.count("Lattice")) {
-    std::vector<double> c = parse_numbers(kv["Lattice"].value, "Lattice", where, 9, 9);
+    std::vector<double> c = parse_numbers(kv.at("Lattice").value, "Lattice", where, 9, 9);
     std::copy(c.begin(), c.end(), fr.cell.begin());
     fr.has_cell = true;
   }
   if (kv.count("pbc")) {
-    const std::string& pv = kv["pbc"].value;
+    const std::string& pv = kv.at("pbc").value;
     std::vector<std::string> toks = split_ws(pv);
     bool ok = toks.size() == 3;
     for (size_t d = 0; ok && d < 3; ++d) {
@@ -346,20 +369,23 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   }
   const bool periodic = fr.pbc[0] || fr.pbc[1] || fr.pbc[2];
   if (periodic && !fr.has_cell) {
-    throw Error(where + ": key 'pbc' is \"" + kv["pbc"].value +
+    throw Error(where + ": key 'pbc' is \"" + kv.at("pbc").value +
                 "\" (periodic) but there is no Lattice key; a periodic frame needs "
                 "Lattice=\"ax ay az bx by bz cx cy cz\"");
   }
   if (!periodic) fr.has_cell = false;  // a cell without periodicity plays no role
+}
 
-  // Virial: given directly, or from the stress (virial = -stress * volume).
+/// Reads the virial (eV, 9 numbers) into fr.virial and fr.has_virial: given directly, or from the
+/// stress (eV/Å³, 9 numbers or 6 in Voigt order) as virial = -stress * volume.
+void read_virial(const CommentKeys& kv, const LabelKeys& keys, const std::string& where, XyzFrame& fr) {
   const std::string virial_key = keys.virial_name(), stress_key = keys.stress_name();
   if (kv.count(virial_key)) {
-    std::vector<double> v = parse_numbers(kv[virial_key].value, virial_key, where, 9, 9);
+    std::vector<double> v = parse_numbers(kv.at(virial_key).value, virial_key, where, 9, 9);
     std::copy(v.begin(), v.end(), fr.virial.begin());
     fr.has_virial = true;
   } else if (kv.count(stress_key)) {
-    std::vector<double> s = parse_numbers(kv[stress_key].value, stress_key, where, 9, 6);
+    std::vector<double> s = parse_numbers(kv.at(stress_key).value, stress_key, where, 9, 6);
     if (s.size() == 6) {  // Voigt order xx yy zz yz xz xy
       s = {s[0], s[5], s[4], s[5], s[1], s[3], s[4], s[3], s[2]};
     }
@@ -368,27 +394,35 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
                           "needs the cell volume");
     }
     std::array<double, 9> cell{};
-    std::vector<double> c = parse_numbers(kv["Lattice"].value, "Lattice", where, 9, 9);
+    std::vector<double> c = parse_numbers(kv.at("Lattice").value, "Lattice", where, 9, 9);
     std::copy(c.begin(), c.end(), cell.begin());
     const double volume = std::abs(det3(cell));
     for (int k = 0; k < 9; ++k) fr.virial[k] = -s[k] * volume;
     fr.has_virial = true;
   }
+}
 
-  // What kind of configuration, and its weight in the loss (MACE's keys).
+/// Reads what kind of configuration the frame is (config_type) and its weight in the loss
+/// (keys.weight_name(), >= 0): MACE's keys.
+void read_config_type_and_weight(const CommentKeys& kv, const LabelKeys& keys, const std::string& where,
+                                 XyzFrame& fr) {
   if (kv.count("config_type")) {
-    fr.config_type = trim(kv["config_type"].value);
+    fr.config_type = trim(kv.at("config_type").value);
     if (fr.config_type.empty() || fr.config_type.find_first_of(",[]") != std::string::npos)
       throw Error(where + ": key 'config_type': expected a name without ',', '[' or ']', got '" + fr.config_type + "'");
   }
   const std::string weight_key = keys.weight_name();
   if (kv.count(weight_key)) {
-    const std::string& wv = kv[weight_key].value;
+    const std::string& wv = kv.at(weight_key).value;
     if (!parse_double(trim(wv), fr.weight) || !std::isfinite(fr.weight) || fr.weight < 0)
       throw Error(where + ": key '" + weight_key + "': expected a number >= 0 (the frame's weight), got '" + wv + "'");
   }
+}
 
-  // Atom lines.
+/// Reads the frame's natoms atom lines into fr.elements, fr.pos [natoms * 3] Å and fr.force
+/// [natoms * 3] eV/Å (zero without a forces column). line_no: the last line read, advanced.
+void read_atom_lines(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms, int64_t count_line,
+                     const AtomColumns& columns, XyzFrame& fr) {
   // Grown line by line: the count line may be wrong (or absurd) and must not size allocations.
   const int64_t guess = std::min<int64_t>(natoms, 1 << 16);
   fr.elements.reserve(guess);
@@ -404,29 +438,60 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
     ++line_no;
     const std::string aw = path + ":" + std::to_string(line_no);
     std::vector<std::string> toks = split_ws(line);
-    if (static_cast<int>(toks.size()) != ncols) {
-      throw Error(aw + ": atom " + std::to_string(a) + ": expected " + std::to_string(ncols) +
-                  " columns (Properties=" + props + "), got " + std::to_string(toks.size()) +
+    if (static_cast<int>(toks.size()) != columns.width) {
+      throw Error(aw + ": atom " + std::to_string(a) + ": expected " + std::to_string(columns.width) +
+                  " columns (Properties=" + columns.properties + "), got " + std::to_string(toks.size()) +
                   " ('" + trim(line) + "'); does the atom count line (" +
                   std::to_string(natoms) + " at line " + std::to_string(count_line) +
                   ") match the frame?");
     }
-    fr.elements.push_back(toks[species->offset]);
+    fr.elements.push_back(toks[columns.species.offset]);
     fr.pos.resize(3 * (a + 1));
     fr.force.resize(3 * (a + 1));
-    auto read3 = [&](const Column* c, double* out) {
+    auto read3 = [&](const Column& c, double* out) {
       for (int d = 0; d < 3; ++d) {
-        const std::string& tok = toks[c->offset + d];
+        const std::string& tok = toks[c.offset + d];
         if (!parse_double(tok, out[d])) {
-          throw Error(aw + ": atom " + std::to_string(a) + ": column '" + c->name +
+          throw Error(aw + ": atom " + std::to_string(a) + ": column '" + c.name +
                       "': expected a number, got '" + tok + "'");
         }
       }
     };
-    read3(pos, &fr.pos[3 * a]);
-    if (force) read3(force, &fr.force[3 * a]);
+    read3(columns.pos, &fr.pos[3 * a]);
+    if (columns.force) read3(*columns.force, &fr.force[3 * a]);
     else std::fill(fr.force.begin() + 3 * a, fr.force.end(), 0.0);
   }
+}
+
+/// Reads one frame after its atom count line (line count_line, natoms atoms): the comment line
+/// and the atom lines. line_no: the last line read, advanced past the frame.
+/// frame: its index in the file (0-based), for messages; -1 when not known.
+XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms,
+                 int64_t count_line, const LabelKeys& keys, int64_t frame) {
+  XyzFrame fr;
+  fr.line = count_line;
+  std::string comment;
+  if (!std::getline(in, comment)) {
+    throw Error(path + ":" + std::to_string(count_line) +
+                ": frame declares " + std::to_string(natoms) +
+                " atoms but the file ends before its comment line");
+  }
+  ++line_no;
+  const std::string where = path + ":" + std::to_string(line_no);
+  const std::string which = frame >= 0 ? " (frame " + std::to_string(frame) + ")" : "";
+  const CommentKeys kv = parse_comment(comment, where);
+  AtomColumns columns;
+  read_atom_columns(kv, keys, where, columns);
+  // An isolated atom (MACE's config_type=IsolatedAtom), or any one-atom frame, needs no forces:
+  // they are zero (a lone atom's energy does not change when it moves, periodic or not).
+  const bool isolated =
+      natoms == 1 || (kv.count("config_type") != 0 && trim(kv.at("config_type").value) == "IsolatedAtom");
+  fr.energy = read_energy(kv, keys, columns, !columns.force && !isolated, where, which);
+  check_forces(columns, isolated, keys, where, which);
+  read_cell_and_pbc(kv, where, fr);
+  read_virial(kv, keys, where, fr);
+  read_config_type_and_weight(kv, keys, where, fr);
+  read_atom_lines(in, path, line_no, natoms, count_line, columns, fr);
   return fr;
 }
 
@@ -548,24 +613,21 @@ class ExtxyzFrameReader : public FrameReader {
   LabelKeys keys_;
 };
 
-}  // namespace
 
-std::vector<System> open_extxyz(const std::string& path, const std::vector<std::string>& type_map,
-                                const LabelKeys& keys) {
-  const FileIdentity identity = OpenedFile(path).identity();  // refuses a FIFO without blocking on it
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
+/// What the first pass over the file keeps of a frame: where it starts and what it holds.
+struct FrameSummary {
+  FramePlace place;
+  std::map<std::string, int64_t> counts;  ///< atoms per element
+  std::array<bool, 3> pbc{};
+  bool has_cell = false, has_virial = false;
+  std::string config_type;
+};
 
-  // One pass: where each frame starts and what it holds (its element counts, periodicity, cell,
-  // virial); the coordinates are parsed (so every error is found now) but not kept.
-  struct Seen {
-    FramePlace place;
-    std::map<std::string, int64_t> counts;
-    std::array<bool, 3> pbc{};
-    bool has_cell = false, has_virial = false;
-    std::string config_type;
-  };
-  std::vector<Seen> seen;
+/// One pass over the open file `in`: where each frame starts and what it holds (its element
+/// counts, periodicity, cell, virial); the coordinates are parsed (so every error is found now)
+/// but not kept. Only blank lines may follow the last frame; a file without frames is an error.
+std::vector<FrameSummary> scan_frames(std::istream& in, const std::string& path, const LabelKeys& keys) {
+  std::vector<FrameSummary> seen;
   std::string line;
   int64_t line_no = 0;
   while (true) {
@@ -597,7 +659,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
     if (natoms == 0) {
       throw Error(path + ":" + std::to_string(line_no) + ": frame with 0 atoms");
     }
-    Seen s;
+    FrameSummary s;
     s.place = {offset, line_no};
     const XyzFrame f = read_frame(in, path, line_no, natoms, line_no, keys, int64_t(seen.size()));
     for (const std::string& e : f.elements) ++s.counts[e];
@@ -608,55 +670,82 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
     seen.push_back(std::move(s));
   }
   if (seen.empty()) throw Error(path + ": no frames (empty extended XYZ file)");
+  return seen;
+}
 
-  // Type names.
-  std::vector<std::string> names = type_map;
-  if (names.empty()) {
-    std::set<std::string> found;
-    for (const Seen& f : seen)
-      for (const auto& [e, n] : f.counts) found.insert(e);
-    names.assign(found.begin(), found.end());
+/// The type names: type_map when given, else every element of the file in name order.
+std::vector<std::string> type_names(const std::vector<FrameSummary>& seen, const std::vector<std::string>& type_map) {
+  if (!type_map.empty()) return type_map;
+  std::set<std::string> found;
+  for (const FrameSummary& f : seen)
+    for (const auto& [e, n] : f.counts) found.insert(e);
+  return {found.begin(), found.end()};
+}
+
+/// The frame's atoms per type (of names; index maps a name to its type). An element not in
+/// names is an error naming the frame's first atom of it (the frame is parsed again for that).
+std::vector<int64_t> composition(const FrameSummary& f, const std::vector<std::string>& names,
+                                 const std::map<std::string, int>& index, const std::string& path,
+                                 const FileIdentity& identity, const LabelKeys& keys) {
+  std::vector<int64_t> counts(names.size(), 0);
+  for (const auto& [e, n] : f.counts) {
+    auto it = index.find(e);
+    if (it == index.end()) {
+      // Parse the frame again for the message naming the first atom of that element.
+      const XyzFrame fr = read_frame_at(path, identity, f.place, keys);
+      std::vector<int> types;
+      std::vector<int64_t> order;
+      frame_types(fr, index, names, path, types, order);
+    }
+    counts[size_t(it->second)] += n;
   }
+  return counts;
+}
+
+/// A new system (no frames yet) for frames like f with `counts` atoms per type: named
+/// "<path>[H2O1]" plus ",pbc=TTF" and ",config_type=..." when not the defaults.
+System new_system(const std::string& path, const std::vector<std::string>& names, const std::vector<int64_t>& counts,
+                  const FrameSummary& f) {
+  System s;
+  std::string comp;
+  for (size_t t = 0; t < names.size(); ++t) {
+    if (counts[t]) comp += names[t] + std::to_string(counts[t]);
+  }
+  const std::string pbc = pbc_string(f.pbc);
+  s.name = path + "[" + comp + (pbc == "TTT" ? "" : ",pbc=" + pbc) +
+           (f.config_type == "Default" ? "" : ",config_type=" + f.config_type) + "]";
+  s.config_type = f.config_type;
+  s.type_map = names;
+  s.pbc = f.pbc;
+  for (size_t t = 0; t < names.size(); ++t) s.types.insert(s.types.end(), size_t(counts[t]), int(t));
+  s.has_energy = s.has_force = true;
+  s.has_virial = f.has_virial;
+  return s;
+}
+}  // namespace
+
+std::vector<System> open_extxyz(const std::string& path, const std::vector<std::string>& type_map,
+                                const LabelKeys& keys) {
+  const FileIdentity identity = OpenedFile(path).identity();  // refuses a FIFO without blocking on it
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open file (" + std::strerror(errno) + ")");
+  const std::vector<FrameSummary> seen = scan_frames(in, path, keys);
+  const std::vector<std::string> names = type_names(seen, type_map);
   std::map<std::string, int> index;
   for (size_t i = 0; i < names.size(); ++i) index.emplace(names[i], static_cast<int>(i));
 
-  // Group frames by (composition, pbc), in order of first appearance.
+  // Group frames by (composition, pbc, config_type), in order of first appearance.
   std::vector<System> systems;
   std::vector<std::vector<FramePlace>> places;
   std::map<std::pair<std::vector<int64_t>, std::string>, size_t> group;
   std::vector<int64_t> first_line;  // per system: line of its first frame
-  for (const Seen& f : seen) {
-    std::vector<int64_t> counts(names.size(), 0);
-    for (const auto& [e, n] : f.counts) {
-      auto it = index.find(e);
-      if (it == index.end()) {
-        // Parse the frame again for the message naming the first atom of that element.
-        const XyzFrame fr = read_frame_at(path, identity, f.place, keys);
-        std::vector<int> types;
-        std::vector<int64_t> order;
-        frame_types(fr, index, names, path, types, order);
-      }
-      counts[size_t(it->second)] += n;
-    }
+  for (const FrameSummary& f : seen) {
+    const std::vector<int64_t> counts = composition(f, names, index, path, identity, keys);
     auto key = std::make_pair(counts, pbc_string(f.pbc) + "|" + f.config_type);
     auto g = group.find(key);
     if (g == group.end()) {
-      System s;
-      std::string comp;
-      for (size_t t = 0; t < names.size(); ++t) {
-        if (counts[t]) comp += names[t] + std::to_string(counts[t]);
-      }
-      const std::string pbc = pbc_string(f.pbc);
-      s.name = path + "[" + comp + (pbc == "TTT" ? "" : ",pbc=" + pbc) +
-               (f.config_type == "Default" ? "" : ",config_type=" + f.config_type) + "]";
-      s.config_type = f.config_type;
-      s.type_map = names;
-      s.pbc = f.pbc;
-      for (size_t t = 0; t < names.size(); ++t) s.types.insert(s.types.end(), size_t(counts[t]), int(t));
-      s.has_energy = s.has_force = true;
-      s.has_virial = f.has_virial;
       g = group.emplace(key, systems.size()).first;
-      systems.push_back(std::move(s));
+      systems.push_back(new_system(path, names, counts, f));
       places.emplace_back();
       first_line.push_back(f.place.line);
     }

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "data/deepmd_system.h"
+#include "data/deepmd_layout.h"
 #include "data/file_identity.h"
 #include "data/npy.h"
 
@@ -333,142 +333,109 @@ namespace mlip::data {
 
 namespace {
 
-/// The datasets of one set.* group.
-struct SetDatasets {
-  int64_t nframes = 0;
-  std::string group;
-  std::vector<int64_t> coord, box, energy, force, virial;  // shapes; box empty when the system has none
+/// The shapes of the datasets of each set, indexed by set and SetArray (empty where absent).
+using SetShapes = std::vector<std::array<std::vector<int64_t>, kSetArrays>>;
+
+/// A DeePMD system group of an open HDF5 file, for open_deepmd_layout; keeps the shapes of the
+/// datasets it opens (frames are read later with an open of their own).
+class Hdf5Storage : public DeepmdStorage {
+ public:
+  Hdf5Storage(hid_t h, std::string file, std::string group) : h_(h), file_(std::move(file)), group_(std::move(group)) {}
+
+  std::string root() const override { return group_; }
+  std::string join(const std::string& parent, const std::string& name) const override { return join_path(parent, name); }
+  std::string where(const std::string& path) const override { return data::where(file_, path); }
+  bool exists(const std::string& path) const override { return link_exists(h_, path); }
+
+  std::vector<std::string> set_names() const override {
+    std::vector<std::string> sets;
+    for (const std::string& c : children(h_, group_))
+      if (c.rfind("set.", 0) == 0 && is_group(h_, join_path(group_, c))) sets.push_back(c);
+    return sets;
+  }
+
+  std::vector<int> read_type_ids(const std::string& path) const override {
+    return data::read_type_ids(h_, file_, path);
+  }
+
+  std::vector<std::string> read_type_names(const std::string& path) const override {
+    std::vector<std::string> names;
+    for (const std::string& line : read_strings(h_, file_, path)) {
+      std::istringstream in(line);
+      std::string name;
+      while (in >> name) names.push_back(name);
+    }
+    return names;
+  }
+
+  std::vector<int64_t> open_array(size_t set, SetArray which, const std::string& path) override {
+    const DatasetInfo info = inspect(h_, file_, path);
+    expect_float(info, where(path));
+    if (shapes_.size() <= set) shapes_.resize(set + 1);
+    shapes_[set][size_t(which)] = info.shape;
+    return info.shape;
+  }
+
+  std::string container() const override { return "group"; }
+  std::string without_box() const override { return "the system group has 'nopbc'"; }
+
+  /// The shapes of the datasets opened so far, moved out.
+  SetShapes take_shapes() { return std::move(shapes_); }
+
+ private:
+  hid_t h_;
+  std::string file_, group_;
+  SetShapes shapes_;
 };
 
 /// Reads frames of one system of an HDF5 file: opens the file for each frame (no handle is
 /// kept between calls) and reads each array's rows of that frame.
 class Hdf5FrameReader : public FrameReader {
  public:
-  Hdf5FrameReader(std::string system, std::string file, FileIdentity identity, std::vector<SetDatasets> sets,
-                  int64_t natoms, bool has_box, bool energy, bool force, bool virial, std::array<std::string, 3> names)
-      : system_(std::move(system)), file_(std::move(file)), identity_(identity), sets_(std::move(sets)),
-        natoms_(natoms), has_box_(has_box), energy_(energy), force_(force), virial_(virial), names_(std::move(names)) {}
+  Hdf5FrameReader(std::string system, std::string file, FileIdentity identity, DeepmdLayout layout, SetShapes shapes)
+      : system_(std::move(system)), file_(std::move(file)), identity_(identity), layout_(std::move(layout)),
+        shapes_(std::move(shapes)) {}
 
   Frame read(int64_t frame) const override {
     return read_naming_frame(system_, frame, where(frame), [&] {
-      const auto [s, f] = locate(frame);
-      if (s == sets_.size()) throw Error("beyond the system's frames");
-      const SetDatasets& set = sets_[s];
+      const auto [s, f] = layout_.locate(frame);
+      if (s == shapes_.size()) throw Error("beyond the system's frames");
       std::lock_guard<std::mutex> lock(hdf5_mutex());
       Handle h = open_file(file_, &identity_);
-      auto rows = [&](const char* name, const std::vector<int64_t>& shape, int64_t per_frame) {
+      return layout_.read_frame([&, s = s, f = f](SetArray which, int64_t per_frame) {
+        const std::vector<int64_t>& shape = shapes_[s][size_t(which)];
+        const std::string path = join_path(layout_.set_paths[s], layout_.array_name(which));
         // A single frame stored flat, or a 0-d energy: the whole dataset is the frame.
         if (shape.size() <= 1 && per_frame != 1)
-          return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, shape.empty() ? 1 : shape[0]);
-        if (shape.empty()) return read_rows(h.get(), file_, join_path(set.group, name), shape, 0, 1);
-        return read_rows(h.get(), file_, join_path(set.group, name), shape, f, 1);
-      };
-      Frame out;
-      out.coord = rows("coord.npy", set.coord, 3 * natoms_);
-      if (has_box_) out.box = rows("box.npy", set.box, 9);
-      if (energy_) out.energy = rows(names_[0].c_str(), set.energy, 1);
-      if (force_) out.force = rows(names_[1].c_str(), set.force, 3 * natoms_);
-      if (virial_) out.virial = rows(names_[2].c_str(), set.virial, 9);
-      return out;
+          return read_rows(h.get(), file_, path, shape, 0, shape.empty() ? 1 : shape[0]);
+        if (shape.empty()) return read_rows(h.get(), file_, path, shape, 0, 1);
+        return read_rows(h.get(), file_, path, shape, f, 1);
+      });
     });
   }
 
   std::string where(int64_t frame) const override {
-    const auto [s, f] = locate(frame);
-    if (s == sets_.size()) return "";
-    return "row " + std::to_string(f) + " of " + data::where(file_, sets_[s].group);
+    const auto [s, f] = layout_.locate(frame);
+    if (s == shapes_.size()) return "";
+    return "row " + std::to_string(f) + " of " + data::where(file_, layout_.set_paths[s]);
   }
 
  private:
-  /// The set holding `frame` (sets_.size() when none does) and the frame's row in it.
-  std::pair<size_t, int64_t> locate(int64_t frame) const {
-    size_t s = 0;
-    int64_t f = frame;
-    while (s < sets_.size() && f >= sets_[s].nframes) f -= sets_[s++].nframes;
-    return {s, f};
-  }
-
   std::string system_;     ///< the system's name, for messages
   std::string file_;
   FileIdentity identity_;  ///< the file as it was when the system was opened
-  std::vector<SetDatasets> sets_;
-  int64_t natoms_;
-  bool has_box_, energy_, force_, virial_;
-  std::array<std::string, 3> names_;  // the energy, force and virial datasets (LabelKeys)
+  DeepmdLayout layout_;
+  SetShapes shapes_;
 };
 
+/// The DeePMD system in `group` of the open file h (file: its name, identity: the file as
+/// opened), as open_hdf5_systems describes.
 System open_system(hid_t h, const std::string& file, const FileIdentity& identity, const std::string& group,
                    const std::vector<std::string>& type_map, const LabelKeys& keys) {
-  const std::array<std::string, 3> names = deepmd_label_files(keys, where(file, group));
+  Hdf5Storage storage(h, file, group);
   System sys;
-  sys.name = where(file, group);
-  const std::string type_path = join_path(group, "type.raw");
-  std::vector<int> raw_types = read_type_ids(h, file, type_path);
-  const int64_t natoms = int64_t(raw_types.size());
-  const std::string map_path = join_path(group, "type_map.raw");
-  std::vector<std::string> file_names;
-  const bool has_map = link_exists(h, map_path);
-  if (has_map) {
-    for (const std::string& line : read_strings(h, file, map_path)) {
-      std::istringstream in(line);
-      std::string name;
-      while (in >> name) file_names.push_back(name);
-    }
-  }
-  assign_types(sys, raw_types, has_map ? &file_names : nullptr, type_map, where(file, type_path), where(file, map_path));
-  const bool nopbc = link_exists(h, join_path(group, "nopbc"));
-  if (nopbc) sys.pbc = {false, false, false};
-
-  std::vector<std::string> sets;
-  for (const std::string& c : children(h, group))
-    if (c.rfind("set.", 0) == 0 && is_group(h, join_path(group, c))) sets.push_back(c);
-  if (sets.empty())
-    throw Error(sys.name + ": no set.* group (expected set.000/coord.npy etc. next to type.raw)");
-
-  const std::string natoms_note = "natoms " + std::to_string(natoms) + " from type.raw";
-  bool first = true, has_energy = false, has_force = false, has_virial = false;
-  std::string first_set;
-  std::vector<SetDatasets> datasets;
-  for (const std::string& set : sets) {
-    SetDatasets sd;
-    sd.group = join_path(group, set);
-    auto array = [&](const std::string& name, int64_t& nf, int64_t per_frame, const std::string& what) {
-      const std::string path = join_path(sd.group, name);
-      const DatasetInfo info = inspect(h, file, path);
-      expect_float(info, where(file, path));
-      check_frame_shape(where(file, path), info.shape, nf, per_frame, what);
-      return info.shape;
-    };
-    const std::string coord_path = join_path(sd.group, "coord.npy");
-    if (!link_exists(h, coord_path)) throw Error(where(file, coord_path) + ": not found (every set.* group needs coord.npy)");
-    int64_t nf = -1;
-    sd.coord = array("coord.npy", nf, 3 * natoms, "3*natoms, " + natoms_note);
-    if (!nopbc) {
-      const std::string box_path = join_path(sd.group, "box.npy");
-      if (!link_exists(h, box_path))
-        throw Error(where(file, box_path) + ": not found (box.npy is required unless the system group has 'nopbc')");
-      sd.box = array("box.npy", nf, 9, "9, rows are the cell vectors");
-    }
-    auto label = [&](const std::string& name, bool& has, int64_t per_frame, const std::string& what,
-                     std::vector<int64_t>& shape) {
-      const std::string path = join_path(sd.group, name);
-      if (label_in_set(where(file, path), name, link_exists(h, path), first, has, first_set, "group"))
-        shape = array(name, nf, per_frame, what);
-    };
-    label(names[0], has_energy, 1, "", sd.energy);
-    label(names[1], has_force, 3 * natoms, "3*natoms, " + natoms_note, sd.force);
-    label(names[2], has_virial, 9, "9", sd.virial);
-    if (first) check_named_labels(keys, where(file, sd.group), has_energy, has_force, has_virial);
-    sd.nframes = nf;
-    sys.nframes += nf;
-    datasets.push_back(std::move(sd));
-    if (first) first_set = set;
-    first = false;
-  }
-  sys.has_cell = !nopbc;
-  sys.has_energy = has_energy, sys.has_force = has_force, sys.has_virial = has_virial;
-  sys.reader = std::make_shared<Hdf5FrameReader>(sys.name, file, identity, std::move(datasets), natoms, !nopbc,
-                                                 has_energy, has_force, has_virial, names);
+  DeepmdLayout layout = open_deepmd_layout(storage, type_map, keys, sys);
+  sys.reader = std::make_shared<Hdf5FrameReader>(sys.name, file, identity, std::move(layout), storage.take_shapes());
   return sys;
 }
 

@@ -356,26 +356,15 @@ auto rows(V& buffer, int64_t n, const char* label) {
   else return V(buffer, std::make_pair(int64_t(0), n), Kokkos::ALL);
 }
 
-}  // namespace
 
+/// The row-major positions the builder reads, [natoms, 3] Å, as a View over the host pointer.
 template <typename Real>
-NeighborListBuilder<Real>::NeighborListBuilder(const NeighborListOptions& options) : options_(options) {}
+using HostPositions = Kokkos::View<const Real* [3], Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged>;
+using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
 
-template <typename Real>
-NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, const double* cell,
-                                       std::array<bool, 3> pbc, double cutoff,
-                                       const NeighborListOptions& options) {
-  NeighborListBuilder<Real> builder(options);
-  return builder.build(positions, natoms, cell, pbc, cutoff);
-}
-
-template <typename Real>
-NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64_t natoms,
-                                                    const double* cell, std::array<bool, 3> pbc,
-                                                    double cutoff, int64_t centres) {
-  const NeighborListOptions& options = options_;
-  if (centres < 0) centres = natoms;
-  ensure_kokkos_initialized();
+/// Throws mlip::Error for a cutoff that is not positive and finite, an atom count outside
+/// [0, 2^31), or more centres than atoms (centres already defaulted to natoms).
+void check_build_arguments(int64_t natoms, int64_t centres, double cutoff) {
   if (!(cutoff > 0.0) || !std::isfinite(cutoff)) {
     std::ostringstream msg;
     msg << "neighbour list: expected a positive cutoff, got " << cutoff;
@@ -384,30 +373,29 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
   if (natoms < 0 || natoms > std::numeric_limits<int32_t>::max())
     throw Error("neighbour list: number of atoms out of range");
   if (centres > natoms) throw Error("neighbour list: more centres than atoms");
-  using Policy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
+}
 
-  NeighborList<Real> out;
-  out.natoms = centres;
-  out.cutoff = cutoff;
-
-  const Mat3 h = working_frame(cell, pbc);
-  const Mat3 hinv = inverse3(h);
+/// The distance between the two faces of the cell (rows of h) across each direction, Å.
+std::array<double, 3> face_distances(const Mat3& h) {
   const double vol = std::abs(det3(h));
-  double height[3];
+  std::array<double, 3> height;
   for (int d = 0; d < 3; ++d) height[d] = vol / norm(cross(h[(d + 1) % 3], h[(d + 2) % 3]));
+  return height;
+}
 
-  // The input, seen as a View (no copy on a host back-end).
-  Kokkos::View<const Real* [3], Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged> pos_host(positions, natoms);
-  auto pos = Kokkos::create_mirror_view_and_copy(typename ExecSpace::memory_space(), pos_host);
-  Matrix hinv_k, h_k;
+/// Fills frac [natoms, 3] with the fractional coordinates r * hinv of the positions pos
+/// [natoms, 3] Å (any memory space), wrapped into [0, 1) along periodic directions, and wrap
+/// [natoms, 3] with the whole cells added by the wrapping (r + wrap * H is the wrapped position).
+/// Throws mlip::Error naming the first atom (as given in `positions`, the host copy) that is not
+/// finite or lies more than 10000 cells away.
+template <typename Real, class PositionView>
+void wrap_into_cell(const PositionView& pos, const Real* positions, const Mat3& hinv, std::array<bool, 3> pbc,
+                    const Kokkos::View<double* [3]>& frac, const Kokkos::View<int32_t* [3]>& wrap) {
+  const int64_t natoms = int64_t(frac.extent(0));
+  Matrix hinv_k;
   for (int a = 0; a < 3; ++a)
-    for (int b = 0; b < 3; ++b) hinv_k.m[a][b] = hinv[a][b], h_k.m[a][b] = h[a][b];
-  const bool per[3] = {pbc[0], pbc[1], pbc[2]};
+    for (int b = 0; b < 3; ++b) hinv_k.m[a][b] = hinv[a][b];
   const bool per0 = pbc[0], per1 = pbc[1], per2 = pbc[2];
-
-  // Fractional coordinates; periodic directions wrapped into [0, 1), with the integer wrap.
-  auto frac = rows(frac_, natoms, "frac");
-  auto wrap = rows(wrap_, natoms, "wrap");
   int64_t first_bad = natoms;
   Kokkos::parallel_reduce(
       "mlip::nl::fractional", Policy(0, natoms),
@@ -443,9 +431,21 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
         << ") is not finite or lies more than 10000 cell lengths away from the cell";
     throw Error(msg.str());
   }
-  double smin[3] = {0, 0, 0}, smax[3] = {1, 1, 1};
+}
+
+/// The fractional extent the bins cover along each direction: [0, 1] along periodic directions,
+/// the atoms' smallest and largest fractional coordinate along the others.
+struct FractionalExtent {
+  double low[3] = {0, 0, 0};
+  double high[3] = {1, 1, 1};
+};
+
+/// The extent of the fractional coordinates frac [natoms, 3] (see FractionalExtent).
+FractionalExtent fractional_extent(const Kokkos::View<double* [3]>& frac, std::array<bool, 3> pbc) {
+  const int64_t natoms = int64_t(frac.extent(0));
+  FractionalExtent extent;
   for (int d = 0; d < 3; ++d) {
-    if (per[d] || natoms == 0) continue;
+    if (pbc[d] || natoms == 0) continue;
     Kokkos::MinMaxScalar<double> mm;
     Kokkos::parallel_reduce(
         "mlip::nl::extent", Policy(0, natoms),
@@ -455,17 +455,22 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
           if (s > v.max_val) v.max_val = s;
         },
         Kokkos::MinMax<double>(mm));
-    smin[d] = mm.min_val;
-    smax[d] = mm.max_val;
+    extent.low[d] = mm.min_val;
+    extent.high[d] = mm.max_val;
   }
+  return extent;
+}
 
-  // Bins: k per cutoff, i.e. at least cutoff/k thick, so that the stencil reaches exactly k
-  // bins each way. k trades candidate pairs, density * rc^3 * ((2k+1)/k)^3 per atom, against
-  // stencil entries, (2k+1)^3 per bin; the cost model weighs an entry as two candidates.
+/// Bins per cutoff length k: `requested` when positive, else the k in 1..4 of least estimated
+/// cost. Bins at least cutoff/k thick make the stencil reach exactly k bins each way; k trades
+/// candidate pairs, density * rc^3 * ((2k+1)/k)^3 per atom, against stencil entries, (2k+1)^3
+/// per bin; the cost model weighs an entry as two candidates.
+int choose_bins_per_cutoff(int requested, const FractionalExtent& extent, const std::array<double, 3>& height,
+                           int64_t natoms, double cutoff) {
   double volume = 1.0;
-  for (int d = 0; d < 3; ++d) volume *= std::max((smax[d] - smin[d]) * height[d], 1e-300);
+  for (int d = 0; d < 3; ++d) volume *= std::max((extent.high[d] - extent.low[d]) * height[d], 1e-300);
   const double per_cutoff_cube = volume > 1e-200 ? double(natoms) / volume * cutoff * cutoff * cutoff : 0.0;
-  int k_bins = options.bins_per_cutoff;
+  int k_bins = requested;
   if (k_bins <= 0) {
     double best = std::numeric_limits<double>::infinity();
     for (int k = 1; k <= 4; ++k) {
@@ -476,32 +481,52 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
       if (cost < best) best = cost, k_bins = k;
     }
   }
+  return k_bins;
+}
+
+/// The bins of the cell list: n[d] bins along cell direction d, each width[d] wide in
+/// fractional coordinates, the first starting at origin[d].
+struct BinGrid {
+  int32_t n[3];
+  double width[3];
+  double origin[3];
+
+  int32_t total() const { return n[0] * n[1] * n[2]; }
+};
+
+/// Bins cutoff/k_bins thick over the extent (height: the cell's face distances, Å), made
+/// larger while there are more than 4 bins per atom (plus 64).
+BinGrid choose_bin_grid(const FractionalExtent& extent, const std::array<double, 3>& height, std::array<bool, 3> pbc,
+                        int64_t natoms, double cutoff, int k_bins) {
   // The margin keeps cutoff / thickness safely below k, so the stencil reach is exactly k.
   double bin_size = cutoff / k_bins * (1.0 + 1e-9);
-  int32_t n[3];
-  double fwidth[3], origin[3];
+  BinGrid grid;
   for (;;) {
     double total = 1.0;
     for (int d = 0; d < 3; ++d) {
-      double span = smax[d] - smin[d];
+      double span = extent.high[d] - extent.low[d];
       double thickness = span * height[d];
-      n[d] = int32_t(std::max(1.0, std::min(1e6, std::floor(thickness / bin_size))));
-      if (!pbc[d] && span <= 0) n[d] = 1;
-      fwidth[d] = span > 0 ? span / n[d] : 1.0;
-      origin[d] = smin[d];
-      total *= n[d];
+      grid.n[d] = int32_t(std::max(1.0, std::min(1e6, std::floor(thickness / bin_size))));
+      if (!pbc[d] && span <= 0) grid.n[d] = 1;
+      grid.width[d] = span > 0 ? span / grid.n[d] : 1.0;
+      grid.origin[d] = extent.low[d];
+      total *= grid.n[d];
     }
     if (total <= 4.0 * double(natoms) + 64.0) break;
     bin_size *= 1.25;  // sparse system: fewer, larger bins
   }
-  const int32_t nbins = n[0] * n[1] * n[2];
+  return grid;
+}
 
-  // Stencil: every bin offset whose two bins can hold atoms closer than the cutoff.
+/// The stencil, flat [nstencil * 3]: every bin offset (a, b, c) whose two bins can hold atoms
+/// closer than the cutoff. Throws mlip::Error when a direction needs over 10000 images.
+std::vector<int32_t> stencil_offsets(const Mat3& h, const BinGrid& grid, const std::array<double, 3>& height,
+                                     std::array<bool, 3> pbc, double cutoff) {
   int32_t reach[3];
   for (int d = 0; d < 3; ++d) {
-    double thick = fwidth[d] * height[d];
+    double thick = grid.width[d] * height[d];
     double r = std::ceil(cutoff / thick);
-    if (!pbc[d]) r = std::min<double>(r, n[d] - 1);
+    if (!pbc[d]) r = std::min<double>(r, grid.n[d] - 1);
     if (r > 10000) {
       std::ostringstream msg;
       msg << "neighbour list: cell direction " << d << " is " << height[d]
@@ -510,26 +535,45 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
     }
     reach[d] = int32_t(r);
   }
-  std::vector<int32_t> stencil_host;
+  std::vector<int32_t> stencil;
   for (int32_t a = -reach[0]; a <= reach[0]; ++a)
     for (int32_t b = -reach[1]; b <= reach[1]; ++b)
       for (int32_t c = -reach[2]; c <= reach[2]; ++c) {
         const int32_t o[3] = {a, b, c};
         std::array<double, 3> lo, hi;
         for (int d = 0; d < 3; ++d) {
-          lo[d] = (o[d] - 1) * fwidth[d];
-          hi[d] = (o[d] + 1) * fwidth[d];
+          lo[d] = (o[d] - 1) * grid.width[d];
+          hi[d] = (o[d] + 1) * grid.width[d];
         }
         if (min_box_distance(h, lo, hi) > cutoff * (1.0 + 1e-9)) continue;
-        stencil_host.insert(stencil_host.end(), {a, b, c});
+        stencil.insert(stencil.end(), {a, b, c});
       }
-  const int64_t nstencil = int64_t(stencil_host.size() / 3);
+  return stencil;
+}
 
-  // Bin the atoms (counting sort) and lay out wrapped positions in bin order.
-  auto bin_of = rows(bin_of_, natoms, "bin_of");
-  const double o0 = origin[0], o1 = origin[1], o2 = origin[2];
-  const double w0 = fwidth[0], w1 = fwidth[1], w2 = fwidth[2];
-  const int32_t n0 = n[0], n1 = n[1], n2 = n[2];
+/// The stencil of stencil_offsets as a View [nstencil, 3] of the default memory space.
+Kokkos::View<int32_t* [3]> upload_stencil(const std::vector<int32_t>& flat) {
+  const int64_t nstencil = int64_t(flat.size() / 3);
+  Kokkos::View<int32_t* [3]> stencil(Kokkos::view_alloc(Kokkos::WithoutInitializing, "stencil"), nstencil);
+  auto on_host = Kokkos::create_mirror_view(stencil);
+  for (int64_t e = 0; e < nstencil; ++e)
+    for (int d = 0; d < 3; ++d) on_host(e, d) = flat[3 * e + d];
+  Kokkos::deep_copy(stencil, on_host);
+  return stencil;
+}
+
+/// Sorts the atoms into the bins of `grid` by counting sort: bin_of [natoms] receives each
+/// atom's bin, bin_start [nbins + 1] where each bin's atoms start in sidx, and sidx [natoms] the
+/// atom indices in bin order (fill_pos [nbins] is scratch). Placement within a bin follows atom
+/// order on Serial; on parallel back-ends it may vary from run to run (the set of pairs does not).
+void sort_into_bins(const Kokkos::View<double* [3]>& frac, const BinGrid& grid, const Kokkos::View<int32_t*>& bin_of,
+                    const Kokkos::View<int64_t*>& bin_start, const Kokkos::View<int64_t*>& fill_pos,
+                    const Kokkos::View<int32_t*>& sidx) {
+  const int64_t natoms = int64_t(frac.extent(0));
+  const int32_t nbins = grid.total();
+  const double o0 = grid.origin[0], o1 = grid.origin[1], o2 = grid.origin[2];
+  const double w0 = grid.width[0], w1 = grid.width[1], w2 = grid.width[2];
+  const int32_t n0 = grid.n[0], n1 = grid.n[1], n2 = grid.n[2];
   Kokkos::parallel_for("mlip::nl::bin_of", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
     auto index = [](double s, double origin, double width, int32_t count) {
       const int32_t v = int32_t(Kokkos::Experimental::floor((s - origin) / width));
@@ -538,8 +582,6 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
     bin_of(i) = (index(frac(i, 0), o0, w0, n0) * n1 + index(frac(i, 1), o1, w1, n1)) * n2 +
                 index(frac(i, 2), o2, w2, n2);
   });
-
-  auto bin_start = rows(bin_start_, nbins + 1, "bin_start");
   Kokkos::deep_copy(bin_start, int64_t(0));
   Kokkos::parallel_for("mlip::nl::bin_count", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
     Kokkos::atomic_increment(&bin_start(bin_of(i) + 1));
@@ -549,20 +591,25 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
                           acc += bin_start(b);
                           if (final) bin_start(b) = acc;
                         });
-  auto fill_pos = rows(fill_pos_, nbins, "fill_pos");
   Kokkos::deep_copy(fill_pos, int64_t(0));
-  auto sidx = rows(sidx_, natoms, "sidx");
-  // Placement within a bin follows atom order on Serial; on parallel back-ends the order within
-  // a bin may vary from run to run (the set of pairs does not).
   Kokkos::parallel_for("mlip::nl::bin_fill", Policy(0, natoms), KOKKOS_LAMBDA(int64_t i) {
     const int32_t b = bin_of(i);
     const int64_t slot = bin_start(b) + Kokkos::atomic_fetch_add(&fill_pos(b), int64_t(1));
     sidx(slot) = int32_t(i);
   });
+}
 
-  // Wrapped positions r + wrap * H (computed in double, stored in Real) in bin order.
-  auto spos = rows(spos_, natoms, "spos");
-  auto swrap = rows(swrap_, natoms, "swrap");
+/// Lays out the wrapped positions r + wrap * H (computed in double, stored in Real) in bin
+/// order: spos [natoms, 3] Å and swrap [natoms, 3] (the wrap of each sorted atom), for the
+/// atoms sidx [natoms] of pos [natoms, 3] Å.
+template <typename Real, class PositionView>
+void sorted_wrapped_positions(const PositionView& pos, const Kokkos::View<int32_t* [3]>& wrap, const Mat3& h,
+                              const Kokkos::View<int32_t*>& sidx, const Kokkos::View<Real* [3]>& spos,
+                              const Kokkos::View<int32_t* [3]>& swrap) {
+  const int64_t natoms = int64_t(sidx.extent(0));
+  Matrix h_k;
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) h_k.m[a][b] = h[a][b];
   Kokkos::parallel_for("mlip::nl::sorted_positions", Policy(0, natoms), KOKKOS_LAMBDA(int64_t k) {
     const int32_t i = sidx(k);
     for (int c = 0; c < 3; ++c) {
@@ -572,40 +619,38 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
       swrap(k, c) = wrap(i, c);
     }
   });
-  // The fractional coordinates, wraps and bin ids are no longer needed: release them (40 bytes
-  // per atom) before the output is allocated, to keep the peak memory low. (Fence first: kernels
-  // on an asynchronous back-end may still be reading them.)
-  Kokkos::fence();
-  frac = decltype(frac)();
-  wrap = decltype(wrap)();
-  bin_of = decltype(bin_of)();
-  frac_ = decltype(frac_)();
-  wrap_ = decltype(wrap_)();
-  bin_of_ = decltype(bin_of_)();
-  Kokkos::View<int32_t* [3]> stencil(Kokkos::view_alloc(Kokkos::WithoutInitializing, "stencil"), nstencil);
-  {
-    auto st_h = Kokkos::create_mirror_view(stencil);
-    for (int64_t e = 0; e < nstencil; ++e)
-      for (int d = 0; d < 3; ++d) st_h(e, d) = stencil_host[3 * e + d];
-    Kokkos::deep_copy(stencil, st_h);
-  }
+}
 
+/// The pair search over the sorted positions spos [natoms, 3] Å, the bins (bin_start
+/// [nbins + 1]) and the stencil [nstencil, 3] of the frame h, for the given cutoff, Å.
+template <typename Real>
+PairSearch<Real> make_pair_search(const Kokkos::View<Real* [3]>& spos, const Kokkos::View<int64_t*>& bin_start,
+                                  const Kokkos::View<int32_t* [3]>& stencil, const Mat3& h, const BinGrid& grid,
+                                  std::array<bool, 3> pbc, double cutoff) {
   PairSearch<Real> search;
   search.spos = spos;
   search.bin_start = bin_start;
   search.stencil = stencil;
   for (int a = 0; a < 3; ++a) {
     for (int b = 0; b < 3; ++b) search.h[a][b] = Real(h[a][b]);
-    search.n[a] = n[a];
+    search.n[a] = grid.n[a];
     search.periodic[a] = pbc[a];
   }
   search.rc2 = Real(cutoff) * Real(cutoff);
-  // One team per bin; its atoms share the bin's table of neighbour bins.
+  return search;
+}
+
+/// Pass 1: counts the neighbours of each atom (0 for atoms >= centres) and turns the counts into
+/// offsets [natoms + 1] (exclusive prefix sum; offsets(natoms) = number of pairs, returned).
+/// One team per bin; its atoms share the bin's table of neighbour bins.
+template <typename Real>
+int64_t count_pairs(const PairSearch<Real>& search, int32_t nbins, const Kokkos::View<int32_t*>& sidx,
+                    int64_t centres, const Kokkos::View<int64_t*>& offsets) {
+  const int64_t natoms = int64_t(sidx.extent(0));
+  const int64_t nstencil = int64_t(search.stencil.extent(0));
+  const auto bin_start = search.bin_start;
   const auto teams = TeamPolicy(nbins, Kokkos::AUTO)
                          .set_scratch_size(0, Kokkos::PerTeam(BinTable<Real>::scratch_bytes(nstencil)));
-
-  // Pass 1: count the neighbours of each atom.
-  auto offsets = rows(offsets_, natoms + 1, "offsets");
   Kokkos::parallel_for("mlip::nl::count", teams, KOKKOS_LAMBDA(const Member& team) {
     const int64_t k0 = bin_start(team.league_rank()), k1 = bin_start(team.league_rank() + 1);
     if (k0 == k1) return;
@@ -623,19 +668,24 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
                         },
                         npairs);
   Kokkos::deep_copy(Kokkos::subview(offsets, natoms), npairs);
+  return npairs;
+}
 
-  // Pass 2: fill.
-  out.offsets = offsets;
-  if (centres < natoms) out.offsets = Kokkos::subview(offsets, std::make_pair(int64_t(0), centres + 1));
-  out.neighbor = rows(neighbor_, npairs, "neighbor");
-  out.shift = rows(shift_, npairs, "shift");
-  out.vector = rows(vector_, npairs, "vector");
-  out.distance = rows(distance_, npairs, "distance");
+/// Pass 2: writes the pairs of every centre (atoms < centres) at its offsets [natoms + 1] into
+/// the neighbor, shift, vector and distance Views of `out` (sized offsets(natoms)), through a
+/// per-thread buffer of max_count + 1 rows (branch-free gather). Throws mlip::Error when the
+/// pass finds other counts than count_pairs.
+template <typename Real>
+void fill_pairs(const PairSearch<Real>& search, int32_t nbins, const Kokkos::View<int32_t*>& sidx,
+                const Kokkos::View<int32_t* [3]>& swrap, int64_t centres, const Kokkos::View<int64_t*>& offsets,
+                const NeighborList<Real>& out) {
+  const int64_t natoms = int64_t(sidx.extent(0));
+  const int64_t nstencil = int64_t(search.stencil.extent(0));
+  const auto bin_start = search.bin_start;
   auto neighbor = out.neighbor;
   auto shift = out.shift;
   auto vec = out.vector;
   auto dist = out.distance;
-  // Pass 2: fill, through a per-thread buffer of max_count + 1 rows (branch-free gather).
   int64_t max_count = 0;
   Kokkos::parallel_reduce("mlip::nl::max_count", Policy(0, natoms),
                           KOKKOS_LAMBDA(int64_t i, int64_t & m) {
@@ -690,6 +740,77 @@ NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64
         << mismatches << " atoms (floating-point contraction differs between them?)";
     throw Error(msg.str());
   }
+}
+}  // namespace
+
+template <typename Real>
+NeighborListBuilder<Real>::NeighborListBuilder(const NeighborListOptions& options) : options_(options) {}
+
+template <typename Real>
+NeighborList<Real> build_neighbor_list(const Real* positions, int64_t natoms, const double* cell,
+                                       std::array<bool, 3> pbc, double cutoff,
+                                       const NeighborListOptions& options) {
+  NeighborListBuilder<Real> builder(options);
+  return builder.build(positions, natoms, cell, pbc, cutoff);
+}
+
+template <typename Real>
+NeighborList<Real> NeighborListBuilder<Real>::build(const Real* positions, int64_t natoms,
+                                                    const double* cell, std::array<bool, 3> pbc,
+                                                    double cutoff, int64_t centres) {
+  if (centres < 0) centres = natoms;
+  ensure_kokkos_initialized();
+  check_build_arguments(natoms, centres, cutoff);
+  NeighborList<Real> out;
+  out.natoms = centres;
+  out.cutoff = cutoff;
+
+  const Mat3 h = working_frame(cell, pbc);
+  const std::array<double, 3> height = face_distances(h);
+  // The input, seen as a View (no copy on a host back-end).
+  const HostPositions<Real> pos_host(positions, natoms);
+  auto pos = Kokkos::create_mirror_view_and_copy(typename ExecSpace::memory_space(), pos_host);
+
+  auto frac = rows(frac_, natoms, "frac");
+  auto wrap = rows(wrap_, natoms, "wrap");
+  wrap_into_cell(pos, positions, inverse3(h), pbc, frac, wrap);
+  const FractionalExtent extent = fractional_extent(frac, pbc);
+  const int k_bins = choose_bins_per_cutoff(options_.bins_per_cutoff, extent, height, natoms, cutoff);
+  const BinGrid grid = choose_bin_grid(extent, height, pbc, natoms, cutoff, k_bins);
+  const int32_t nbins = grid.total();
+  const std::vector<int32_t> stencil_host = stencil_offsets(h, grid, height, pbc, cutoff);
+
+  auto bin_of = rows(bin_of_, natoms, "bin_of");
+  auto bin_start = rows(bin_start_, nbins + 1, "bin_start");
+  auto fill_pos = rows(fill_pos_, nbins, "fill_pos");
+  auto sidx = rows(sidx_, natoms, "sidx");
+  sort_into_bins(frac, grid, bin_of, bin_start, fill_pos, sidx);
+  auto spos = rows(spos_, natoms, "spos");
+  auto swrap = rows(swrap_, natoms, "swrap");
+  sorted_wrapped_positions(pos, wrap, h, sidx, spos, swrap);
+  // The fractional coordinates, wraps and bin ids are no longer needed: release them (40 bytes
+  // per atom) before the output is allocated, to keep the peak memory low. (Fence first: kernels
+  // on an asynchronous back-end may still be reading them.)
+  Kokkos::fence();
+  frac = decltype(frac)();
+  wrap = decltype(wrap)();
+  bin_of = decltype(bin_of)();
+  frac_ = decltype(frac_)();
+  wrap_ = decltype(wrap_)();
+  bin_of_ = decltype(bin_of_)();
+
+  const PairSearch<Real> search =
+      make_pair_search(spos, bin_start, upload_stencil(stencil_host), h, grid, pbc, cutoff);
+  auto offsets = rows(offsets_, natoms + 1, "offsets");
+  const int64_t npairs = count_pairs(search, nbins, sidx, centres, offsets);
+
+  out.offsets = offsets;
+  if (centres < natoms) out.offsets = Kokkos::subview(offsets, std::make_pair(int64_t(0), centres + 1));
+  out.neighbor = rows(neighbor_, npairs, "neighbor");
+  out.shift = rows(shift_, npairs, "shift");
+  out.vector = rows(vector_, npairs, "vector");
+  out.distance = rows(distance_, npairs, "distance");
+  fill_pairs(search, nbins, sidx, swrap, centres, offsets, out);
   return out;
 }
 
