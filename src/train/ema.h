@@ -54,4 +54,21 @@ class Ema {
   int64_t updates_ = 0;
 };
 
+/// While alive, the parameters hold the moving average's values (Ema::swap on construction and
+/// again on destruction); nothing happens when `ema` is null (training.ema_decay 0).
+class AveragedWeights {
+ public:
+  explicit AveragedWeights(Ema* ema) : ema_(ema) {
+    if (ema_ != nullptr) ema_->swap();
+  }
+  ~AveragedWeights() {
+    if (ema_ != nullptr) ema_->swap();
+  }
+  AveragedWeights(const AveragedWeights&) = delete;
+  AveragedWeights& operator=(const AveragedWeights&) = delete;
+
+ private:
+  Ema* ema_;
+};
+
 }  // namespace mlip::train

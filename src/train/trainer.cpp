@@ -4,38 +4,33 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/adam.h>
 #include <ATen/Parallel.h>
-#include <torch/serialize.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iomanip>
 #include <iostream>
-#include <regex>
+#include <map>
+#include <optional>
 #include <sstream>
 
+#include "archive/output_file.h"
 #include "data/load.h"
 #include "dist/simple_ddp.h"
 #include "error.h"
-#include "models/module_device.h"
-#include "archive/model_archive.h"
 #include "models/registry.h"
-#include "train/adam_state.h"
 #include "train/adam_step.h"
+#include "train/checkpoint_store.h"
 #include "train/device.h"
 #include "train/ema.h"
 #include "train/frame_store.h"
+#include "train/learning_curve.h"
 #include "train/non_finite_guard.h"
-#include "archive/output_file.h"
 #include "train/rank_agreement.h"
 #include "train/sampler.h"
 #include "version.h"
@@ -45,16 +40,9 @@ namespace fs = std::filesystem;
 namespace mlip::train {
 
 using archive::ExtraFiles;
-using archive::OutputFile;
-using archive::SpecialTarget;
-using archive::check_output_target;
-using archive::load_model;
 using archive::prepare_output_folder;
 using archive::remove_stale_temporaries;
-using archive::save_module_atomically;
-using archive::stored_type_names;
-using archive::system_reason;
-using archive::write_file_atomically;
+
 namespace {
 
 std::atomic<bool> g_interrupted{false};
@@ -94,37 +82,52 @@ struct ErrorSums {
   }
 };
 
-/// The RMSEs of lcurve.out from host sums and counts.
-struct Rmse {
-  double loss = 0, e = 0, f = 0, v = 0;
-  Rmse() = default;
-  explicit Rmse(const ErrorSums& s) {
-    const auto h = s.host();
-    loss = std::sqrt(h[0] / double(std::max<int64_t>(s.frames, 1)));
-    e = std::sqrt(h[1] / double(std::max<int64_t>(s.frames, 1)));
-    f = std::sqrt(h[2] / double(std::max<int64_t>(s.force_components, 1)));
-    v = std::sqrt(h[3] / double(std::max<int64_t>(s.virial_frames, 1)));
-  }
-};
+/// The RMSEs of lcurve.out from host sums and counts (one device-to-host copy).
+CurveErrors rmse(const ErrorSums& s) {
+  const auto h = s.host();
+  CurveErrors r;
+  r.loss = std::sqrt(h[0] / double(std::max<int64_t>(s.frames, 1)));
+  r.energy = std::sqrt(h[1] / double(std::max<int64_t>(s.frames, 1)));
+  r.force = std::sqrt(h[2] / double(std::max<int64_t>(s.force_components, 1)));
+  r.virial = std::sqrt(h[3] / double(std::max<int64_t>(s.virial_frames, 1)));
+  return r;
+}
 
 struct Prefactors {
   double e, f, v;
 };
 
-/// While alive, the parameters hold the moving average's values (nothing happens without one).
-class AveragedWeights {
+/// While alive, SIGINT (Ctrl-C) and SIGTERM (torchrun's agent stopping its workers, Slurm at the
+/// time limit or on scancel) set g_interrupted and g_signal (cleared on construction): the loop
+/// then saves a checkpoint and stops after the current step. The previous handlers come back
+/// when it is destroyed, however the loop ends.
+class InterruptHandlers {
  public:
-  explicit AveragedWeights(Ema* ema) : ema_(ema) {
-    if (ema_ != nullptr) ema_->swap();
+  InterruptHandlers() {
+    g_interrupted = false;
+    g_signal = 0;
+    previous_int_ = std::signal(SIGINT, on_sigint);
+    previous_term_ = std::signal(SIGTERM, on_sigint);
   }
-  ~AveragedWeights() {
-    if (ema_ != nullptr) ema_->swap();
+  ~InterruptHandlers() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
   }
-  AveragedWeights(const AveragedWeights&) = delete;
-  AveragedWeights& operator=(const AveragedWeights&) = delete;
+  InterruptHandlers(const InterruptHandlers&) = delete;
+  InterruptHandlers& operator=(const InterruptHandlers&) = delete;
 
  private:
-  Ema* ema_;
+  void (*previous_int_)(int) = nullptr;
+  void (*previous_term_)(int) = nullptr;
+};
+
+/// What the training loop keeps from step to step for its progress lines and the step times.
+struct LoopProgress {
+  std::chrono::steady_clock::time_point start;  ///< when the loop began (for steps/s and the ETA)
+  bool tty = false;            ///< rank 0 draws a progress bar on a terminal (else a line per displayed step)
+  double last_loss = 0;        ///< the training loss last shown (square root of the mean per frame)
+  int64_t waited_steps = 0;    ///< steps that waited for frames (made by the training thread or not ready)
+  std::vector<StepTime> step_times;  ///< each step's wall time (only with --step-times)
 };
 
 /// The CPUs this process may run on (its affinity mask, which taskset and Slurm set); 0 when it
@@ -146,7 +149,10 @@ std::string format_duration(double s) {
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options)
-      : config_(config), options_(options), started_(std::chrono::steady_clock::now()) {}
+      : config_(config),
+        options_(options),
+        checkpoints_(options.output_dir, config.save_ckpt, config.max_ckpt_keep),
+        started_(std::chrono::steady_clock::now()) {}
   int run();
 
  private:
@@ -161,6 +167,44 @@ class Trainer {
   void open_lcurve();
   int train_loop();
   void print_communication() const;
+
+  // Parts of load_data().
+  /// Takes the isolated atoms (config_type=IsolatedAtom, and model.e0s.isolated's file) out of
+  /// the training and validation data into isolated_. `type_map`: the names the data may extend
+  /// (an error when it does).
+  void set_aside_isolated_atoms(std::vector<std::string>& type_map);
+  /// Prints the systems and frames of the data and the loss weight of each config type.
+  void print_data_summary() const;
+
+  // Parts of train_loop(), in order.
+  /// Resets the loop's state (samplers running ahead, the non-finite guard, the all-reduce
+  /// count) and starts its clock.
+  LoopProgress start_loop();
+  /// One training step from `step` (the steps done so far) at learning rate `lr`: the batch's
+  /// forward and backward, the all-reduce across ranks, the optimiser's update. `trn` receives
+  /// the batch's error sums (over every rank). Returns true when the run must stop after it
+  /// (SIGINT or SIGTERM on any rank).
+  bool train_step(int64_t step, double lr, const Prefactors& pref, ErrorSums& trn, LoopProgress& progress);
+  /// Several ranks: one all-reduce of the gradients, `trn`'s sums and the stop flag `stop`
+  /// (made global in place). Returns whether any rank stops.
+  bool synchronise_step(ErrorSums& trn, bool stop);
+  /// After `step` steps: the first-step line, and on displayed steps the validation, the
+  /// lcurve line and the progress line or bar.
+  void report_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn, LoopProgress& progress);
+  /// A displayed step: the model's warning (once), the validation, the lcurve line and, off a
+  /// terminal, the progress line.
+  void display_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn,
+                    const LoopProgress& progress);
+  /// The progress bar on a terminal, redrawn in place.
+  void print_progress_bar(int64_t step, double lr, const LoopProgress& progress) const;
+  /// Steps per second of this run after `step` steps.
+  double steps_per_second(int64_t step, const LoopProgress& progress) const;
+  /// Interrupted after `step`: saves a checkpoint (unless one was just saved) and returns the
+  /// exit code (130 for SIGINT, 143 for SIGTERM).
+  int stop_after(int64_t step, bool tty);
+  /// The end of the loop after `step` steps: the step times, the learning curve closed, and the
+  /// closing lines.
+  void finish_loop(int64_t step, int exit_code, const LoopProgress& progress);
 
   std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
                                   const std::string& key);
@@ -179,21 +223,20 @@ class Trainer {
   void prefetch_validation();
   Prefactors prefactors(int64_t step) const;
   ErrorSums validate(const Prefactors& pref);
-  /// lcurve.out's header line.
-  std::string lcurve_header() const;
-  void write_lcurve_line(int64_t step, double lr, const Rmse& trn, const Rmse* val);
-  void write_step_times(const std::vector<std::array<double, 2>>& step_ms) const;
+  /// Writes the checkpoint of `step` (rank 0), after checking that the weights are finite and
+  /// flushing the learning curve.
   void save_checkpoint(int64_t step);
-  void restore(const std::string& path, bool full);
-  void broadcast_start_state();
-  std::string ckpt_path(int64_t step) const;
+  /// The trainer's objects that checkpoints save and restore.
+  TrainingState training_state();
   void print_summary() const;
   bool root() const { return comm_->rank() == 0; }
 
   TrainConfig config_;
   /// lcurve.out (rank 0 only; null on the other ranks).
-  std::unique_ptr<OutputFile> lcurve_;
+  std::unique_ptr<LearningCurve> lcurve_;
   TrainOptions options_;
+  /// The checkpoint files in options_.output_dir (written by rank 0).
+  CheckpointStore checkpoints_;
   torch::Device device_ = torch::kCPU;
   std::vector<data::System> train_raw_, valid_raw_;
   /// The training data's isolated atoms (config_type=IsolatedAtom): not trained on; the
@@ -307,6 +350,11 @@ void Trainer::load_data() {
   if (config_.validation_data)
     valid_raw_ = data::load_systems(config_.validation_data->systems, type_map, "", data::Loading::kStreamed,
                                     config_.validation_data->keys);
+  set_aside_isolated_atoms(type_map);
+  print_data_summary();
+}
+
+void Trainer::set_aside_isolated_atoms(std::vector<std::string>& type_map) {
   // Isolated atoms are references, not training frames (MACE's convention).
   auto isolated = [](const data::System& sys) { return sys.config_type == "IsolatedAtom"; };
   for (const auto& sys : train_raw_)
@@ -343,6 +391,9 @@ void Trainer::load_data() {
               << (config_.model->e0s.kind == models::ReferenceEnergies::Kind::kIsolated ? ": the reference energies"
                                                                                          : " (model.e0s is not isolated: unused)")
               << "\n";
+}
+
+void Trainer::print_data_summary() const {
   int64_t frames = 0;
   for (auto& s : train_raw_) frames += s.nframes;
   std::cout << "training data: " << train_raw_.size() << " system(s), " << frames << " frame(s)";
@@ -545,218 +596,26 @@ void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frame
   }
 }
 
-void Trainer::write_lcurve_line(int64_t step, double lr, const Rmse& trn, const Rmse* val) {
-  char line[512];
-  std::string text;
-  std::snprintf(line, sizeof(line), "%7ld", long(step));
-  text += line;
-  auto col = [&](double v) {
-    std::snprintf(line, sizeof(line), "   %11.4e", v);
-    text += line;
-  };
-  if (val) col(val->loss);
-  col(trn.loss);
-  if (val) col(val->e);
-  col(trn.e);
-  if (val) col(val->f);
-  col(trn.f);
-  if (has_virial_) {
-    if (val) col(val->v);
-    col(trn.v);
-  }
-  std::snprintf(line, sizeof(line), "   %10.3e\n", lr);
-  text += line;
-  if (lcurve_) lcurve_->write(text);
-}
-
-std::string Trainer::ckpt_path(int64_t step) const {
-  return (fs::path(options_.output_dir) / (config_.save_ckpt + "-" + std::to_string(step) + ".pt")).string();
-}
 void Trainer::save_checkpoint(int64_t step) {
   // Never a checkpoint of non-finite weights (docs/training.md "Non-finite losses").
   guard_->check_pending();
   guard_->check_parameters(params_, step);
   // The learning curve up to this step is on disk before the checkpoint that a restart resumes from.
   if (lcurve_) lcurve_->sync();
-  ExtraFiles extra = metadata_;
-  extra["mlip_checkpoint"] = "1";
-  extra["step"] = std::to_string(step);
-  extra["world_size"] = std::to_string(comm_->size());
-  extra["sampler"] = sampler_->state();
-  if (val_sampler_) extra["val_sampler"] = val_sampler_->state();
-  extra["optimizer"] = save_adam_state(*optimizer_);
-  const std::string path = ckpt_path(step);
-  if (ema_) {
-    // The module's parameters are the averaged weights (what test, freeze and --init-model
-    // use); the raw ones the optimiser steps travel beside them for --restart.
-    std::ostringstream raw;
-    std::vector<torch::Tensor> host;
-    for (const auto& p : params_) host.push_back(p.detach().to(torch::kCPU));
-    torch::save(host, raw);
-    extra["weights"] = raw.str();
-    extra["ema_updates"] = std::to_string(ema_->updates());
-  }
-  {
-    // Written from host copies (docs/device.md "Checkpoints"): a checkpoint made on a GPU loads
-    // on a machine without one.
-    AveragedWeights averaged(ema_.get());
-    torch::jit::Module& module = model_->module();
-    if (device_.is_cpu()) {
-      save_module_atomically(module, extra, path, "the checkpoint");
-    } else {
-      torch::jit::Module host = module.deepcopy();
-      models::move_module(host, torch::kCPU);
-      save_module_atomically(host, extra, path, "the checkpoint");
-    }
-  }
-  const fs::path dir = options_.output_dir;
-  write_file_atomically((dir / "checkpoint").string(), fs::path(path).filename().string() + "\n",
-                        "the pointer to the newest checkpoint");
-  guard_->set_newest_checkpoint(path);
-  // <save_ckpt>.pt: a link to the newest checkpoint (replaced atomically).
-  const fs::path link = dir / (config_.save_ckpt + ".pt");
-  const fs::path tmp_link = dir / (config_.save_ckpt + ".pt.tmp-" + std::to_string(::getpid()));
-  check_output_target(link.string(), SpecialTarget::kRefuse, link.string(), "the link to the newest checkpoint");
-  std::error_code ec;
-  fs::remove(tmp_link, ec);
-  fs::create_symlink(fs::path(path).filename(), tmp_link, ec);
-  if (!ec) fs::rename(tmp_link, link, ec);
-  if (ec) {
-    fs::remove(tmp_link, ec);
-    throw Error(link.string() + ": cannot write the link to the newest checkpoint (" + ec.message() + ")");
-  }
-  // Keep the newest max_ckpt_keep checkpoints.
-  std::vector<std::pair<int64_t, fs::path>> found;
-  const std::regex pattern(std::regex_replace(config_.save_ckpt, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
-                           R"(-(\d+)\.pt)");
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoll(m[1]), entry.path());
-  }
-  std::sort(found.begin(), found.end());
-  for (size_t k = 0; k + size_t(std::max<int64_t>(config_.max_ckpt_keep, 1)) < found.size(); ++k)
-    fs::remove(found[k].second, ec);
+  guard_->set_newest_checkpoint(checkpoints_.save(training_state(), metadata_, step));
 }
 
-namespace {
-
-/// A checkpoint's weights belong to its types in its order: they go to an input's model only when
-/// its type map is the same list (docs/training.md "Restarting").
-void check_same_types(const std::string& path, const std::vector<std::string>& saved,
-                      const std::vector<std::string>& input, const std::string& option) {
-  if (saved == input) return;
-  auto listed = [](const std::vector<std::string>& names) {
-    std::string out = "[";
-    for (size_t k = 0; k < names.size(); ++k) out += (k ? ", " : "") + names[k];
-    return out + "]";
-  };
-  std::string message = option + " " + path + ": the checkpoint was trained with type_map " + listed(saved) +
-                        ", the input's model has " + listed(input);
-  auto saved_sorted = saved, input_sorted = input;
-  std::sort(saved_sorted.begin(), saved_sorted.end());
-  std::sort(input_sorted.begin(), input_sorted.end());
-  if (saved_sorted == input_sorted)
-    message += ": the weights of each type id would serve another element; write model.type_map: " + listed(saved) +
-               " in the input (the data's types are matched by name, so only the model's order changes)";
-  else
-    message += "; the types of a trained model cannot change: train a new model for " + listed(input);
-  throw Error(message);
-}
-
-}  // namespace
-
-void Trainer::restore(const std::string& given, bool full) {
-  const std::string path = archive::resolve_checkpoint(given);
-  ExtraFiles extra;
-  torch::jit::Module loaded = load_model(path, extra);
-  if (extra["model_type"] != config_.model->type)
-    throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + config_.model->type);
-  check_same_types(path, stored_type_names(extra), config_.model->type_map, full ? "--restart" : "--init-model");
-  torch::jit::Module& model = model_->module();
-  // Copy weights and statistics into the freshly built model (same architecture required).
-  auto mine = model.named_attributes(false);
-  for (const auto& item : loaded.named_attributes(false)) {
-    if (item.value.isDouble()) {  // e.g. the equivariant model's avg_num_neighbors
-      model.setattr(item.name, item.value);
-      continue;
-    }
-    if (!item.value.isTensor()) continue;
-    bool matched = false;
-    for (const auto& m : mine)
-      if (m.name == item.name && m.value.isTensor()) {
-        auto dst = m.value.toTensor();
-        auto src = item.value.toTensor();
-        if (dst.sizes() != src.sizes())
-          throw Error(path + ": '" + item.name + "' has shape " + c10::str(src.sizes()) + ", the input's model has " +
-                      c10::str(dst.sizes()) + " (different sel, neuron or type_map?)");
-        torch::NoGradGuard guard;
-        dst.copy_(src);
-        matched = true;
-      }
-    if (!matched) throw Error(path + ": '" + item.name + "' is not part of the input's model");
-  }
-  if (!full) return;
-  if (extra.count("step") == 0) throw Error(path + ": a frozen model, not a checkpoint: --restart needs a checkpoint");
-  start_step_ = std::stoll(extra["step"]);
-  // A checkpoint with a moving average holds it as the module's parameters and the raw weights
-  // under "weights"; one without holds the raw weights only (the average starts from them).
-  if (extra.count("weights")) {
-    // The raw weights are stored in the order of the module's parameters: that order must be
-    // the input's model's, name by name.
-    std::vector<std::string> saved, mine;
-    for (const auto& p : loaded.named_parameters(false)) saved.push_back(p.name);
-    for (const auto& p : model.named_parameters(false)) mine.push_back(p.name);
-    if (saved != mine) throw Error(path + ": its parameters are not those of the input's model, in the same order");
-    std::vector<torch::Tensor> raw;
-    std::istringstream in(extra["weights"]);
-    torch::load(raw, in, device_);
-    if (raw.size() != params_.size())
-      throw Error(path + ": " + std::to_string(raw.size()) + " raw weight tensors, the input's model has " +
-                  std::to_string(params_.size()));
-    if (ema_) ema_->reset(extra.count("ema_updates") ? std::stoll(extra["ema_updates"]) : 0);
-    else if (root())
-      std::cout << "note: training.ema_decay is 0: the moving average of the weights in " << path
-                << " is dropped, and training continues from the raw weights\n";
-    torch::NoGradGuard guard;
-    for (size_t k = 0; k < raw.size(); ++k) {
-      if (raw[k].sizes() != params_[k].sizes())
-        throw Error(path + ": raw weight " + std::to_string(k) + " has shape " + c10::str(raw[k].sizes()) +
-                    ", the input's model has " + c10::str(params_[k].sizes()));
-      params_[k].detach().copy_(raw[k]);
-    }
-  } else if (ema_) {
-    ema_->reset(0);
-    if (root())
-      std::cout << "note: " << path << " has no moving average of the weights (written with ema_decay 0): "
-                << "the average starts from its weights, with the warm-up of a fresh one\n";
-  }
-  load_adam_state(*optimizer_, extra["optimizer"], device_, path);  // onto this run's device, wherever it was written
-  const std::string ranks = extra.count("world_size") ? extra["world_size"] : "1";
-  if (ranks == std::to_string(comm_->size())) {
-    sampler_->set_state(extra["sampler"]);
-    if (val_sampler_ && extra.count("val_sampler")) val_sampler_->set_state(extra["val_sampler"]);
-  } else if (root()) {
-    std::cout << "note: the checkpoint was written by a run over " << ranks << " rank(s), this one has "
-              << comm_->size() << ": the frame order starts afresh (weights and optimiser continue)\n";
-  }
-  if (root()) std::cout << "restarted from " << path << " at step " << start_step_ << "\n";
-}
-
-void Trainer::broadcast_start_state() {
-  // Identical start state on every rank: rank 0's weights and statistics, broadcast once.
-  torch::jit::Module& model = model_->module();
-  std::vector<torch::Tensor> state;
-  std::vector<std::string> scalars;
-  for (const auto& a : model.named_attributes(false)) {
-    if (a.value.isTensor()) state.push_back(a.value.toTensor());
-    if (a.value.isDouble()) scalars.push_back(a.name);
-  }
-  auto values = torch::empty({int64_t(scalars.size())}, torch::kFloat64);
-  for (size_t k = 0; k < scalars.size(); ++k) values[int64_t(k)] = model.attr(scalars[k]).toDouble();
-  if (!scalars.empty()) state.push_back(values);
-  dist::broadcast_tensors(*comm_, state);
-  for (size_t k = 0; k < scalars.size(); ++k) model.setattr(scalars[k], values[int64_t(k)].item<double>());
+TrainingState Trainer::training_state() {
+  TrainingState state;
+  state.model = model_.get();
+  state.parameters = &params_;
+  state.optimizer = optimizer_.get();
+  state.ema = ema_.get();
+  state.sampler = sampler_.get();
+  state.validation_sampler = val_sampler_.get();
+  state.device = device_;
+  state.comm = comm_;
+  return state;
 }
 
 void Trainer::set_up_threads_and_ranks() {
@@ -831,10 +690,17 @@ void Trainer::set_up_optimisation() {
   optimizer_ = std::make_unique<torch::optim::Adam>(
       params_, torch::optim::AdamOptions(c.learning_rate.at(0)).betas({0.9, 0.999}).weight_decay(0.0));
   if (c.ema_decay > 0) ema_ = std::make_unique<Ema>(params_, c.ema_decay);
-  if (!options_.restart.empty()) restore(options_.restart, true);
-  else if (!options_.init_model.empty()) restore(options_.init_model, false);
-  else if (root()) compute_statistics();
-  if (comm_->size() > 1) broadcast_start_state();
+  const bool restart = !options_.restart.empty();
+  if (restart || !options_.init_model.empty()) {
+    TrainingState state = training_state();
+    start_step_ = restore_training_state(restart ? options_.restart : options_.init_model,
+                                         restart ? RestoreMode::kRestart : RestoreMode::kInitModel, c.model->type,
+                                         c.model->type_map, state);
+  } else if (root()) {
+    compute_statistics();
+  }
+  // Identical start state on every rank: rank 0's weights and statistics, broadcast once.
+  if (comm_->size() > 1) broadcast_start_state(*comm_, model_->module());
   // The average starts from the start weights (a --restart brought its own).
   if (ema_ && options_.restart.empty()) ema_->reset(0);
   ddp_ = std::make_unique<dist::SimpleDDP>(params_, *comm_);
@@ -852,58 +718,17 @@ void Trainer::print_model_line() const {
               << " for validation, checkpoints and frozen models (training.ema_decay: 0 uses the raw weights)\n";
 }
 
-std::string Trainer::lcurve_header() const {
-  const bool has_val = !valid_.empty();
-  std::string header = "# step";
-  header += has_val ? " rmse_val rmse_trn rmse_e_val rmse_e_trn rmse_f_val rmse_f_trn" : " rmse_trn rmse_e_trn rmse_f_trn";
-  if (has_virial_) header += has_val ? " rmse_v_val rmse_v_trn" : " rmse_v_trn";
-  return header + " lr\n";
-}
-
-/// The lines of an lcurve.out up to and including `step`: comment lines, and data lines whose
-/// first column (the step) is at most `step`; a line cut by a crash is left out.
-std::string lcurve_up_to(const std::string& text, int64_t step) {
-  std::istringstream in(text);
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    if (in.eof()) break;  // no newline: the last line was cut
-    if (!line.empty() && line[0] == '#') {
-      kept += line + "\n";
-      continue;
-    }
-    std::istringstream fields(line);
-    int64_t line_step = 0;
-    if (fields >> line_step && line_step <= step) kept += line + "\n";
-  }
-  return kept;
-}
-
 void Trainer::open_lcurve() {
   // lcurve.out: a new file with its header, or, on --restart, the old file cut back to the
   // checkpoint's step (the lines logged after it come again) and appended to (docs/training.md).
   if (!root()) return;
   const std::string path = (fs::path(options_.output_dir) / config_.disp_file).string();
-  std::error_code ec;
-  if (options_.restart.empty() || !fs::exists(path, ec)) {
-    write_file_atomically(path, lcurve_header(), "the learning curve");
-  } else {
-    std::ifstream old(path, std::ios::binary);
-    std::ostringstream text;
-    text << old.rdbuf();
-    if (!old) throw Error(path + ": cannot read the learning curve to continue it (" + system_reason(errno) + ")");
-    write_file_atomically(path, lcurve_up_to(text.str(), start_step_), "the learning curve");
-  }
-  lcurve_ = std::make_unique<OutputFile>(path, OutputFile::Mode::kAppend, "the learning curve");
-}
-
-void Trainer::write_step_times(const std::vector<std::array<double, 2>>& step_ms) const {
-  std::string text =
-      "# step ms (forward, backward and update of each step) making_ms (of which making frames: reading them and "
-      "the model's per-frame input, docs/data.md)\n";
-  for (size_t k = 0; k < step_ms.size(); ++k)
-    text += std::to_string(start_step_ + int64_t(k) + 1) + " " + std::to_string(step_ms[k][0]) + " " +
-            std::to_string(step_ms[k][1]) + "\n";
-  write_file_atomically(options_.step_times, text, "the step times", SpecialTarget::kStream);  // a FIFO: streamed
+  LearningCurve::Columns columns;
+  columns.validation = !valid_.empty();
+  columns.virial = has_virial_;
+  std::optional<int64_t> continue_after_step;
+  if (!options_.restart.empty()) continue_after_step = start_step_;
+  lcurve_ = std::make_unique<LearningCurve>(path, columns, continue_after_step);
 }
 
 /// Batches asked for ahead of the current one (docs/data.md "Prefetch").
@@ -919,143 +744,171 @@ void Trainer::prefetch_training_batches() {
 
 int Trainer::train_loop() {
   const TrainConfig& c = config_;
-  const int world = comm_->size();
-  const bool has_val = !valid_.empty();
-  g_interrupted = false;
-  g_signal = 0;
-  // SIGINT (Ctrl-C) and SIGTERM (torchrun's agent stopping its workers, Slurm at the time
-  // limit or on scancel) both save a checkpoint and stop after the current step.
-  // The previous handlers come back however this function ends.
-  struct SignalGuard {
-    void (*previous_int)(int) = std::signal(SIGINT, on_sigint);
-    void (*previous_term)(int) = std::signal(SIGTERM, on_sigint);
-    ~SignalGuard() {
-      std::signal(SIGINT, previous_int);
-      std::signal(SIGTERM, previous_term);
-    }
-  } signal_guard;
-  const bool tty = root() && ::isatty(STDOUT_FILENO);
-  const auto t0 = std::chrono::steady_clock::now();
+  const InterruptHandlers interrupt_handlers;
+  LoopProgress progress = start_loop();
   int64_t step = start_step_;
   int exit_code = 0;
-  std::vector<std::array<double, 2>> step_ms;  // the step, and the frames made during it, ms
-  reduces_before_ = comm_->all_reduces();
-  double last_loss = 0;
-  int64_t waited_steps = 0;
-  ahead_ = std::make_unique<SystemSampler>(*sampler_);
-  batches_ahead_ = 0;
-  if (has_val) val_ahead_ = std::make_unique<SystemSampler>(*val_sampler_);
-  guard_ = std::make_unique<NonFiniteGuard>(device_.is_cpu());
   while (step < c.numb_steps) {
     const double lr = c.learning_rate.at(step);
-    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
     const Prefactors pref = prefactors(step);
-    prefetch_training_batches();
-    // The validation after this step: its frames are made while the step runs.
-    const int64_t next = step + 1;
-    if (has_val && (next == 1 || next % c.disp_freq == 0 || next == c.numb_steps)) prefetch_validation();
-    const auto batch = sampler_->next();
-    --batches_ahead_;
     ErrorSums trn;
-    const auto step_start = std::chrono::steady_clock::now();
-    const double making_before = store_->make_time().seconds;
-    // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
-    // zero_grad cannot detach).
-    for (auto& p : params_)
-      if (p.grad().defined()) p.mutable_grad().zero_();
-    const int64_t waits_before = store_->waits();
-    evaluate(train_set_, batch.system, sampler_->shard(batch, comm_->rank()), pref, true, trn);
-    if (store_->waits() > waits_before) ++waited_steps;
-    bool stop = g_interrupted;
-    if (world > 1) {
-      // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop
-      // flag (so that every rank stops after the same step when any of them got SIGINT or
-      // SIGTERM). The counts need no communication: every rank has a shard of the same size of
-      // the same system, so the global counts are the local ones times the ranks.
-      auto extras = torch::cat({trn.sums, torch::full({1}, stop ? 1.0 : 0.0, torch::kFloat64).to(device_)});
-      const auto sync_start = std::chrono::steady_clock::now();
-      const double wait_before = comm_->all_reduce_arrival_wait_seconds();
-      ddp_->sync(extras);
-      sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
-      if (wait_before >= 0) sync_wait_seconds_ += comm_->all_reduce_arrival_wait_seconds() - wait_before;
-      trn.sums = extras.narrow(0, 0, 4);
-      trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
-      stop = extras[4].item<double>() > 0;  // a device-to-host read every step: the ranks must agree on stopping
-    }
-    guard_->after_loss(trn.sums.narrow(0, 0, 1), step + 1, [&] {
-      std::ostringstream b;
-      b << "the batch of system " << train_raw_[batch.system].name << ", frames";
-      for (int64_t f : batch.frames) b << " " << f;
-      return b.str();
-    });
-    adam_step(*optimizer_, ema_.get());
-    step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    if (!options_.step_times.empty()) {
-      if (!device_.is_cpu()) trn.host();  // the step's time includes the device's work
-      step_ms.push_back({std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count(),
-                         1e3 * (store_->make_time().seconds - making_before)});
-    }
+    const bool stop = train_step(step, lr, pref, trn, progress);
     ++step;
-    if (step == start_step_ + 1 && root() && !tty)
-      std::printf("first step done %.2f s after the start (reading the data's headers, statistics, model)\n",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
-    const bool display = step == 1 || step % c.disp_freq == 0 || step == c.numb_steps;
-    if (display || (tty && (step % 10 == 0 || step == c.numb_steps))) last_loss = Rmse(trn).loss;
-    if (display) {
-      const std::string warning = model_->preparation_warning();
-      if (root() && !warning.empty() && printed_warning_.empty()) std::cout << (tty ? "\n" : "") << "warning: " << warning << "\n";
-      if (!warning.empty()) printed_warning_ = warning;
-      const Rmse trn_rmse(trn);
-      Rmse val_rmse;
-      if (has_val) {
-        AveragedWeights averaged(ema_.get());
-        val_rmse = Rmse(validate(pref));
-        guard_->after_validation(val_rmse.loss, step);
-      }
-      guard_->check_pending();
-      write_lcurve_line(step, lr, trn_rmse, has_val ? &val_rmse : nullptr);
-      if (!tty && root()) {
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const double rate = double(step - start_step_) / std::max(elapsed, 1e-9);
-        std::printf("step %ld/%ld  lr %.3e  loss %.4e  rmse_e %.4e  rmse_f %.4e  %.1f steps/s  ETA %s\n", long(step),
-                    long(c.numb_steps), lr, last_loss, trn_rmse.e, trn_rmse.f, rate,
-                    format_duration(double(c.numb_steps - step) / rate).c_str());
-        std::fflush(stdout);
-      }
-    }
-    if (tty && (step % 10 == 0 || step == c.numb_steps)) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double rate = double(step - start_step_) / std::max(elapsed, 1e-9);
-      const int width = 30, filled = int(width * double(step) / double(c.numb_steps));
-      std::printf("\r[%s%s] %ld/%ld  lr %.2e  loss %.3e  %.1f steps/s  ETA %s   ", std::string(size_t(filled), '#').c_str(),
-                  std::string(size_t(width - filled), '.').c_str(), long(step), long(c.numb_steps), lr, last_loss, rate,
-                  format_duration(double(c.numb_steps - step) / rate).c_str());
-      std::fflush(stdout);
-    }
+    report_step(step, lr, pref, trn, progress);
     if (root() && (step % c.save_freq == 0 || step == c.numb_steps)) save_checkpoint(step);
     if (stop) {
-      if (root() && step % c.save_freq != 0 && step != c.numb_steps) save_checkpoint(step);
-      if (root()) std::printf("%sinterrupted at step %ld: saved %s\n", tty ? "\n" : "", long(step), ckpt_path(step).c_str());
-      exit_code = g_signal == SIGTERM ? 143 : 130;
+      exit_code = stop_after(step, progress.tty);
       break;
     }
   }
-  if (root() && !options_.step_times.empty()) write_step_times(step_ms);
+  finish_loop(step, exit_code, progress);
+  return exit_code;
+}
+
+LoopProgress Trainer::start_loop() {
+  LoopProgress progress;
+  progress.tty = root() && ::isatty(STDOUT_FILENO);
+  progress.start = std::chrono::steady_clock::now();
+  reduces_before_ = comm_->all_reduces();
+  ahead_ = std::make_unique<SystemSampler>(*sampler_);
+  batches_ahead_ = 0;
+  if (!valid_.empty()) val_ahead_ = std::make_unique<SystemSampler>(*val_sampler_);
+  guard_ = std::make_unique<NonFiniteGuard>(device_.is_cpu());
+  return progress;
+}
+
+bool Trainer::train_step(int64_t step, double lr, const Prefactors& pref, ErrorSums& trn, LoopProgress& progress) {
+  const TrainConfig& c = config_;
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
+  prefetch_training_batches();
+  // The validation after this step: its frames are made while the step runs.
+  const int64_t next = step + 1;
+  if (!valid_.empty() && (next == 1 || next % c.disp_freq == 0 || next == c.numb_steps)) prefetch_validation();
+  const auto batch = sampler_->next();
+  --batches_ahead_;
+  const auto step_start = std::chrono::steady_clock::now();
+  const double making_before = store_->make_time().seconds;
+  // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
+  // zero_grad cannot detach).
+  for (auto& p : params_)
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  const int64_t waits_before = store_->waits();
+  evaluate(train_set_, batch.system, sampler_->shard(batch, comm_->rank()), pref, true, trn);
+  if (store_->waits() > waits_before) ++progress.waited_steps;
+  bool stop = g_interrupted;
+  if (comm_->size() > 1) stop = synchronise_step(trn, stop);
+  guard_->after_loss(trn.sums.narrow(0, 0, 1), step + 1, [&] {
+    std::ostringstream b;
+    b << "the batch of system " << train_raw_[batch.system].name << ", frames";
+    for (int64_t f : batch.frames) b << " " << f;
+    return b.str();
+  });
+  adam_step(*optimizer_, ema_.get());
+  step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+  if (!options_.step_times.empty()) {
+    if (!device_.is_cpu()) trn.host();  // the step's time includes the device's work
+    progress.step_times.push_back(
+        {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count(),
+         1e3 * (store_->make_time().seconds - making_before)});
+  }
+  return stop;
+}
+
+bool Trainer::synchronise_step(ErrorSums& trn, bool stop) {
+  // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop
+  // flag (so that every rank stops after the same step when any of them got SIGINT or
+  // SIGTERM). The counts need no communication: every rank has a shard of the same size of
+  // the same system, so the global counts are the local ones times the ranks.
+  const int world = comm_->size();
+  auto extras = torch::cat({trn.sums, torch::full({1}, stop ? 1.0 : 0.0, torch::kFloat64).to(device_)});
+  const auto sync_start = std::chrono::steady_clock::now();
+  const double wait_before = comm_->all_reduce_arrival_wait_seconds();
+  ddp_->sync(extras);
+  sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
+  if (wait_before >= 0) sync_wait_seconds_ += comm_->all_reduce_arrival_wait_seconds() - wait_before;
+  trn.sums = extras.narrow(0, 0, 4);
+  trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
+  return extras[4].item<double>() > 0;  // a device-to-host read every step: the ranks must agree on stopping
+}
+
+void Trainer::report_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn,
+                          LoopProgress& progress) {
+  const TrainConfig& c = config_;
+  if (step == start_step_ + 1 && root() && !progress.tty)
+    std::printf("first step done %.2f s after the start (reading the data's headers, statistics, model)\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  const bool display = step == 1 || step % c.disp_freq == 0 || step == c.numb_steps;
+  const bool bar = progress.tty && (step % 10 == 0 || step == c.numb_steps);
+  if (display || bar) progress.last_loss = rmse(trn).loss;
+  if (display) display_step(step, lr, pref, trn, progress);
+  if (bar) print_progress_bar(step, lr, progress);
+}
+
+void Trainer::display_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn,
+                           const LoopProgress& progress) {
+  const TrainConfig& c = config_;
+  const bool has_val = !valid_.empty();
+  const std::string warning = model_->preparation_warning();
+  if (root() && !warning.empty() && printed_warning_.empty())
+    std::cout << (progress.tty ? "\n" : "") << "warning: " << warning << "\n";
+  if (!warning.empty()) printed_warning_ = warning;
+  const CurveErrors trn_rmse = rmse(trn);
+  CurveErrors val_rmse;
+  if (has_val) {
+    AveragedWeights averaged(ema_.get());
+    val_rmse = rmse(validate(pref));
+    guard_->after_validation(val_rmse.loss, step);
+  }
+  guard_->check_pending();
+  if (lcurve_) lcurve_->write_line(step, lr, trn_rmse, has_val ? &val_rmse : nullptr);
+  if (!progress.tty && root()) {
+    const double rate = steps_per_second(step, progress);
+    std::printf("step %ld/%ld  lr %.3e  loss %.4e  rmse_e %.4e  rmse_f %.4e  %.1f steps/s  ETA %s\n", long(step),
+                long(c.numb_steps), lr, progress.last_loss, trn_rmse.energy, trn_rmse.force, rate,
+                format_duration(double(c.numb_steps - step) / rate).c_str());
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::print_progress_bar(int64_t step, double lr, const LoopProgress& progress) const {
+  const TrainConfig& c = config_;
+  const double rate = steps_per_second(step, progress);
+  const int width = 30, filled = int(width * double(step) / double(c.numb_steps));
+  std::printf("\r[%s%s] %ld/%ld  lr %.2e  loss %.3e  %.1f steps/s  ETA %s   ", std::string(size_t(filled), '#').c_str(),
+              std::string(size_t(width - filled), '.').c_str(), long(step), long(c.numb_steps), lr, progress.last_loss,
+              rate, format_duration(double(c.numb_steps - step) / rate).c_str());
+  std::fflush(stdout);
+}
+
+double Trainer::steps_per_second(int64_t step, const LoopProgress& progress) const {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
+  return double(step - start_step_) / std::max(elapsed, 1e-9);
+}
+
+int Trainer::stop_after(int64_t step, bool tty) {
+  const TrainConfig& c = config_;
+  if (root() && step % c.save_freq != 0 && step != c.numb_steps) save_checkpoint(step);
+  if (root())
+    std::printf("%sinterrupted at step %ld: saved %s\n", tty ? "\n" : "", long(step), checkpoints_.path(step).c_str());
+  return g_signal == SIGTERM ? 143 : 130;
+}
+
+void Trainer::finish_loop(int64_t step, int exit_code, const LoopProgress& progress) {
+  if (root() && !options_.step_times.empty()) write_step_times(options_.step_times, start_step_, progress.step_times);
   if (lcurve_) lcurve_->commit();
-  if (tty) std::printf("\n");
+  if (progress.tty) std::printf("\n");
   if (root()) {
     const FrameStore::MakeTime made = store_->make_time();
     std::printf("waited for data in %ld of %ld steps (frames made by the training thread or not yet ready); "
                 "%ld frames made, %.2f ms each\n",
-                long(waited_steps), long(step - start_step_), long(made.frames),
+                long(progress.waited_steps), long(step - start_step_), long(made.frames),
                 made.frames > 0 ? 1e3 * made.seconds / double(made.frames) : 0.0);
   }
   if (exit_code == 0 && root()) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
     std::printf("finished %ld steps in %.1f s; checkpoint %s\n", long(step - start_step_), elapsed,
-                ckpt_path(step).c_str());
+                checkpoints_.path(step).c_str());
   }
-  return exit_code;
 }
 
 void Trainer::print_communication() const {
