@@ -53,8 +53,10 @@ function(mlip_check_link_closure target)
     endif()
   endforeach()
   if(bad)
-    message(FATAL_ERROR "${target} links ${bad} (its link closure: ${closure}); docs/architecture.md \"Layers\" "
-                        "forbids it: the MD path stands on the inference library alone")
+    string(REPLACE ";" ", " bad "${bad}")
+    string(REPLACE ";" " " all "${closure}")
+    message(FATAL_ERROR "${target} links ${bad}, directly or through another library (its link closure: ${all}); "
+                        "docs/architecture.md forbids it: the MD path stands on the inference library alone")
   endif()
   string(REPLACE ";" " " text "${closure}")
   set_property(GLOBAL APPEND PROPERTY MLIP_LINK_CLOSURE_REPORT "${target}: ${text}")

@@ -8,12 +8,13 @@
 
 #include "models/capabilities.h"
 #include "test_util.h"
+#include "archive/model_archive.h"
 #include "frozen/freeze.h"
 
 using mlip::test::contains;
 using mlip::test::error_of;
 using mlip::test::TempDir;
-namespace train = mlip::train;
+namespace frozen = mlip::frozen;
 namespace archive = mlip::archive;
 
 namespace {

@@ -100,6 +100,163 @@ void fill_frame_graph(const data::System& sys, const data::Frame& frame, const m
   }
 }
 
+/// The files `mlip test` writes besides its report: the detail files (-d) and the predictions as
+/// extended XYZ (--xyz). Written beside their old versions and renamed over them at the end
+/// (commit), so a failed run (a full disk) leaves the old ones whole (archive/output_file.h); a
+/// FIFO or a character device is written into as a stream (docs/robustness.md "Special files").
+class TestOutputs {
+ public:
+  explicit TestOutputs(const TestOptions& options) : options_(options) {
+    using Mode = OutputFile::Mode;
+    constexpr SpecialTarget kStream = SpecialTarget::kStream;
+    if (!options.detail.empty()) {
+      remove_stale_temporaries(std::filesystem::path(options.detail).parent_path().string());
+      energy_ = std::make_unique<OutputFile>(options.detail + ".e.out", Mode::kReplace, "the energy detail file", kStream);
+      energy_per_atom_ = std::make_unique<OutputFile>(options.detail + ".e_peratom.out", Mode::kReplace,
+                                                      "the energy detail file", kStream);
+      force_ = std::make_unique<OutputFile>(options.detail + ".f.out", Mode::kReplace, "the force detail file", kStream);
+      energy_->write("# data_e pred_e\n");
+      energy_per_atom_->write("# data_e pred_e\n");
+      force_->write("# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n");
+      // The element of each row of .f.out (a file of its own: .f.out keeps dp test's columns).
+      elements_ = std::make_unique<OutputFile>(options.detail + ".f_elements.out", Mode::kReplace,
+                                               "the force detail file", kStream);
+      elements_->write("# element of each row of " + options.detail + ".f.out\n");
+    }
+    if (!options.xyz.empty())
+      xyz_ = std::make_unique<OutputFile>(options.xyz, Mode::kReplace, "the predictions file", kStream);
+  }
+
+  /// One frame's labels beside the prediction (energy eV, forces [N * 3] eV/Å, virial [9] eV).
+  void write(const data::System& sys, const data::Frame& frame, double energy, const double* forces,
+             const double* virial) {
+    const int64_t n = sys.natoms();
+    if (energy_ && !frame.energy.empty()) {
+      energy_->write(text([&](std::ostream& o) { o << frame.energy[0] << " " << energy << "\n"; }, 12));
+      energy_per_atom_->write(
+          text([&](std::ostream& o) { o << frame.energy[0] / double(n) << " " << energy / double(n) << "\n"; }, 12));
+    }
+    if (force_ && !frame.force.empty()) {
+      const double* label = frame.force.data();
+      force_->write(text([&](std::ostream& o) {
+        for (int64_t a = 0; a < n; ++a)
+          o << label[3 * a] << " " << label[3 * a + 1] << " " << label[3 * a + 2] << " " << forces[3 * a] << " "
+            << forces[3 * a + 1] << " " << forces[3 * a + 2] << "\n";
+      }, 10));
+      elements_->write(text([&](std::ostream& o) {
+        for (int64_t a = 0; a < n; ++a) o << sys.type_map[size_t(sys.types[size_t(a)])] << "\n";
+      }, 10));
+    }
+    if (!options_.detail.empty() && !frame.virial.empty()) write_virial(frame.virial.data(), virial);
+    if (xyz_) xyz_->write(data::extxyz_frame(sys, frame, options_.keys, "mlip", energy, forces, virial));
+  }
+
+  /// Renames every file over its old version.
+  void commit() {
+    for (auto* file : {energy_.get(), energy_per_atom_.get(), force_.get(), virial_.get(), elements_.get(), xyz_.get()})
+      if (file) file->commit();
+  }
+
+ private:
+  /// The text `print` writes, numbers to `digits` significant digits.
+  template <typename Print>
+  static std::string text(Print print, int digits) {
+    std::ostringstream o;
+    o << std::setprecision(digits);
+    print(o);
+    return o.str();
+  }
+
+  /// .v.out, made with the first frame that has a virial label.
+  void write_virial(const double* label, const double* virial) {
+    if (!virial_) {
+      virial_ = std::make_unique<OutputFile>(options_.detail + ".v.out", OutputFile::Mode::kReplace,
+                                             "the virial detail file", SpecialTarget::kStream);
+      virial_->write("# data_vxx data_vxy data_vxz data_vyx data_vyy data_vyz data_vzx data_vzy data_vzz pred_vxx pred_vxy "
+                     "pred_vxz pred_vyx pred_vyy pred_vyz pred_vzx pred_vzy pred_vzz\n");
+    }
+    virial_->write(text([&](std::ostream& o) {
+      for (int k = 0; k < 9; ++k) o << label[k] << " ";
+      for (int k = 0; k < 9; ++k) o << virial[k] << (k < 8 ? " " : "\n");
+    }, 10));
+  }
+
+  const TestOptions& options_;
+  std::unique_ptr<OutputFile> energy_, energy_per_atom_, force_, virial_, elements_, xyz_;
+};
+
+/// The model's prediction must be finite to be compared: an error naming the frame otherwise.
+void check_finite(const std::string& path, const data::System& sys, int64_t frame, const models::InferenceResult& out) {
+  bool finite = std::isfinite(out.energy);
+  for (double v : out.forces) finite = finite && std::isfinite(v);
+  for (double v : out.virial) finite = finite && std::isfinite(v);
+  if (finite) return;
+  std::ostringstream m;
+  m << path << ": system " << sys.name << ": frame " << frame << ": the model's prediction is not finite (energy "
+    << (std::isnan(out.energy) ? std::string("NaN") : std::to_string(out.energy))
+    << "); no errors are reported from a prediction that is NaN or Inf";
+  throw Error(m.str());
+}
+
+/// A frame's errors into `m`: energy (and per atom), forces, virial (and per atom), where labelled.
+void add_errors(const data::Frame& frame, int64_t natoms, const models::InferenceResult& out, Metrics& m) {
+  if (!frame.energy.empty()) {
+    const double de = out.energy - frame.energy[0];
+    m.e.add(de);
+    m.e_atom.add(de / double(natoms));
+  }
+  if (!frame.force.empty())
+    for (int64_t k = 0; k < natoms * 3; ++k) m.f.add(out.forces[size_t(k)] - frame.force[size_t(k)]);
+  if (!frame.virial.empty())
+    for (int k = 0; k < 9; ++k) {
+      const double dv = out.virial[size_t(k)] - frame.virial[size_t(k)];
+      m.v.add(dv);
+      m.v_atom.add(dv / double(natoms));
+    }
+  ++m.frames;
+}
+
+/// One system's frames (the first numb_test, or all) through the model's forward: their errors,
+/// each frame written to `outputs`.
+Metrics test_system(const std::string& path, const data::System& sys, const TestOptions& options, double rcut,
+                    models::Inference& inference, TestOutputs& outputs) {
+  const int64_t nframes = options.numb_test > 0 ? std::min(options.numb_test, sys.nframes) : sys.nframes;
+  const std::vector<int64_t> types(sys.types.begin(), sys.types.end());
+  data::NeighborListBuilder<double> builder;
+  FrameGraph frame_graph;
+  Metrics m;
+  for (int64_t f = 0; f < nframes; ++f) {
+    data::Frame frame = sys.frame(f);
+    const models::PairList pairs =
+        models::pair_list(builder.build(frame.coord.data(), sys.natoms(), frame.cell(), sys.pbc, rcut));
+    fill_frame_graph(sys, frame, pairs, types, frame_graph);
+    models::Request request;
+    request.graph = &frame_graph.graph;
+    const models::InferenceResult out = inference.evaluate(request);
+    check_finite(path, sys, f, out);
+    add_errors(frame, sys.natoms(), out, m);
+    outputs.write(sys, frame, out.energy, out.forces.data(), out.virial.data());
+  }
+  return m;
+}
+
+/// The report's blocks after the systems': per config type (when there is more than the
+/// default one) and the weighted average over all systems.
+void print_summary(const std::map<std::string, Metrics>& by_type, const std::map<std::string, int64_t>& systems_of_type,
+                   const Metrics& total, size_t systems, bool any_e, bool any_f, bool any_v) {
+  if (by_type.size() > 1 || by_type.count("Default") == 0)
+    for (const auto& [type, m] : by_type) {
+      std::printf("# ----------config type %s-----------\n", type.c_str());
+      std::printf("# number of systems : %ld, frames : %ld\n", long(systems_of_type.at(type)), long(m.frames));
+      print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0);
+      std::printf("# -----------------------------------------------\n");
+    }
+  std::printf("# ----------weighted average of errors-----------\n");
+  std::printf("# number of systems : %zu\n", systems);
+  print_metrics(total, any_e, any_f, any_v);
+  std::printf("# -----------------------------------------------\n");
+}
+
 }  // namespace
 
 int run_test(const TestOptions& options) {
@@ -114,115 +271,17 @@ int run_test(const TestOptions& options) {
   auto systems = data::load_systems(options.systems, type_map, "", data::Loading::kStreamed, options.keys);
   if (type_map.size() != stored_type_names(extra).size())
     throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
-
-  // Detail files: written beside their old versions and renamed over them at the end, so a
-  // failed run (a full disk) leaves the old ones whole (archive/output_file.h).
-  std::unique_ptr<OutputFile> fe, fea, ff, fv, fel;
-  if (!options.detail.empty()) {
-    using Mode = OutputFile::Mode;
-    // A FIFO or a character device is written into as a stream (docs/robustness.md "Special files").
-    constexpr SpecialTarget kStream = SpecialTarget::kStream;
-    remove_stale_temporaries(std::filesystem::path(options.detail).parent_path().string());
-    fe = std::make_unique<OutputFile>(options.detail + ".e.out", Mode::kReplace, "the energy detail file", kStream);
-    fea = std::make_unique<OutputFile>(options.detail + ".e_peratom.out", Mode::kReplace, "the energy detail file", kStream);
-    ff = std::make_unique<OutputFile>(options.detail + ".f.out", Mode::kReplace, "the force detail file", kStream);
-    fe->write("# data_e pred_e\n");
-    fea->write("# data_e pred_e\n");
-    ff->write("# data_fx data_fy data_fz pred_fx pred_fy pred_fz\n");
-    // The element of each row of .f.out (a file of its own: .f.out keeps dp test's columns).
-    fel = std::make_unique<OutputFile>(options.detail + ".f_elements.out", Mode::kReplace, "the force detail file",
-                                       kStream);
-    fel->write("# element of each row of " + options.detail + ".f.out\n");
-  }
-  std::unique_ptr<OutputFile> fxyz;
-  if (!options.xyz.empty())
-    fxyz = std::make_unique<OutputFile>(options.xyz, OutputFile::Mode::kReplace, "the predictions file",
-                                        SpecialTarget::kStream);
-  std::ostringstream line;
+  TestOutputs outputs(options);
+  // The model's own TorchScript forward, as plain PyTorch would call it (docs/deploy.md).
+  models::TorchScriptInference inference(model, torch::kCPU, dtype, rcut);
   // Over systems: MAE weighted by element count, RMSE = sqrt(sum rmse^2 n / sum n); the same per
   // config type (extended XYZ's config_type, docs/data.md).
   Metrics total;
   std::map<std::string, Metrics> by_type;
   std::map<std::string, int64_t> systems_of_type;
   bool any_e = false, any_f = false, any_v = false;
-  data::NeighborListBuilder<double> builder;
-  // The model's own TorchScript forward, as plain PyTorch would call it (docs/deploy.md).
-  models::TorchScriptInference inference(model, torch::kCPU, dtype, rcut);
-  FrameGraph frame_graph;
   for (const auto& sys : systems) {
-    const int64_t nframes = options.numb_test > 0 ? std::min(options.numb_test, sys.nframes) : sys.nframes;
-    const int64_t n = sys.natoms();
-    Metrics m;
-    const std::vector<int64_t> types(sys.types.begin(), sys.types.end());
-    for (int64_t f = 0; f < nframes; ++f) {
-      data::Frame frame = sys.frame(f);
-      const models::PairList pairs = models::pair_list(builder.build(frame.coord.data(), n, frame.cell(), sys.pbc, rcut));
-      fill_frame_graph(sys, frame, pairs, types, frame_graph);
-      models::Request request;
-      request.graph = &frame_graph.graph;
-      const models::InferenceResult out = inference.evaluate(request);
-      const double e_pred = out.energy;
-      const torch::Tensor forces = torch::tensor(out.forces, torch::kFloat64);
-      const torch::Tensor virial = torch::tensor(std::vector<double>(out.virial.begin(), out.virial.end()), torch::kFloat64);
-      if (!std::isfinite(e_pred) || !torch::isfinite(forces).all().item<bool>() ||
-          !torch::isfinite(virial).all().item<bool>()) {
-        std::ostringstream m;
-        m << path << ": system " << sys.name << ": frame " << f << ": the model's prediction is not finite (energy "
-          << (std::isnan(e_pred) ? std::string("NaN") : std::to_string(e_pred)) << "); no errors are reported from a prediction that is NaN or Inf";
-        throw Error(m.str());
-      }
-      if (!frame.energy.empty()) {
-        const double de = e_pred - frame.energy[0];
-        m.e.add(de);
-        m.e_atom.add(de / double(n));
-        if (fe) {
-          line.str("");
-          line << std::setprecision(12) << frame.energy[0] << " " << e_pred << "\n";
-          fe->write(line.str());
-          line.str("");
-          line << std::setprecision(12) << frame.energy[0] / double(n) << " " << e_pred / double(n) << "\n";
-          fea->write(line.str());
-        }
-      }
-      const double* fp = forces.data_ptr<double>();
-      if (!frame.force.empty()) {
-        const double* fl = frame.force.data();
-        for (int64_t k = 0; k < n * 3; ++k) m.f.add(fp[k] - fl[k]);
-        if (ff) {
-          line.str("");
-          for (int64_t a = 0; a < n; ++a)
-            line << std::setprecision(10) << fl[3 * a] << " " << fl[3 * a + 1] << " " << fl[3 * a + 2] << " "
-                 << fp[3 * a] << " " << fp[3 * a + 1] << " " << fp[3 * a + 2] << "\n";
-          ff->write(line.str());
-          line.str("");
-          for (int64_t a = 0; a < n; ++a) line << sys.type_map[size_t(sys.types[size_t(a)])] << "\n";
-          fel->write(line.str());
-        }
-      }
-      if (!frame.virial.empty()) {
-        const double* vp = virial.data_ptr<double>();
-        const double* vl = frame.virial.data();
-        for (int k = 0; k < 9; ++k) {
-          m.v.add(vp[k] - vl[k]);
-          m.v_atom.add((vp[k] - vl[k]) / double(n));
-        }
-        if (!options.detail.empty()) {
-          if (!fv) {
-            fv = std::make_unique<OutputFile>(options.detail + ".v.out", OutputFile::Mode::kReplace,
-                                              "the virial detail file", SpecialTarget::kStream);
-            fv->write("# data_vxx data_vxy data_vxz data_vyx data_vyy data_vyz data_vzx data_vzy data_vzz pred_vxx pred_vxy "
-                      "pred_vxz pred_vyx pred_vyy pred_vyz pred_vzx pred_vzy pred_vzz\n");
-          }
-          line.str("");
-          for (int k = 0; k < 9; ++k) line << std::setprecision(10) << vl[k] << " ";
-          for (int k = 0; k < 9; ++k) line << std::setprecision(10) << vp[k] << (k < 8 ? " " : "\n");
-          fv->write(line.str());
-        }
-      }
-      if (fxyz) fxyz->write(data::extxyz_frame(sys, frame, options.keys, "mlip", e_pred, forces.data_ptr<double>(),
-                                                virial.data_ptr<double>()));
-      ++m.frames;
-    }
+    const Metrics m = test_system(path, sys, options, rcut, inference, outputs);
     std::printf("# ---------------output of mlip test---------------\n");
     std::printf("# testing system : %s\n", sys.name.c_str());
     std::printf("# number of test data : %ld\n", long(m.frames));
@@ -233,19 +292,8 @@ int run_test(const TestOptions& options) {
     by_type[sys.config_type] += m;
     ++systems_of_type[sys.config_type];
   }
-  for (auto* file : {fe.get(), fea.get(), ff.get(), fv.get(), fel.get(), fxyz.get()})
-    if (file) file->commit();
-  if (by_type.size() > 1 || by_type.count("Default") == 0)
-    for (const auto& [type, m] : by_type) {
-      std::printf("# ----------config type %s-----------\n", type.c_str());
-      std::printf("# number of systems : %ld, frames : %ld\n", long(systems_of_type[type]), long(m.frames));
-      print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0);
-      std::printf("# -----------------------------------------------\n");
-    }
-  std::printf("# ----------weighted average of errors-----------\n");
-  std::printf("# number of systems : %zu\n", systems.size());
-  print_metrics(total, any_e, any_f, any_v);
-  std::printf("# -----------------------------------------------\n");
+  outputs.commit();
+  print_summary(by_type, systems_of_type, total, systems.size(), any_e, any_f, any_v);
   return 0;
 }
 

@@ -183,7 +183,6 @@ struct Potential::Impl {
   // The model's own inference (Evaluation::kAuto on the CPU, where its registry entry has one),
   // else its TorchScript forward (models/torchscript_inference.h).
   std::unique_ptr<models::Inference> inference;
-  bool own_inference = false;
   data::NeighborListBuilder<double> builder_double;
   data::NeighborListBuilder<float> builder_float;
   Timings timings;
@@ -249,10 +248,7 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), device.str()) != caps.inference.end();
   if (wanted == Evaluation::kAuto && own_here) {
     const models::InferenceEntry* entry = models::find_inference(model_type);
-    if (entry != nullptr && entry->inference) {
-      inference = entry->inference(record, module);
-      own_inference = true;
-    }
+    if (entry != nullptr && entry->inference) inference = entry->inference(record, module);
   }
   if (!inference) inference = std::make_unique<models::TorchScriptInference>(module, device, dtype, r_max);
 }

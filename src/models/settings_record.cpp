@@ -131,6 +131,14 @@ std::vector<std::string> SettingsRecord::words(const std::string& key, const std
   return it == values_.end() ? fallback : split_words(it->second);
 }
 
+void SettingsRecord::copy_renamed(SettingsRecord& to,
+                                  const std::vector<std::pair<std::string, std::string>>& from_into) const {
+  for (const auto& [from, into] : from_into) {
+    auto it = values_.find(from);
+    if (it != values_.end()) to.set(into, it->second);
+  }
+}
+
 std::string SettingsRecord::to_text() const {
   std::string text = kHeader + std::to_string(kVersion) + "\n";
   for (const auto& [key, value] : values_) text += key + ": " + value + "\n";

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mlip::models {
@@ -48,6 +49,10 @@ class SettingsRecord {
   std::string to_text() const;
   /// Reads to_text()'s form; errors name `source` and the line.
   static SettingsRecord parse(const std::string& text, const std::string& source);
+
+  /// Copies each `from` key present here into `to` under the name `into` (values as they are):
+  /// how a reader of an older form renames its keys into the record's.
+  void copy_renamed(SettingsRecord& to, const std::vector<std::pair<std::string, std::string>>& from_into) const;
 
   /// The version it was read with (kVersion for a record made here).
   int version() const { return version_; }

@@ -241,23 +241,22 @@ class EquivariantInference : public Inference {
   std::vector<std::vector<int64_t>> layer_outputs_;  // equivariant_layer_outputs(config_)
 };
 
-/// The record of an equivariant model frozen by mlip 0.1.0, from its stored training input's
-/// keys of that version (model.*) and the defaults that version applied.
+/// The record of an equivariant model frozen by mlip 0.1.0: its stored training input's values
+/// under that version's keys (model.*), renamed into the record's; absent keys take, when read,
+/// the defaults that version applied.
 SettingsRecord legacy_equivariant_record(const SettingsRecord& input) {
-  const EquivariantConfig defaults;
-  EquivariantConfig c;
-  c.num_features = input.integer("num_features", defaults.num_features);
-  c.l_max = input.integer("l_max", defaults.l_max);
-  c.parity = input.flag("parity", defaults.parity);
-  c.num_layers = input.integer("num_layers", defaults.num_layers);
-  c.correlation = input.integer("correlation", defaults.correlation);
-  c.readout_every_layer = input.text("readout", "last") == "every_layer";
-  c.num_bessels = input.integer("num_bessels", defaults.num_bessels);
-  c.polynomial_p = input.number("polynomial_p", defaults.polynomial_p);
-  c.radial_width = input.integer("radial_width", defaults.radial_width);
-  c.radial_depth = input.integer("radial_depth", defaults.radial_depth);
-  SettingsRecord record = equivariant_record(c);
-  record.set_integer("message_layers", c.num_layers);
+  SettingsRecord record;
+  input.copy_renamed(record, {{"num_features", "num_features"},
+                              {"l_max", "l_max"},
+                              {"parity", "parity"},
+                              {"num_layers", "num_layers"},
+                              {"correlation", "correlation"},
+                              {"num_bessels", "num_bessels"},
+                              {"polynomial_p", "polynomial_p"},
+                              {"radial_width", "radial_width"},
+                              {"radial_depth", "radial_depth"}});
+  record.set_flag("readout_every_layer", input.text("readout", "last") == "every_layer");
+  record.set_integer("message_layers", input.integer("num_layers", EquivariantConfig().num_layers));
   return record;
 }
 

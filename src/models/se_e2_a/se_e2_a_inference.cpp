@@ -70,21 +70,19 @@ class SeAInference : public Inference {
   std::vector<Counter> counters_;
 };
 
-/// The record of an se_e2_a model frozen by mlip 0.1.0, from its stored training input's key
-/// paths of that version (model.descriptor.*, model.fitting_net.*) and DeePMD's defaults, the
-/// ones that version applied.
+/// The record of an se_e2_a model frozen by mlip 0.1.0: its stored training input's values under
+/// that version's key paths (model.descriptor.*, model.fitting_net.*), renamed into the record's
+/// keys; absent keys take, when read, DeePMD's defaults, the ones that version applied.
 SettingsRecord legacy_se_e2_a_record(const SettingsRecord& input) {
-  const SeAConfig defaults;
-  SeAConfig c;
-  c.rcut = input.number("descriptor.rcut", defaults.rcut);
-  c.rcut_smth = input.number("descriptor.rcut_smth", defaults.rcut_smth);
-  c.neuron = input.integers("descriptor.neuron", defaults.neuron);
-  c.axis_neuron = input.integer("descriptor.axis_neuron", defaults.axis_neuron);
-  c.type_one_side = input.flag("descriptor.type_one_side", defaults.type_one_side);
-  c.resnet_dt = input.flag("descriptor.resnet_dt", defaults.resnet_dt);
-  c.fitting_neuron = input.integers("fitting_net.neuron", defaults.fitting_neuron);
-  c.fitting_resnet_dt = input.flag("fitting_net.resnet_dt", defaults.fitting_resnet_dt);
-  SettingsRecord record = se_e2_a_record(c);
+  SettingsRecord record;
+  input.copy_renamed(record, {{"descriptor.rcut", "rcut"},
+                              {"descriptor.rcut_smth", "rcut_smth"},
+                              {"descriptor.neuron", "neuron"},
+                              {"descriptor.axis_neuron", "axis_neuron"},
+                              {"descriptor.type_one_side", "type_one_side"},
+                              {"descriptor.resnet_dt", "resnet_dt"},
+                              {"fitting_net.neuron", "fitting_neuron"},
+                              {"fitting_net.resnet_dt", "fitting_resnet_dt"}});
   record.set_integer("message_layers", 1);
   return record;
 }
