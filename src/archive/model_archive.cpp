@@ -86,6 +86,16 @@ const std::vector<std::string>& model_metadata_keys() {
   return keys;
 }
 
+ExtraFiles model_metadata(const ExtraFiles& extra, const std::string& source, const std::string& kind) {
+  ExtraFiles meta;
+  for (const std::string& k : model_metadata_keys()) {
+    auto it = extra.find(k);
+    if (it == extra.end()) throw Error(source + ": the " + kind + " lacks '" + k + "' metadata");
+    meta[k] = it->second;
+  }
+  return meta;
+}
+
 std::string serialize_module(const torch::jit::Module& module, const ExtraFiles& extra) {
   torch::jit::ExtraFilesMap files(extra.begin(), extra.end());
   files.erase(kChecksumFile);

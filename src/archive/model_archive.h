@@ -16,6 +16,11 @@ using ExtraFiles = std::map<std::string, std::string>;
 /// The extra files every checkpoint carries and `mlip freeze` copies into the frozen model.
 const std::vector<std::string>& model_metadata_keys();
 
+/// The extra files of model_metadata_keys() out of `extra` (what a frozen model copies from the
+/// checkpoint or model it is made from). A missing one is an mlip::Error "<source>: the <kind>
+/// lacks '<key>' metadata".
+ExtraFiles model_metadata(const ExtraFiles& extra, const std::string& source, const std::string& kind);
+
 /// The module and its extra files as the bytes of a TorchScript archive, with one more extra
 /// file, `checksum`: "sha256:<hex>" over every other record of the archive (docs/robustness.md
 /// "Checksums"). Plain PyTorch loads the archive as any other.

@@ -65,12 +65,7 @@ void compress(const CompressRequest& request, std::ostream& log) {
   archive::remove_stale_temporaries(fs::path(request.output).parent_path().string());
   archive::ExtraFiles extra;
   torch::jit::Module module = archive::load_model(source, extra);
-  archive::ExtraFiles meta;
-  for (const std::string& k : archive::model_metadata_keys()) {
-    auto it = extra.find(k);
-    if (it == extra.end()) throw Error(source + ": the model lacks '" + k + "' metadata");
-    meta[k] = it->second;
-  }
+  archive::ExtraFiles meta = archive::model_metadata(extra, source, "model");
   // The model's settings as frozen (docs/deploy.md "Inference settings"); a checkpoint's (no
   // record yet) from the training input it stores, read as `mlip freeze` reads it.
   const bool checkpoint = extra.count("step") != 0 || extra.count("optimizer") != 0;

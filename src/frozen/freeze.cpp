@@ -20,12 +20,7 @@ void freeze(const std::string& checkpoint, const std::string& output) {
   archive::remove_stale_temporaries(fs::path(output).parent_path().string());
   archive::ExtraFiles extra;
   torch::jit::Module module = archive::load_model(source, extra);
-  archive::ExtraFiles meta;
-  for (const std::string& k : archive::model_metadata_keys()) {
-    auto it = extra.find(k);
-    if (it == extra.end()) throw Error(checkpoint + ": the checkpoint lacks '" + k + "' metadata");
-    meta[k] = it->second;
-  }
+  archive::ExtraFiles meta = archive::model_metadata(extra, checkpoint, "checkpoint");
   // What MD checks at load and rebuilds the model's computation from, so that it needs no
   // training input (docs/deploy.md "Capabilities", "Inference settings"). The training input is
   // read here, by the version that trained the model (or a later one reading its keys).

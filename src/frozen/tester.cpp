@@ -93,11 +93,10 @@ void fill_frame_graph(const data::System& sys, const data::Frame& frame, const m
   g.centre = out.centre.data();
   g.neighbour = out.neighbour.data();
   g.positions = frame.coord.data();
-  // A frame without a cell has no periodic images: no shifts (a zero cell).
-  if (frame.cell() != nullptr) {
-    g.cell = frame.box.data();
-    g.shifts = pairs.shift.data_ptr<double>();
-  }
+  // A frame without a cell has no periodic images: a zero cell and no shifts.
+  static const double kNoCell[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  g.cell = frame.cell() != nullptr ? frame.box.data() : kNoCell;
+  if (frame.cell() != nullptr) g.shifts = pairs.shift.data_ptr<double>();
 }
 
 /// The files `mlip test` writes besides its report: the detail files (-d) and the predictions as

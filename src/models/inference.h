@@ -37,7 +37,8 @@ struct AtomGraph {
   /// For evaluations from positions (the TorchScript forward, docs/deploy.md "Interface"): [nodes
   /// * 3] Å; null when only the vectors are given.
   const double* positions = nullptr;
-  /// [9] Å, row-major cell vectors a, b, c; null: the identity (shifts then in Å).
+  /// [9] Å, row-major cell vectors a, b, c (all zero for a frame without a cell); null: the
+  /// identity (shifts then in Å).
   const double* cell = nullptr;
   /// [npairs * 3]: the shift of each pair in cell vectors (Å when cell is null), so that
   /// d_ij = positions[j] - positions[i] + shift · cell; null: no shifts. Only with positions.

@@ -25,13 +25,13 @@ c10::Dict<std::string, torch::Tensor> forward_input(const AtomGraph& g, torch::D
     std::copy(g.neighbour, g.neighbour + g.npairs, edge_index.data_ptr<int64_t>() + g.npairs);
   }
   input.insert("edge_index", edge_index.to(device));
-  // Without a cell the shifts are displacements in Å (identity cell, as MD gives them) or none.
+  // Without a cell the shifts are displacements in Å (the identity cell, as MD gives them).
   if (g.cell != nullptr)
     input.insert("cell", torch::from_blob(const_cast<double*>(g.cell), {3, 3}, torch::kFloat64).to(device, dtype));
   else
-    input.insert("cell", g.shifts != nullptr ? torch::eye(3, real) : torch::zeros({3, 3}, real));
-  input.insert("edge_cell_shift",
-               g.shifts != nullptr ? rows_of(g.shifts, g.npairs).to(device, dtype) : torch::zeros({g.npairs, 3}, real));
+    input.insert("cell", torch::eye(3, real));
+  input.insert("edge_cell_shift", g.shifts != nullptr && g.npairs > 0 ? rows_of(g.shifts, g.npairs).to(device, dtype)
+                                                                     : torch::zeros({g.npairs, 3}, real));
   // Only the owned atoms' energies count; a graph of owned atoms only needs no mask.
   if (g.nlocal < g.nodes) input.insert("nlocal", torch::tensor(g.nlocal, i64));
   return input;
@@ -61,7 +61,8 @@ InferenceInputs TorchScriptInference::inputs() const {
 InferenceResult TorchScriptInference::evaluate(const Request& request) {
   const AtomGraph* graph = request.graph;
   if (graph == nullptr || request.exchange != nullptr || request.neighbors != nullptr) refuse(request);
-  if (graph->positions == nullptr) throw Error(describe() + ": the graph has no positions (forward needs them)");
+  if (graph->positions == nullptr && graph->nodes > 0)
+    throw Error(describe() + ": the graph has no positions (forward needs them)");
   const auto result = module_.forward({forward_input(*graph, device_, dtype_)}).toGenericDict();
   InferenceResult r;
   std::vector<double> energy;
