@@ -28,8 +28,8 @@ std::string literal(double v) {
 /// "The training path").
 struct Style {
   bool training = false;
-  /// The training function for MD inference (first derivatives only): the radial MLP as one
-  /// node that recomputes its activations (models/equivariant/radial_mlp.h).
+  /// The training function for MD inference (first derivatives only): the radial MLP fused
+  /// with each block's message contraction (models/equivariant/radial_message.h).
   bool inference = false;
   /// One function per block for MD with features exchanged between ranks (layer_<k>,
   /// equivariant_layer_source): per-node work on the owned rows [0, nlocal) only.
@@ -303,7 +303,10 @@ void deploy_messages_source(const Block& b, const std::string& L, int64_t f, std
 /// The same messages in the training path: one call of the message contraction
 /// (models/equivariant/message_contraction.h) for every path of the block, then the columns of each output
 /// irrep in the same layout as deploy_messages_source.
-void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics, std::ostream& o) {
+/// radial: for MD inference, the radial MLP's arguments (radial_arguments()): the MLP and the
+/// contraction as one fused call (models/equivariant/radial_message.h) instead of the weights `w`.
+void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics,
+                              const std::string& radial, std::ostream& o) {
   int64_t inputs = 0, outputs = 0;
   o << "    xt = torch.cat([";
   for (size_t k = 0; k < b.in.size(); ++k) o << (k ? ", " : "") << "x_" << b.in[k].name();
@@ -312,9 +315,14 @@ void training_messages_source(const Block& b, const std::string& L, int64_t f, i
   std::vector<int64_t> column(b.paths.size());
   for (size_t p = 0; p < b.paths.size(); ++p) column[p] = outputs, outputs += 2 * b.paths[p].out.l + 1;
   const int64_t np = int64_t(b.paths.size());
-  o << "    mt = mlip.message_contract(0, None, xt, w.reshape(-1, " << np << ", " << f << "), y, edges, params[\""
-    << L << "terms\"], params[\"" << L << "coefficients\"], [" << harmonics << ", " << inputs << ", " << outputs << ", "
-    << np << "])\n";
+  const std::string coupling = "params[\"" + L + "terms\"], params[\"" + L + "coefficients\"], [" +
+                               std::to_string(harmonics) + ", " + std::to_string(inputs) + ", " +
+                               std::to_string(outputs) + ", " + std::to_string(np) + "]";
+  if (radial.empty())
+    o << "    mt = mlip.message_contract(0, None, xt, w.reshape(-1, " << np << ", " << f << "), y, edges, " << coupling
+      << ")\n";
+  else
+    o << "    mt = mlip.radial_message(basis, " << radial << ", xt, y, edges, " << coupling << ")\n";
   for (const auto& out : b.out) {
     o << "    m_" << out.name() << " = torch.cat([";
     const auto ps = b.paths_to(out);
@@ -340,13 +348,15 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
     o << "    e_layers = e_layers + torch.matmul(x_" << even << (st.layered ? ".narrow(0, 0, nlocal)" : "")
       << "[:, :, 0], " << st.get(L + "readout") << ")[:, 0] / " << literal(std::sqrt(double(f))) << "\n";
   // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
+  // MD inference: the radial MLP runs inside the fused message call below.
+  std::string radial;
   if (st.inference) {
-    o << "    w = mlip.radial_mlp(basis, [";
-    for (int64_t d = 0; d < c.radial_depth; ++d) o << (d ? ", " : "") << st.get(L + "r" + std::to_string(d));
-    o << "], " << st.get(L + "rout") << ", [";
+    radial = "[";
+    for (int64_t d = 0; d < c.radial_depth; ++d) radial += (d ? ", " : "") + st.get(L + "r" + std::to_string(d));
+    radial += "], " + st.get(L + "rout") + ", [";
     for (int64_t d = 0; d < c.radial_depth; ++d)
-      o << (d ? ", " : "") << literal(std::sqrt(double(d == 0 ? c.num_bessels : c.radial_width)));
-    o << "], " << literal(std::sqrt(double(c.radial_width))) << ")\n";
+      radial += (d ? ", " : "") + literal(std::sqrt(double(d == 0 ? c.num_bessels : c.radial_width)));
+    radial += "], " + literal(std::sqrt(double(c.radial_width)));
   } else {
     o << "    h = basis\n";
     for (int64_t d = 0; d < c.radial_depth; ++d) {
@@ -368,7 +378,7 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
       << st.get(L + "lin1_" + in.name()) << "]) / " << literal(std::sqrt(double(f))) << "\n";
   // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
   if (st.training)
-    training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), o);
+    training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), radial, o);
   else
     deploy_messages_source(b, L, f, o);
   if (st.layered) {
@@ -391,10 +401,21 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   }
   for (const auto& out : b.targets) {
     const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
-    if (has_sc)
+    if (has_sc && st.inference) {
+      // MD: the self-connection type by type (each type's atoms through its [f, width] map)
+      // rather than its weights gathered per atom ([n, f, width]: most of a block's memory per atom).
+      const std::string sc = st.get(L + "sc_" + out.name()), z = "z_" + out.name(), s_in = "s_" + out.name();
+      o << "    sct = torch.zeros_like(" << z << ")\n"
+        << "    for t in range(" << sc << ".size(0)):\n"
+        << "        rows = torch.nonzero(atype == t).squeeze(1)\n"
+        << "        sct = sct.index_add(0, rows, torch.einsum('nfm,fg->ngm', [" << s_in << ".index_select(0, rows), " << sc
+        << "[t]]))\n"
+        << "    " << z << " = " << z << " + sct / " << literal(std::sqrt(double(f))) << "\n";
+    } else if (has_sc) {
       o << "    z_" << out.name() << " = z_" << out.name() << " + torch.einsum('nfm,nfg->ngm', [s_" << out.name()
         << ", " << st.get(L + "sc_" + out.name()) << ".index_select(0, atype)]) / " << literal(std::sqrt(double(f)))
         << "\n";
+    }
   }
   // Gates: even scalars through SiLU, odd scalars through tanh; every l > 0 channel times a
   // sigmoid gate (extra even-scalar channels).

@@ -54,7 +54,8 @@ std::string equivariant_source(const EquivariantConfig& config);
 /// basis of the Q distinct pairs, `pair[e]` the pair of edge e; `edges` the contraction's edge
 /// tables (models/equivariant/message_contraction.h). Calls the operator mlip::message_contract.
 /// inference: the variant for MD (first derivatives only, by the pair geometry), whose radial MLP
-/// is the operator mlip::radial_mlp (models/equivariant/radial_mlp.h), which keeps no activations.
+/// and message contraction are one operator, mlip::radial_message (models/equivariant/radial_message.h),
+/// which keeps neither the radial weights nor the MLP's activations.
 std::string equivariant_training_source(const EquivariantConfig& config, bool inference = false);
 
 /// The training path's body split per interaction block for MD with features exchanged between

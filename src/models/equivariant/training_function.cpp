@@ -8,6 +8,7 @@
 #include "error.h"
 #include "models/equivariant/message_contraction.h"
 #include "models/equivariant/product_basis.h"
+#include "models/equivariant/radial_message.h"
 #include "models/equivariant/radial_mlp.h"
 
 namespace mlip::models {
@@ -31,6 +32,7 @@ TrainingFunction::TrainingFunction(const EquivariantConfig& config, bool inferen
   register_message_contraction();
   register_product_basis();
   register_radial_mlp();
+  register_radial_message();
   unit_ = std::make_shared<torch::jit::CompilationUnit>();
   try {
     unit_->define(c10::nullopt, equivariant_training_source(config, inference), std::make_shared<TrainingResolver>(),
