@@ -401,7 +401,18 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   }
   for (const auto& out : b.targets) {
     const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
-    if (has_sc && st.inference) {
+    if (has_sc && st.training && !st.inference) {
+      // Training: every type's map at once, one matrix product [n·(2l+1), f] x [f, types·width],
+      // then each atom's own type's rows picked (type_rows): a few operations, where the map
+      // gathered per atom is a batched product of n small matrices, slow to run and to
+      // differentiate twice for small frames. Costs `types` times the arithmetic (few types).
+      const std::string sc = st.get(L + "sc_" + out.name()), z = "z_" + out.name(), s_in = "s_" + out.name();
+      const int64_t m = 2 * out.l + 1;
+      o << "    sct = torch.matmul(" << s_in << ".transpose(1, 2), " << sc << ".permute(1, 0, 2).reshape(" << f
+        << ", -1)).reshape(n, " << m << ", " << sc << ".size(0), " << sc << ".size(2))\n"
+        << "    sct = sct.transpose(1, 2).reshape(-1, " << m << ", " << sc << ".size(2)).index_select(0, type_rows)\n"
+        << "    " << z << " = " << z << " + sct.transpose(1, 2) / " << literal(std::sqrt(double(f))) << "\n";
+    } else if (has_sc && st.inference) {
       // MD: the self-connection type by type (each type's atoms through its [f, width] map)
       // rather than its weights gathered per atom ([n, f, width]: most of a block's memory per atom).
       const std::string sc = st.get(L + "sc_" + out.name()), z = "z_" + out.name(), s_in = "s_" + out.name();
@@ -455,6 +466,11 @@ void readout_source(const EquivariantConfig& c, const Style& st, std::ostream& o
 /// basis `basis`, the harmonics `y` and the pairs (i, j) to the atomic energies `e`.
 void body_source(const EquivariantConfig& c, const std::vector<Block>& blocks, const Style& st, std::ostream& o) {
   embedding_source(c, st, o);
+  // The training path's self-connection picks row type_rows[a] = a · types + type of atom a
+  // from every type's map (block_source).
+  if (st.training && !st.inference && c.num_layers > 1)
+    o << "    type_rows = torch.arange(n, dtype=atype.dtype, device=atype.device) * " << st.get("embed")
+      << ".size(0) + atype\n";
   if (c.readout_every_layer) o << "    e_layers = torch.zeros([n], dtype=d.dtype, device=d.device)\n";
   for (size_t k = 0; k < blocks.size(); ++k) block_source(c, blocks[k], k, st, o);
   readout_source(c, st, o);
