@@ -15,20 +15,7 @@ namespace {
 
 enum Slot : int64_t { kMessages = 0, kFeatures = 1, kRadial = 2, kHarmonics = 3 };
 
-struct Term {
-  int64_t m, d, s, p;
-  double c;
-};
-
-std::vector<Term> terms_of(const ContractionTables& t) {
-  const auto idx = t.terms.to(torch::kCPU).contiguous();
-  const auto val = t.coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  const double* vp = val.data_ptr<double>();
-  std::vector<Term> out(size_t(idx.size(0)));
-  for (size_t k = 0; k < out.size(); ++k) out[k] = {ip[4 * k], ip[4 * k + 1], ip[4 * k + 2], ip[4 * k + 3], vp[k]};
-  return out;
-}
+using Term = ContractionTerm;
 
 /// Output shape of a slot: [N, S, f], [N, D, f], [E, P, f], [E, H].
 std::vector<int64_t> shape_of(int64_t slot, const ContractionTables& t, int64_t f) {
@@ -152,7 +139,7 @@ MLIP_RANGE_CLONES(float)
 template <typename T>
 void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, torch::Tensor& out,
                 int64_t f) {
-  const std::vector<Term> terms = terms_of(t);
+  const std::vector<Term> terms = contraction_terms(t);
   auto ptr = [&](int64_t k) -> const T* { return k == slot ? nullptr : op[size_t(k)].template data_ptr<T>(); };
   const KernelArgs<T> a{terms.data(), int64_t(terms.size()), t.sizes[0], t.sizes[1], t.sizes[2], t.sizes[3], f,
                         t.centre.data_ptr<int64_t>(), t.neighbor.data_ptr<int64_t>(),
@@ -300,6 +287,16 @@ torch::Tensor message_contract_op(int64_t slot, const c10::optional<torch::Tenso
 }
 
 }  // namespace
+
+std::vector<ContractionTerm> contraction_terms(const ContractionTables& t) {
+  const auto idx = t.terms.to(torch::kCPU).contiguous();
+  const auto val = t.coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  const double* vp = val.data_ptr<double>();
+  std::vector<ContractionTerm> out(size_t(idx.size(0)));
+  for (size_t k = 0; k < out.size(); ++k) out[k] = {ip[4 * k], ip[4 * k + 1], ip[4 * k + 2], ip[4 * k + 3], vp[k]};
+  return out;
+}
 
 void ContractionTables::order_by_neighbor(const torch::Tensor& neighbor, int64_t natoms, torch::Tensor& by_neighbor,
                                           torch::Tensor& neighbor_offsets) {

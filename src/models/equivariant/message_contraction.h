@@ -42,6 +42,15 @@ struct ContractionTables {
                                 torch::Tensor& neighbor_offsets);
 };
 
+/// One coupling term (m, d, s, p) of ContractionTables::terms with its coefficient c.
+struct ContractionTerm {
+  int64_t m, d, s, p;
+  double c;
+};
+
+/// The tables' terms and coefficients as host terms (for the CPU kernels).
+std::vector<ContractionTerm> contraction_terms(const ContractionTables& tables);
+
 enum class ContractionKernel {
   kAuto,     ///< the CPU kernel for host tensors, kGeneric elsewhere
   kGeneric,  ///< LibTorch operations (gathers, batched products, index_add): any device

@@ -20,20 +20,7 @@ namespace {
 /// Edges per block: the rows of one block's MLP products (docs/equivariant.md "Inference in MD").
 constexpr int64_t kBlockEdges = 64;
 
-struct Term {
-  int64_t m, d, s, p;
-  double c;
-};
-
-std::vector<Term> terms_of(const ContractionTables& t) {
-  const auto idx = t.terms.to(torch::kCPU).contiguous();
-  const auto val = t.coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  const double* vp = val.data_ptr<double>();
-  std::vector<Term> out(size_t(idx.size(0)));
-  for (size_t k = 0; k < out.size(); ++k) out[k] = {ip[4 * k], ip[4 * k + 1], ip[4 * k + 2], ip[4 * k + 3], vp[k]};
-  return out;
-}
+using Term = ContractionTerm;
 
 /// The operands of the fused kernels, as raw host pointers.
 template <typename T>
@@ -316,7 +303,7 @@ class RadialMessage : public torch::autograd::Function<RadialMessage> {
                                                           tables->pair_edge};
     ctx->saved_data["coupling"] = std::vector<torch::Tensor>{tables->terms, tables->coefficients};
     ctx->saved_data["sizes"] = tables->sizes;
-    const std::vector<Term> terms = terms_of(*tables);
+    const std::vector<Term> terms = contraction_terms(*tables);
     const int64_t natoms = tables->centre_offsets.size(0) - 1;
     if (x.scalar_type() == torch::kFloat64)
       return forward_kernel(args_of<double>(terms, *tables, basis, weights, x, y), natoms, x.options());
@@ -335,7 +322,7 @@ class RadialMessage : public torch::autograd::Function<RadialMessage> {
                                             ctx->saved_data["sizes"].toIntVector());
     const auto weights = ctx->saved_data["weights"].toTensorVector();
     const bool need[3] = {ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2)};
-    const std::vector<Term> terms = terms_of(t);
+    const std::vector<Term> terms = contraction_terms(t);
     const int64_t natoms = t.centre_offsets.size(0) - 1, npairs = saved[0].size(0);
     const torch::Tensor g = grads[0].contiguous();
     std::vector<torch::Tensor> r;
