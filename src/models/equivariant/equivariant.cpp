@@ -303,8 +303,8 @@ void deploy_messages_source(const Block& b, const std::string& L, int64_t f, std
 /// The same messages in the training path: one call of the message contraction
 /// (models/equivariant/message_contraction.h) for every path of the block, then the columns of each output
 /// irrep in the same layout as deploy_messages_source.
-/// radial: for MD inference, the radial MLP's arguments (radial_arguments()): the MLP and the
-/// contraction as one fused call (models/equivariant/radial_message.h) instead of the weights `w`.
+/// radial: for MD inference, the radial MLP's arguments as block_source writes them: the MLP and
+/// the contraction as one fused call (models/equivariant/radial_message.h) instead of the weights `w`.
 void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics,
                               const std::string& radial, std::ostream& o) {
   int64_t inputs = 0, outputs = 0;
@@ -331,6 +331,36 @@ void training_messages_source(const Block& b, const std::string& L, int64_t f, i
       o << (k ? ", " : "") << "mt[:, " << c0 << ":" << c0 + 2 * out.l + 1 << ", :].transpose(1, 2)";
     }
     o << "], 1)\n";
+  }
+}
+
+/// The self-connection of an output irrep that is also an input of its block: z += s · sc[type]
+/// / √f, with the weights sc [types, f, width] chosen by the atom's type, written three ways.
+void self_connection_source(const Irrep& out, const std::string& L, int64_t f, const Style& st, std::ostream& o) {
+  const std::string sc = st.get(L + "sc_" + out.name()), z = "z_" + out.name(), s_in = "s_" + out.name();
+  const std::string divisor = literal(std::sqrt(double(f)));
+  if (st.training && !st.inference) {
+    // Training: every type's map at once, one matrix product [n·(2l+1), f] x [f, types·width],
+    // then each atom's own type's rows picked (type_rows): a few operations, where the map
+    // gathered per atom is a batched product of n small matrices, slow to run and to
+    // differentiate twice for small frames. Costs `types` times the arithmetic (few types).
+    const int64_t m = 2 * out.l + 1;
+    o << "    sct = torch.matmul(" << s_in << ".transpose(1, 2), " << sc << ".permute(1, 0, 2).reshape(" << f
+      << ", -1)).reshape(n, " << m << ", " << sc << ".size(0), " << sc << ".size(2))\n"
+      << "    sct = sct.transpose(1, 2).reshape(-1, " << m << ", " << sc << ".size(2)).index_select(0, type_rows)\n"
+      << "    " << z << " = " << z << " + sct.transpose(1, 2) / " << divisor << "\n";
+  } else if (st.inference) {
+    // MD: type by type (each type's atoms through its [f, width] map) rather than the weights
+    // gathered per atom ([n, f, width]: most of a block's memory per atom).
+    o << "    sct = torch.zeros_like(" << z << ")\n"
+      << "    for t in range(" << sc << ".size(0)):\n"
+      << "        rows = torch.nonzero(atype == t).squeeze(1)\n"
+      << "        sct = sct.index_add(0, rows, torch.einsum('nfm,fg->ngm', [" << s_in << ".index_select(0, rows), " << sc
+      << "[t]]))\n"
+      << "    " << z << " = " << z << " + sct / " << divisor << "\n";
+  } else {  // the saved model: the weights gathered per atom
+    o << "    " << z << " = " << z << " + torch.einsum('nfm,nfg->ngm', [" << s_in << ", " << sc
+      << ".index_select(0, atype)]) / " << divisor << "\n";
   }
 }
 
@@ -399,35 +429,8 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
     else
       product_basis_source(b, L, f, st, o);
   }
-  for (const auto& out : b.targets) {
-    const bool has_sc = k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end();
-    if (has_sc && st.training && !st.inference) {
-      // Training: every type's map at once, one matrix product [n·(2l+1), f] x [f, types·width],
-      // then each atom's own type's rows picked (type_rows): a few operations, where the map
-      // gathered per atom is a batched product of n small matrices, slow to run and to
-      // differentiate twice for small frames. Costs `types` times the arithmetic (few types).
-      const std::string sc = st.get(L + "sc_" + out.name()), z = "z_" + out.name(), s_in = "s_" + out.name();
-      const int64_t m = 2 * out.l + 1;
-      o << "    sct = torch.matmul(" << s_in << ".transpose(1, 2), " << sc << ".permute(1, 0, 2).reshape(" << f
-        << ", -1)).reshape(n, " << m << ", " << sc << ".size(0), " << sc << ".size(2))\n"
-        << "    sct = sct.transpose(1, 2).reshape(-1, " << m << ", " << sc << ".size(2)).index_select(0, type_rows)\n"
-        << "    " << z << " = " << z << " + sct.transpose(1, 2) / " << literal(std::sqrt(double(f))) << "\n";
-    } else if (has_sc && st.inference) {
-      // MD: the self-connection type by type (each type's atoms through its [f, width] map)
-      // rather than its weights gathered per atom ([n, f, width]: most of a block's memory per atom).
-      const std::string sc = st.get(L + "sc_" + out.name()), z = "z_" + out.name(), s_in = "s_" + out.name();
-      o << "    sct = torch.zeros_like(" << z << ")\n"
-        << "    for t in range(" << sc << ".size(0)):\n"
-        << "        rows = torch.nonzero(atype == t).squeeze(1)\n"
-        << "        sct = sct.index_add(0, rows, torch.einsum('nfm,fg->ngm', [" << s_in << ".index_select(0, rows), " << sc
-        << "[t]]))\n"
-        << "    " << z << " = " << z << " + sct / " << literal(std::sqrt(double(f))) << "\n";
-    } else if (has_sc) {
-      o << "    z_" << out.name() << " = z_" << out.name() << " + torch.einsum('nfm,nfg->ngm', [s_" << out.name()
-        << ", " << st.get(L + "sc_" + out.name()) << ".index_select(0, atype)]) / " << literal(std::sqrt(double(f)))
-        << "\n";
-    }
-  }
+  for (const auto& out : b.targets)
+    if (k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end()) self_connection_source(out, L, f, st, o);
   // Gates: even scalars through SiLU, odd scalars through tanh; every l > 0 channel times a
   // sigmoid gate (extra even-scalar channels).
   const auto gated = b.gated();
