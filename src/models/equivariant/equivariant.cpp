@@ -36,6 +36,22 @@ struct Style {
   bool layered = false;
   std::string get(const std::string& name) const { return training ? "params[\"" + name + "\"]" : "self." + name; }
   std::string avg_num_neighbors() const { return training ? "avg_num_neighbors" : "self.avg_num_neighbors"; }
+  /// The features' layout: [n, 2l+1, f] (channels last) in the training function, so that
+  /// each linear map is one matrix product and the custom operators' operands need no
+  /// transposes; [n, f, 2l+1] in the saved model (docs/equivariant.md "The training path").
+  bool channels_last() const { return training; }
+  /// Component `m` of the features `x` of one irrep: [n, f].
+  std::string component(const std::string& x, int m) const {
+    return x + (channels_last() ? "[:, " : "[:, :, ") + std::to_string(m) + "]";
+  }
+  /// The channels [c0, c1) of `x`: [n, c1 - c0, 2l+1] or [n, 2l+1, c1 - c0].
+  std::string channels(const std::string& x, int64_t c0, int64_t c1) const {
+    return x + (channels_last() ? "[:, :, " : "[:, ") + std::to_string(c0) + ":" + std::to_string(c1) + "]";
+  }
+  /// `x` times the linear map `w` [f_in, f_out] over the channels.
+  std::string linear(const std::string& x, const std::string& w) const {
+    return channels_last() ? "torch.matmul(" + x + ", " + w + ")" : "torch.einsum('nfm,fg->ngm', [" + x + ", " + w + "])";
+  }
 };
 
 /// An irreducible representation: angular momentum l and parity p (+1 even, -1 odd; 0 when
@@ -201,9 +217,13 @@ void training_product_basis_source(const EquivariantConfig& c, const Block& b, s
     for (size_t q = 0; q < v.size(); ++q) s += (q ? ", " : "") + std::to_string(v[q]);
     return s + "]";
   };
-  o << "    at = torch.cat([";
-  for (size_t a = 0; a < b.out.size(); ++a) o << (a ? ", " : "") << "a_" << b.out[a].name() << ".transpose(1, 2)";
-  o << "], 1).contiguous()\n";
+  if (b.out.size() == 1) {
+    o << "    at = a_" << b.out[0].name() << "\n";
+  } else {
+    o << "    at = torch.cat([";
+    for (size_t a = 0; a < b.out.size(); ++a) o << (a ? ", " : "") << "a_" << b.out[a].name();
+    o << "], 1)\n";
+  }
   std::vector<ProductTables> mine;
   for (const ProductTables& p : product_couplings(c))
     if (p.block == int64_t(k)) mine.push_back(p);
@@ -223,7 +243,7 @@ void training_product_basis_source(const EquivariantConfig& c, const Block& b, s
       any = true;
     }
     if (!any) o << "    bt = torch.zeros([n, " << 2 * t.l + 1 << ", " << f << "], dtype=d.dtype, device=d.device)\n";
-    o << "    z_" << t.name() << " = torch.einsum('nmf,fg->ngm', [bt, " << st.get(L + "lin3_" + t.name()) << "]) / "
+    o << "    z_" << t.name() << " = torch.matmul(bt, " << st.get(L + "lin3_" + t.name()) << ") / "
       << literal(std::sqrt(double(f) * double(nq))) << "\n";
   }
 }
@@ -301,19 +321,23 @@ void deploy_messages_source(const Block& b, const std::string& L, int64_t f, std
 }
 
 /// The same messages in the training path: one call of the message contraction
-/// (models/equivariant/message_contraction.h) for every path of the block, then the columns of each output
-/// irrep in the same layout as deploy_messages_source.
+/// (models/equivariant/message_contraction.h) for every path of the block. Its output rows are
+/// ordered by output irrep, then component, then path (message_couplings), so that each output
+/// irrep's messages m_<irrep> [n, 2l+1, f * paths] are a view of its rows, channels last.
 /// radial: for MD inference, the radial MLP's arguments as block_source writes them: the MLP and
 /// the contraction as one fused call (models/equivariant/radial_message.h) instead of the weights `w`.
 void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics,
                               const std::string& radial, std::ostream& o) {
   int64_t inputs = 0, outputs = 0;
-  o << "    xt = torch.cat([";
-  for (size_t k = 0; k < b.in.size(); ++k) o << (k ? ", " : "") << "x_" << b.in[k].name();
-  o << "], 2).transpose(1, 2).contiguous()\n";
+  if (b.in.size() == 1) {
+    o << "    xt = x_" << b.in[0].name() << "\n";
+  } else {
+    o << "    xt = torch.cat([";
+    for (size_t k = 0; k < b.in.size(); ++k) o << (k ? ", " : "") << "x_" << b.in[k].name();
+    o << "], 1)\n";
+  }
   for (const auto& in : b.in) inputs += 2 * in.l + 1;
-  std::vector<int64_t> column(b.paths.size());
-  for (size_t p = 0; p < b.paths.size(); ++p) column[p] = outputs, outputs += 2 * b.paths[p].out.l + 1;
+  for (const auto& out : b.out) outputs += (2 * out.l + 1) * int64_t(b.paths_to(out).size());
   const int64_t np = int64_t(b.paths.size());
   const std::string coupling = "params[\"" + L + "terms\"], params[\"" + L + "coefficients\"], [" +
                                std::to_string(harmonics) + ", " + std::to_string(inputs) + ", " +
@@ -323,14 +347,12 @@ void training_messages_source(const Block& b, const std::string& L, int64_t f, i
       << ")\n";
   else
     o << "    mt = mlip.radial_message(basis, " << radial << ", xt, y, edges, " << coupling << ")\n";
+  int64_t first = 0;
   for (const auto& out : b.out) {
-    o << "    m_" << out.name() << " = torch.cat([";
-    const auto ps = b.paths_to(out);
-    for (size_t k = 0; k < ps.size(); ++k) {
-      const int64_t c0 = column[size_t(ps[k])];
-      o << (k ? ", " : "") << "mt[:, " << c0 << ":" << c0 + 2 * out.l + 1 << ", :].transpose(1, 2)";
-    }
-    o << "], 1)\n";
+    const int64_t paths = int64_t(b.paths_to(out).size()), rows = (2 * out.l + 1) * paths;
+    o << "    m_" << out.name() << " = " << (rows == outputs ? "mt" : "mt.narrow(1, " + std::to_string(first) + ", " + std::to_string(rows) + ")")
+      << ".reshape(n, " << 2 * out.l + 1 << ", " << f * paths << ")\n";
+    first += rows;
   }
 }
 
@@ -339,24 +361,23 @@ void training_messages_source(const Block& b, const std::string& L, int64_t f, i
 void self_connection_source(const Irrep& out, const std::string& L, int64_t f, const Style& st, std::ostream& o) {
   const std::string sc = st.get(L + "sc_" + out.name()), z = "z_" + out.name(), s_in = "s_" + out.name();
   const std::string divisor = literal(std::sqrt(double(f)));
+  const int64_t m = 2 * out.l + 1;
   if (st.training && !st.inference) {
     // Training: every type's map at once, one matrix product [n·(2l+1), f] x [f, types·width],
-    // then each atom's own type's rows picked (type_rows): a few operations, where the map
-    // gathered per atom is a batched product of n small matrices, slow to run and to
-    // differentiate twice for small frames. Costs `types` times the arithmetic (few types).
-    const int64_t m = 2 * out.l + 1;
-    o << "    sct = torch.matmul(" << s_in << ".transpose(1, 2), " << sc << ".permute(1, 0, 2).reshape(" << f
-      << ", -1)).reshape(n, " << m << ", " << sc << ".size(0), " << sc << ".size(2))\n"
-      << "    sct = sct.transpose(1, 2).reshape(-1, " << m << ", " << sc << ".size(2)).index_select(0, type_rows)\n"
-      << "    " << z << " = " << z << " + sct.transpose(1, 2) / " << divisor << "\n";
+    // then each row's own type's part picked (type_rows_<2l+1>, body_source): a few operations,
+    // where the map gathered per atom is a batched product of n small matrices, slow to run and
+    // to differentiate twice for small frames. Costs `types` times the arithmetic (few types).
+    o << "    sct = torch.matmul(" << s_in << ", " << sc << ".permute(1, 0, 2).reshape(" << f << ", -1))\n"
+      << "    sct = sct.reshape(-1, " << sc << ".size(2)).index_select(0, type_rows_" << m << ").reshape(n, " << m
+      << ", " << sc << ".size(2))\n"
+      << "    " << z << " = " << z << " + sct / " << divisor << "\n";
   } else if (st.inference) {
     // MD: type by type (each type's atoms through its [f, width] map) rather than the weights
     // gathered per atom ([n, f, width]: most of a block's memory per atom).
     o << "    sct = torch.zeros_like(" << z << ")\n"
       << "    for t in range(" << sc << ".size(0)):\n"
       << "        rows = torch.nonzero(atype == t).squeeze(1)\n"
-      << "        sct = sct.index_add(0, rows, torch.einsum('nfm,fg->ngm', [" << s_in << ".index_select(0, rows), " << sc
-      << "[t]]))\n"
+      << "        sct = sct.index_add(0, rows, " << st.linear(s_in + ".index_select(0, rows)", sc + "[t]") << ")\n"
       << "    " << z << " = " << z << " + sct / " << divisor << "\n";
   } else {  // the saved model: the weights gathered per atom
     o << "    " << z << " = " << z << " + torch.einsum('nfm,nfg->ngm', [" << s_in << ", " << sc
@@ -375,8 +396,8 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   // MACE's readouts of every layer: each block's input scalars (the previous block's output)
   // through a linear map of their own, summed into the energy.
   if (c.readout_every_layer && k > 0)
-    o << "    e_layers = e_layers + torch.matmul(x_" << even << (st.layered ? ".narrow(0, 0, nlocal)" : "")
-      << "[:, :, 0], " << st.get(L + "readout") << ")[:, 0] / " << literal(std::sqrt(double(f))) << "\n";
+    o << "    e_layers = e_layers + torch.matmul(" << st.component("x_" + even + (st.layered ? ".narrow(0, 0, nlocal)" : ""), 0)
+      << ", " << st.get(L + "readout") << ")[:, 0] / " << literal(std::sqrt(double(f))) << "\n";
   // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
   // MD inference: the radial MLP runs inside the fused message call below.
   std::string radial;
@@ -404,8 +425,8 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   // Linear mixing of the input features per irrep; keep the input for the self-connection.
   for (const auto& in : b.in)
     o << "    s_" << in.name() << " = x_" << in.name() << "\n"
-      << "    x_" << in.name() << " = torch.einsum('nfm,fg->ngm', [x_" << in.name() << ", "
-      << st.get(L + "lin1_" + in.name()) << "]) / " << literal(std::sqrt(double(f))) << "\n";
+      << "    x_" << in.name() << " = " << st.linear("x_" + in.name(), st.get(L + "lin1_" + in.name())) << " / "
+      << literal(std::sqrt(double(f))) << "\n";
   // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
   if (st.training)
     training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), radial, o);
@@ -419,9 +440,14 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   }
   for (const auto& out : b.out) {
     const auto ps = b.paths_to(out);
-    o << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = torch.einsum('ncm,cg->ngm', [m_"
-      << out.name() << " / (" << st.avg_num_neighbors() << " ** 0.5), " << st.get(L + "lin2_" + out.name())
-      << "]) / " << literal(std::sqrt(double(f * int64_t(ps.size())))) << "\n";
+    const std::string divisor = literal(std::sqrt(double(f * int64_t(ps.size()))));
+    o << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = ";
+    if (st.channels_last())  // both scales as one factor on the product
+      o << "torch.matmul(m_" << out.name() << ", " << st.get(L + "lin2_" + out.name()) << ") * (1.0 / ("
+        << st.avg_num_neighbors() << " ** 0.5) / " << divisor << ")\n";
+    else
+      o << st.linear("m_" + out.name() + " / (" + st.avg_num_neighbors() + " ** 0.5)", st.get(L + "lin2_" + out.name()))
+        << " / " << divisor << "\n";
   }
   if (c.correlation > 1) {
     if (st.training)
@@ -439,11 +465,11 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
     const bool is_even = out.p >= 0;
     if (out == Irrep{0, c.parity ? 1 : 0}) {
       o << "    g = z_" << out.name() << "\n"
-        << "    x_" << out.name() << " = g[:, 0:" << f << "]\n"
+        << "    x_" << out.name() << " = " << st.channels("g", 0, f) << "\n"
         << "    x_" << out.name() << " = x_" << out.name() << " * torch.sigmoid(x_" << out.name() << ")\n";
       for (size_t q = 0; q < gated.size(); ++q)
-        o << "    x_" << gated[q].name() << " = z_" << gated[q].name() << " * torch.sigmoid(g[:, "
-          << f * int64_t(q + 1) << ":" << f * int64_t(q + 2) << "])\n";
+        o << "    x_" << gated[q].name() << " = z_" << gated[q].name() << " * torch.sigmoid("
+          << st.channels("g", f * int64_t(q + 1), f * int64_t(q + 2)) << ")\n";
     } else {
       o << "    x_" << out.name() << " = " << (is_even ? "z_" + out.name() + " * torch.sigmoid(z_" + out.name() + ")"
                                                        : "torch.tanh(z_" + out.name() + ")")
@@ -455,12 +481,12 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
 /// The embedding: the even scalars of layer 0 from the atom types.
 void embedding_source(const EquivariantConfig& c, const Style& st, std::ostream& o) {
   o << "    x_" << Irrep{0, c.parity ? 1 : 0}.name() << " = " << st.get("embed")
-    << ".index_select(0, atype).unsqueeze(2)\n";
+    << ".index_select(0, atype).unsqueeze(" << (st.channels_last() ? 1 : 2) << ")\n";
 }
 
 /// The last readout (plus the earlier layers' readouts in e_layers) into `e`, unscaled.
 void readout_source(const EquivariantConfig& c, const Style& st, std::ostream& o) {
-  o << "    e = torch.matmul(x_" << Irrep{0, c.parity ? 1 : 0}.name() << "[:, :, 0], " << st.get("readout")
+  o << "    e = torch.matmul(" << st.component("x_" + Irrep{0, c.parity ? 1 : 0}.name(), 0) << ", " << st.get("readout")
     << ")[:, 0] / " << literal(std::sqrt(double(c.num_features))) << (c.readout_every_layer ? " + e_layers" : "")
     << "\n";
 }
@@ -469,11 +495,14 @@ void readout_source(const EquivariantConfig& c, const Style& st, std::ostream& o
 /// basis `basis`, the harmonics `y` and the pairs (i, j) to the atomic energies `e`.
 void body_source(const EquivariantConfig& c, const std::vector<Block>& blocks, const Style& st, std::ostream& o) {
   embedding_source(c, st, o);
-  // The training path's self-connection picks row type_rows[a] = a · types + type of atom a
-  // from every type's map (block_source).
+  // The training path's self-connection of an irrep of 2l+1 components picks row
+  // type_rows_<2l+1>[a·(2l+1) + m] = (a·(2l+1) + m) · types + type of atom a from every type's
+  // map (self_connection_source).
   if (st.training && !st.inference && c.num_layers > 1)
-    o << "    type_rows = torch.arange(n, dtype=atype.dtype, device=atype.device) * " << st.get("embed")
-      << ".size(0) + atype\n";
+    for (int64_t l = 0; l <= c.l_max; ++l)
+      o << "    type_rows_" << 2 * l + 1 << " = (torch.arange(n * " << 2 * l + 1
+        << ", dtype=atype.dtype, device=atype.device).reshape(n, " << 2 * l + 1 << ") * " << st.get("embed")
+        << ".size(0) + atype.unsqueeze(1)).reshape(-1)\n";
   if (c.readout_every_layer) o << "    e_layers = torch.zeros([n], dtype=d.dtype, device=d.device)\n";
   for (size_t k = 0; k < blocks.size(); ++k) block_source(c, blocks[k], k, st, o);
   readout_source(c, st, o);
@@ -567,6 +596,14 @@ std::vector<BlockCoupling> message_couplings(const EquivariantConfig& c) {
     std::map<Irrep, int64_t> first;  // each input irrep's first component in the features
     int64_t inputs = 0, outputs = 0;
     for (const auto& in : b.in) first[in] = inputs, inputs += 2 * in.l + 1;
+    // Output rows by output irrep, component m3, then the irrep's paths (training_messages_source).
+    std::vector<int64_t> out_row(b.paths.size()), out_stride(b.paths.size());
+    for (const auto& out : b.out) {
+      const auto ps = b.paths_to(out);
+      for (size_t k = 0; k < ps.size(); ++k)
+        out_row[size_t(ps[k])] = outputs + int64_t(k), out_stride[size_t(ps[k])] = int64_t(ps.size());
+      outputs += (2 * out.l + 1) * int64_t(ps.size());
+    }
     std::vector<int64_t> rows;
     std::vector<double> values;
     for (size_t p = 0; p < b.paths.size(); ++p) {
@@ -577,10 +614,10 @@ std::vector<BlockCoupling> message_couplings(const EquivariantConfig& c) {
         for (int64_t m2 = 0; m2 < cg.size(1); ++m2)
           for (int64_t m3 = 0; m3 < cg.size(2); ++m3)
             if (a[m1][m2][m3] != 0.0) {
-              rows.insert(rows.end(), {path.l2 * path.l2 + m2, first[path.in] + m1, outputs + m3, int64_t(p)});
+              rows.insert(rows.end(),
+                          {path.l2 * path.l2 + m2, first[path.in] + m1, out_row[p] + m3 * out_stride[p], int64_t(p)});
               values.push_back(a[m1][m2][m3]);
             }
-      outputs += 2 * path.out.l + 1;
     }
     BlockCoupling k;
     k.terms = torch::tensor(rows, torch::kInt64).reshape({-1, 4});

@@ -62,7 +62,7 @@ std::string equivariant_training_source(const EquivariantConfig& config, bool in
 /// ranks (docs/equivariant.md "Features exchanged between ranks"): TorchScript functions
 /// `layer_<k>(params, avg_num_neighbors, basis, pair, y, atype, edges, nlocal, x)` returning
 /// (e_k, x'). atype [N] are the types of all N nodes (the owned ones, [0, nlocal), first); x the
-/// block's input features of all N nodes, one [N, f, 2l+1] tensor per input irrep (empty for
+/// block's input features of all N nodes, one [N, 2l+1, f] tensor per input irrep (empty for
 /// block 0: the embedding); edges as in the MD variant of equivariant_training_source, centres
 /// owned. e_k [nlocal] is block k's part of the owned atoms' energies (scaled; the last block
 /// adds the shift); x' the block's output features of the owned atoms (empty for the last).

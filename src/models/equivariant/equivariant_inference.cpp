@@ -177,12 +177,13 @@ class EquivariantInference : public Inference {
     return w;
   }
 
-  /// The columns of `rows` [N, width] as one [N, f, 2l+1] tensor per irrep (views).
+  /// The columns of `rows` [N, width] as one [N, 2l+1, f] tensor per irrep (views; the training
+  /// function's channels-last layout).
   std::vector<torch::Tensor> split(const torch::Tensor& rows, const std::vector<int64_t>& sizes) const {
     std::vector<torch::Tensor> x;
     int64_t column = 0;
     for (int64_t s : sizes) {
-      x.push_back(rows.narrow(1, column, config_.num_features * s).reshape({rows.size(0), config_.num_features, s}));
+      x.push_back(rows.narrow(1, column, config_.num_features * s).reshape({rows.size(0), s, config_.num_features}));
       column += config_.num_features * s;
     }
     return x;

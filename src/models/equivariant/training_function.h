@@ -35,7 +35,7 @@ class TrainingFunction {
                        const std::vector<torch::Tensor>& edges) const;
 
   /// Block k of the MD variant on its own (equivariant_layer_source(); the inference variant
-  /// only): the owned atoms' energy part e_k [nlocal] and output features (one [nlocal, f, 2l+1]
+  /// only): the owned atoms' energy part e_k [nlocal] and output features (one [nlocal, 2l+1, f]
   /// tensor per irrep; none after the last block) from the input features `x` of all nodes.
   std::pair<torch::Tensor, std::vector<torch::Tensor>> layer(int64_t k, const c10::Dict<std::string, torch::Tensor>& params,
                                                              double avg_num_neighbors, const torch::Tensor& basis,
