@@ -11,6 +11,8 @@
 #include <random>
 #include <type_traits>
 
+#include "test_util.h"
+
 namespace {
 
 using mlip::models::product_contract;
@@ -123,42 +125,48 @@ TYPED_TEST(ProductBasis, EveryPartialByBothKernelsEqualsTheNaiveGradient) {
 // a graph (the forces' ingredients), a loss of them, and its gradients by R, W and a (second
 // derivatives) through the custom autograd, against autograd through the naive F's with the
 // same tensors. Also for products of one factor (B from a) and two (B from P).
-TYPED_TEST(ProductBasis, SecondDerivativesEqualAutogradOfTheNaiveReference) {
-  // P's rows are the B coupling's K1: build P's coupling with M = K1 and K1 = K2 = K3 = K (a's rows).
+/// The pair products' coupling of the staged tests: P's rows are K1 of the products below, from
+/// a's rows (K3) twice.
+ProductCoupling pair_coupling() {
   ProductCoupling pairs = random_coupling(5, 2, false);
-  {
-    auto t = pairs.terms.clone();
-    std::mt19937 rng(6);
-    for (int64_t r = 0; r < t.size(0); ++r) {
-      t[r][0] = int64_t(rng() % kRows[2]);
-      t[r][2] = int64_t(rng() % kRows[4]);
-      t[r][3] = int64_t(rng() % kRows[4]);
-    }
-    pairs.terms = t;
-    pairs.sizes = {kRows[2], 0, kRows[4], kRows[4], 0};
+  auto t = pairs.terms.clone();
+  std::mt19937 rng(6);
+  for (int64_t r = 0; r < t.size(0); ++r) {
+    t[r][0] = int64_t(rng() % kRows[2]);
+    t[r][2] = int64_t(rng() % kRows[4]);
+    t[r][3] = int64_t(rng() % kRows[4]);
   }
+  pairs.terms = t;
+  pairs.sizes = {kRows[2], 0, kRows[4], kRows[4], 0};
+  return pairs;
+}
+
+/// The products of the staged tests: of one factor (from a), two (from P) or three (P and a).
+ProductCoupling staged_coupling(int64_t factors, unsigned seed = 3) {
+  ProductCoupling coupling = random_coupling(seed, factors);
+  auto t = coupling.terms.clone();
+  if (factors == 1) {  // from a directly: its rows are K3's (a's)
+    for (int64_t r = 0; r < t.size(0); ++r) t[r][2] = t[r][2].item<int64_t>() % kRows[4];
+    coupling.sizes = {kRows[0], kRows[1], kRows[4], 0, 0};
+  } else if (factors == 2) {  // from P alone: one operand
+    for (int64_t r = 0; r < t.size(0); ++r) t[r][3] = -1;
+    coupling.sizes = {kRows[0], kRows[1], kRows[2], 0, 0};
+  } else {  // (P, a): the second factor has a's rows
+    for (int64_t r = 0; r < t.size(0); ++r) {
+      t[r][3] = t[r][3].item<int64_t>() % kRows[4];
+      t[r][4] = -1;
+    }
+    coupling.sizes = {kRows[0], kRows[1], kRows[2], kRows[4], 0};
+  }
+  coupling.terms = t;
+  return coupling;
+}
+
+TYPED_TEST(ProductBasis, SecondDerivativesEqualAutogradOfTheNaiveReference) {
+  const ProductCoupling pairs = pair_coupling();
   for (int64_t factors = 1; factors <= 3; ++factors) {
     SCOPED_TRACE(std::to_string(factors) + " factors");
-    ProductCoupling coupling = random_coupling(3, factors);
-    if (factors == 1) {  // from a directly: its rows are K3's (a's)
-      auto t = coupling.terms.clone();
-      for (int64_t r = 0; r < t.size(0); ++r) t[r][2] = t[r][2].item<int64_t>() % kRows[4];
-      coupling.terms = t;
-      coupling.sizes = {kRows[0], kRows[1], kRows[4], 0, 0};
-    } else if (factors == 2) {  // from P alone: one operand
-      auto t = coupling.terms.clone();
-      for (int64_t r = 0; r < t.size(0); ++r) t[r][3] = -1;
-      coupling.terms = t;
-      coupling.sizes = {kRows[0], kRows[1], kRows[2], 0, 0};
-    } else {  // (P, a): the second factor has a's rows
-      auto t = coupling.terms.clone();
-      for (int64_t r = 0; r < t.size(0); ++r) {
-        t[r][3] = t[r][3].item<int64_t>() % kRows[4];
-        t[r][4] = -1;
-      }
-      coupling.terms = t;
-      coupling.sizes = {kRows[0], kRows[1], kRows[2], kRows[4], 0};
-    }
+    const ProductCoupling coupling = staged_coupling(factors);
     const auto base = random_operands(this->dtype(), 4);
     const auto u = random_operands(this->dtype(), 6);  // loss weights of the first derivatives
     auto loss_grads = [&](bool naive) {
@@ -202,6 +210,61 @@ TYPED_TEST(ProductBasis, SecondDerivativesEqualAutogradOfTheNaiveReference) {
     // The comparison can fail: the second derivatives do not vanish.
     EXPECT_GT(reference[factors > 1 ? 2 : 0].abs().max().template item<double>(), 1e-3);
   }
+}
+
+// A target's products of one, two and three factors as one product sum (operands G 0, W 1, a 2,
+// P 3) equal the three products summed, to second order as in the model's training step: the
+// energy <R, B>, its first derivatives by W and a with a graph, a loss of them, and the loss's
+// gradients by R, W and a.
+TYPED_TEST(ProductBasis, ProductSumEqualsItsFormsSummedToSecondOrder) {
+  using mlip::models::ProductForm;
+  const ProductCoupling pairs = pair_coupling();
+  const std::vector<ProductForm> forms = {{staged_coupling(1, 11), {0, 1, 2, -1, -1}},
+                                          {staged_coupling(2, 12), {0, 1, 3, -1, -1}},
+                                          {staged_coupling(3, 13), {0, 1, 3, 2, -1}}};
+  const auto base = random_operands(this->dtype(), 14);
+  const auto u = random_operands(this->dtype(), 15);
+  auto loss_grads = [&](bool summed) {
+    auto r = base[0].clone().requires_grad_(true);
+    auto w = base[1].clone().requires_grad_(true);
+    auto a = base[4].clone().requires_grad_(true);
+    const torch::Tensor none;
+    const auto p = product_contract(0, {none, none, a, a, none}, pairs);
+    torch::Tensor b;
+    if (summed) {
+      b = mlip::models::product_sum(0, {none, w, a, p}, forms);
+    } else {
+      b = product_contract(0, {none, w, a, none, none}, forms[0].coupling) +
+          product_contract(0, {none, w, p, none, none}, forms[1].coupling) +
+          product_contract(0, {none, w, p, a, none}, forms[2].coupling);
+    }
+    const auto first = torch::autograd::grad({(r * b).sum()}, {w, a}, {}, true, true);
+    const auto loss = (first[0] * u[1]).sum() + (first[1] * u[4]).sum() + first[1].pow(2).sum();
+    auto g = torch::autograd::grad({loss}, {r, w, a});
+    g.push_back(b.detach());
+    return g;
+  };
+  const auto reference = loss_grads(false);
+  const auto fast = loss_grads(true);
+  const char* names[] = {"d loss / d R", "d loss / d W", "d loss / d a", "B"};
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_GT(reference[k].abs().max().template item<double>(), 1e-3) << names[k] << ": a quantity that can differ";
+    EXPECT_LT(relative(fast[k], reference[k]), this->tolerance()) << names[k];
+  }
+}
+
+TEST(ProductBasisErrors, ProductSumRefusesAnOperandInTwoSlotsOrInNoForm) {
+  using mlip::models::ProductForm;
+  const auto op = random_operands(torch::kFloat64, 16);
+  const torch::Tensor none;
+  const std::vector<ProductForm> twice = {{pair_coupling(), {0, -1, 1, 1, -1}}};
+  EXPECT_NE(std::string(mlip::test::error_of([&] { mlip::models::product_sum(0, {none, op[4]}, twice); }))
+                .find("operand 1 fills two slots of one form"),
+            std::string::npos);
+  const std::vector<ProductForm> one = {{staged_coupling(1), {0, 1, 2, -1, -1}}};
+  EXPECT_NE(std::string(mlip::test::error_of([&] { mlip::models::product_sum(3, {op[0], op[1], op[4], none}, one); }))
+                .find("no form holds operand 3"),
+            std::string::npos);
 }
 
 // The CPU kernel is deterministic: bit-identical results for 1 and 2 threads.

@@ -40,14 +40,20 @@ struct Style {
   /// each linear map is one matrix product and the custom operators' operands need no
   /// transposes; [n, f, 2l+1] in the saved model (docs/equivariant.md "The training path").
   bool channels_last() const { return training; }
+  // (TorchScript's x[:, a:b] is one slice per dimension, each an operation to differentiate
+  // twice: the training function writes one select or narrow, or nothing for all the channels.)
   /// Component `m` of the features `x` of one irrep: [n, f].
   std::string component(const std::string& x, int m) const {
-    return x + (channels_last() ? "[:, " : "[:, :, ") + std::to_string(m) + "]";
+    return channels_last() ? x + ".select(1, " + std::to_string(m) + ")" : x + "[:, :, " + std::to_string(m) + "]";
   }
-  /// The channels [c0, c1) of `x`: [n, c1 - c0, 2l+1] or [n, 2l+1, c1 - c0].
-  std::string channels(const std::string& x, int64_t c0, int64_t c1) const {
-    return x + (channels_last() ? "[:, :, " : "[:, ") + std::to_string(c0) + ":" + std::to_string(c1) + "]";
+  /// The channels [c0, c1) of `x` (of `width` channels): [n, c1 - c0, 2l+1] or [n, 2l+1, c1 - c0].
+  std::string channels(const std::string& x, int64_t c0, int64_t c1, int64_t width) const {
+    if (!channels_last()) return x + "[:, " + std::to_string(c0) + ":" + std::to_string(c1) + "]";
+    if (c0 == 0 && c1 == width) return x;
+    return x + ".narrow(2, " + std::to_string(c0) + ", " + std::to_string(c1 - c0) + ")";
   }
+  /// The one column of a readout's product [n, 1]: [n].
+  std::string column(const std::string& x) const { return x + (channels_last() ? ".squeeze(1)" : "[:, 0]"); }
   /// `x` times the linear map `w` [f_in, f_out] over the channels.
   std::string linear(const std::string& x, const std::string& w) const {
     return channels_last() ? "torch.matmul(" + x + ", " + w + ")" : "torch.einsum('nfm,fg->ngm', [" + x + ", " + w + "])";
@@ -205,17 +211,22 @@ void product_basis_source(const Block& b, const std::string& L, int64_t f, const
 }
 
 /// The same product basis in the training path (docs/equivariant.md "The training path"): the
-/// block's messages side by side, their pair products P once, then per target one call of the
-/// product-basis contraction (models/equivariant/product_basis.h) for each number of factors
-/// its products have.
+/// block's messages side by side, their pair products P once, then per target one product sum
+/// (models/equivariant/product_basis.h) of its products of one, two and three factors: forms
+/// (G, W, A), (G, W, P) and (G, W, P, A) over the operands G (the output), W, A and P.
 void training_product_basis_source(const EquivariantConfig& c, const Block& b, size_t k, const Style& st,
                                    std::ostream& o) {
   const int64_t f = c.num_features;
   const std::string L = "l" + std::to_string(k) + "_";
-  auto sizes = [](const std::vector<int64_t>& v) {
+  auto list = [](const std::vector<std::string>& v) {
     std::string s = "[";
-    for (size_t q = 0; q < v.size(); ++q) s += (q ? ", " : "") + std::to_string(v[q]);
+    for (size_t q = 0; q < v.size(); ++q) s += (q ? ", " : "") + v[q];
     return s + "]";
+  };
+  auto sizes = [&](const std::vector<int64_t>& v) {
+    std::vector<std::string> s;
+    for (int64_t x : v) s.push_back(std::to_string(x));
+    return list(s);
   };
   if (b.out.size() == 1) {
     o << "    at = a_" << b.out[0].name() << "\n";
@@ -231,18 +242,27 @@ void training_product_basis_source(const EquivariantConfig& c, const Block& b, s
     if (p.factors == 0)
       o << "    pp = mlip.product_basis(0, None, None, at, at, None, " << st.get(p.terms_name) << ", "
         << st.get(p.coefficients_name) << ", " << sizes(p.coupling.sizes) << ")\n";
+  // The operands' numbers in the sum: G 0, W 1, A 2, P 3; each form's slots (G, W, X1, X2, X3).
+  const std::vector<int64_t> slots_of[4] = {{}, {0, 1, 2, -1, -1}, {0, 1, 3, -1, -1}, {0, 1, 3, 2, -1}};
   for (const Irrep& t : b.targets) {
     const int64_t nq = int64_t(b.products_to(t).size());
-    o << "    pw = " << st.get(L + "pw_" + t.name()) << ".index_select(0, atype)\n";
-    bool any = false;
+    std::vector<std::string> terms, coefficients;
+    std::vector<int64_t> form_sizes, slots;
+    bool pairs = false;
     for (const ProductTables& p : mine) {
       if (p.factors == 0 || p.target != t.name()) continue;
-      o << "    " << (any ? "bt = bt + " : "bt = ") << "mlip.product_basis(0, None, pw, "
-        << (p.factors == 1 ? "at" : "pp") << ", " << (p.factors == 3 ? "at" : "None") << ", None, "
-        << st.get(p.terms_name) << ", " << st.get(p.coefficients_name) << ", " << sizes(p.coupling.sizes) << ")\n";
-      any = true;
+      terms.push_back(st.get(p.terms_name)), coefficients.push_back(st.get(p.coefficients_name));
+      form_sizes.insert(form_sizes.end(), p.coupling.sizes.begin(), p.coupling.sizes.end());
+      slots.insert(slots.end(), slots_of[p.factors].begin(), slots_of[p.factors].end());
+      pairs = pairs || p.factors > 1;
     }
-    if (!any) o << "    bt = torch.zeros([n, " << 2 * t.l + 1 << ", " << f << "], dtype=d.dtype, device=d.device)\n";
+    if (terms.empty()) {
+      o << "    bt = torch.zeros([n, " << 2 * t.l + 1 << ", " << f << "], dtype=d.dtype, device=d.device)\n";
+    } else {
+      o << "    bt = mlip.product_sum([" << st.get(L + "pw_" + t.name()) << ".index_select(0, atype), at"
+        << (pairs ? ", pp" : "") << "], " << list(terms) << ", " << list(coefficients) << ", " << sizes(form_sizes)
+        << ", " << sizes(slots) << ")\n";
+    }
     o << "    z_" << t.name() << " = torch.matmul(bt, " << st.get(L + "lin3_" + t.name()) << ") / "
       << literal(std::sqrt(double(f) * double(nq))) << "\n";
   }
@@ -396,18 +416,22 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   // MACE's readouts of every layer: each block's input scalars (the previous block's output)
   // through a linear map of their own, summed into the energy.
   if (c.readout_every_layer && k > 0)
-    o << "    e_layers = e_layers + torch.matmul(" << st.component("x_" + even + (st.layered ? ".narrow(0, 0, nlocal)" : ""), 0)
-      << ", " << st.get(L + "readout") << ")[:, 0] / " << literal(std::sqrt(double(f))) << "\n";
+    o << "    e_layers = e_layers + "
+      << st.column("torch.matmul(" + st.component("x_" + even + (st.layered ? ".narrow(0, 0, nlocal)" : ""), 0) +
+                   ", " + st.get(L + "readout") + ")")
+      << " / " << literal(std::sqrt(double(f))) << "\n";
   // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
-  // MD inference: the radial MLP runs inside the fused message call below.
+  // MD inference: the radial MLP runs inside the fused message call below; training: as one
+  // autograd node with its derivatives written out (models/equivariant/radial_mlp.h).
   std::string radial;
-  if (st.inference) {
+  if (st.training) {
     radial = "[";
     for (int64_t d = 0; d < c.radial_depth; ++d) radial += (d ? ", " : "") + st.get(L + "r" + std::to_string(d));
     radial += "], " + st.get(L + "rout") + ", [";
     for (int64_t d = 0; d < c.radial_depth; ++d)
       radial += (d ? ", " : "") + literal(std::sqrt(double(d == 0 ? c.num_bessels : c.radial_width)));
     radial += "], " + literal(std::sqrt(double(c.radial_width)));
+    if (!st.inference) o << "    w = mlip.radial_mlp_training(basis, " << radial << ")\n";
   } else {
     o << "    h = basis\n";
     for (int64_t d = 0; d < c.radial_depth; ++d) {
@@ -429,7 +453,7 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
       << literal(std::sqrt(double(f))) << "\n";
   // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
   if (st.training)
-    training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), radial, o);
+    training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), st.inference ? radial : "", o);
   else
     deploy_messages_source(b, L, f, o);
   if (st.layered) {
@@ -465,11 +489,11 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
     const bool is_even = out.p >= 0;
     if (out == Irrep{0, c.parity ? 1 : 0}) {
       o << "    g = z_" << out.name() << "\n"
-        << "    x_" << out.name() << " = " << st.channels("g", 0, f) << "\n"
+        << "    x_" << out.name() << " = " << st.channels("g", 0, f, f * int64_t(1 + gated.size())) << "\n"
         << "    x_" << out.name() << " = x_" << out.name() << " * torch.sigmoid(x_" << out.name() << ")\n";
       for (size_t q = 0; q < gated.size(); ++q)
         o << "    x_" << gated[q].name() << " = z_" << gated[q].name() << " * torch.sigmoid("
-          << st.channels("g", f * int64_t(q + 1), f * int64_t(q + 2)) << ")\n";
+          << st.channels("g", f * int64_t(q + 1), f * int64_t(q + 2), f * int64_t(1 + gated.size())) << ")\n";
     } else {
       o << "    x_" << out.name() << " = " << (is_even ? "z_" + out.name() + " * torch.sigmoid(z_" + out.name() + ")"
                                                        : "torch.tanh(z_" + out.name() + ")")
@@ -486,8 +510,8 @@ void embedding_source(const EquivariantConfig& c, const Style& st, std::ostream&
 
 /// The last readout (plus the earlier layers' readouts in e_layers) into `e`, unscaled.
 void readout_source(const EquivariantConfig& c, const Style& st, std::ostream& o) {
-  o << "    e = torch.matmul(" << st.component("x_" + Irrep{0, c.parity ? 1 : 0}.name(), 0) << ", " << st.get("readout")
-    << ")[:, 0] / " << literal(std::sqrt(double(c.num_features))) << (c.readout_every_layer ? " + e_layers" : "")
+  o << "    e = " << st.column("torch.matmul(" + st.component("x_" + Irrep{0, c.parity ? 1 : 0}.name(), 0) + ", " + st.get("readout") + ")")
+    << " / " << literal(std::sqrt(double(c.num_features))) << (c.readout_every_layer ? " + e_layers" : "")
     << "\n";
 }
 

@@ -242,8 +242,12 @@ torch::Tensor product_basis_op(int64_t slot, const c10::optional<torch::Tensor>&
 
 }  // namespace
 
-torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Tensor>& operands,
-                                      const ProductCoupling& coupling, ProductKernel kernel) {
+namespace {
+
+/// The operands of a partial by `slot` checked against the coupling's rows and made contiguous
+/// (absent and output slots undefined); `some` receives the operand giving nodes and channels.
+std::vector<torch::Tensor> checked_operands(int64_t slot, const std::vector<torch::Tensor>& operands,
+                                            const ProductCoupling& coupling, torch::Tensor& some) {
   if (slot < 0 || slot >= kSlots) throw Error("product basis: slot must be 0..4, got " + std::to_string(slot));
   if (operands.size() != size_t(kSlots))
     throw Error("product basis: expected 5 operands, got " + std::to_string(operands.size()));
@@ -254,7 +258,7 @@ torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Ten
   if (!present[size_t(slot)])
     throw Error("product basis: slot " + std::to_string(slot) + " is absent from these products (fewer factors)");
   const int64_t reference = reference_slot(slot, present);
-  const auto& some = operands[size_t(reference)];
+  some = operands[size_t(reference)];
   if (!some.defined() || some.dim() != 3)
     throw Error("product basis: operand " + std::to_string(reference) + " should be [nodes, " +
                 std::to_string(rows[size_t(reference)]) + ", channels], got " +
@@ -270,14 +274,31 @@ torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Ten
                   (x.defined() ? c10::str(x.sizes()) : std::string("none")));
     op[size_t(s)] = x.contiguous();
   }
-  if (kernel == ProductKernel::kGeneric || !some.device().is_cpu()) return generic_kernel(slot, op, coupling, f);
-  auto out = torch::zeros({nodes, rows[size_t(slot)], f}, some.options());
-  if (some.scalar_type() == torch::kFloat64)
+  return op;
+}
+
+/// out [nodes, rows of slot, f] += the partial by `slot` (CPU kernel; host tensors).
+void accumulate_cpu(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
+                    torch::Tensor& out) {
+  const int64_t f = out.size(2);
+  if (out.scalar_type() == torch::kFloat64)
     cpu_kernel<double>(slot, op, coupling, out, f);
-  else if (some.scalar_type() == torch::kFloat32)
+  else if (out.scalar_type() == torch::kFloat32)
     cpu_kernel<float>(slot, op, coupling, out, f);
   else
     throw Error("product basis: expected float32 or float64 operands");
+}
+
+}  // namespace
+
+torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Tensor>& operands,
+                                      const ProductCoupling& coupling, ProductKernel kernel) {
+  torch::Tensor some;
+  const auto op = checked_operands(slot, operands, coupling, some);
+  const int64_t f = some.size(-1);
+  if (kernel == ProductKernel::kGeneric || !some.device().is_cpu()) return generic_kernel(slot, op, coupling, f);
+  auto out = torch::zeros({some.size(0), rows_of(coupling)[size_t(slot)], f}, some.options());
+  accumulate_cpu(slot, op, coupling, out);
   return out;
 }
 
@@ -297,10 +318,156 @@ torch::Tensor product_contract(int64_t slot, const std::vector<torch::Tensor>& o
   return ProductContraction::apply(slot, &coupling, input(0), input(1), input(2), input(3));
 }
 
+namespace {
+
+/// The forms holding operand `operand` and every operand of `required`, each with the slot
+/// `operand` fills.
+std::vector<std::pair<const ProductForm*, int64_t>> contributing(int64_t operand, int64_t required,
+                                                                 const std::vector<ProductForm>& forms) {
+  std::vector<std::pair<const ProductForm*, int64_t>> out;
+  for (const ProductForm& form : forms) {
+    int64_t slot = -1, held = 0;
+    for (int64_t s = 0; s < kSlots; ++s) {
+      const int64_t o = form.operand[size_t(s)];
+      if (o < 0) continue;
+      held |= int64_t(1) << o;
+      if (o == operand) slot = s;
+    }
+    if (slot >= 0 && (held & required) == required) out.emplace_back(&form, slot);
+  }
+  return out;
+}
+
+/// ∂F_R/∂(operand) without autograd: each contributing form's partial into one output.
+torch::Tensor product_sum_kernel(int64_t operand, const std::vector<torch::Tensor>& operands,
+                                 const std::vector<ProductForm>& forms, int64_t required) {
+  torch::Tensor out;
+  for (const auto& [form, slot] : contributing(operand, required, forms)) {
+    std::vector<torch::Tensor> local(kSlots);
+    for (int64_t s = 0; s < kSlots; ++s)
+      if (form->operand[size_t(s)] >= 0 && s != slot) local[size_t(s)] = operands[size_t(form->operand[size_t(s)])];
+    torch::Tensor some;
+    const auto op = checked_operands(slot, local, form->coupling, some);
+    if (!some.device().is_cpu()) {
+      const auto part = generic_kernel(slot, op, form->coupling, some.size(-1));
+      out = out.defined() ? out + part : part;
+      continue;
+    }
+    if (!out.defined()) out = torch::zeros({some.size(0), rows_of(form->coupling)[size_t(slot)], some.size(-1)},
+                                           some.options());
+    accumulate_cpu(slot, op, form->coupling, out);
+  }
+  if (!out.defined())
+    throw Error("product sum: no form holds operand " + std::to_string(operand) + " with the operands required");
+  return out;
+}
+
+/// The forms' tables as saved data, and back.
+void save_forms(torch::autograd::AutogradContext* ctx, const std::vector<ProductForm>& forms) {
+  std::vector<torch::Tensor> terms, coefficients;
+  std::vector<int64_t> sizes, slots;
+  for (const ProductForm& form : forms) {
+    terms.push_back(form.coupling.terms), coefficients.push_back(form.coupling.coefficients);
+    sizes.insert(sizes.end(), form.coupling.sizes.begin(), form.coupling.sizes.end());
+    slots.insert(slots.end(), form.operand.begin(), form.operand.end());
+  }
+  ctx->saved_data["terms"] = terms, ctx->saved_data["coefficients"] = coefficients;
+  ctx->saved_data["sizes"] = sizes, ctx->saved_data["slots"] = slots;
+}
+
+std::vector<ProductForm> forms_of(at::TensorList terms, at::TensorList coefficients, c10::IntArrayRef sizes,
+                                  c10::IntArrayRef slots) {
+  if (coefficients.size() != terms.size() || sizes.size() != kSlots * terms.size() ||
+      slots.size() != kSlots * terms.size())
+    throw Error("product sum: expected per form one terms and one coefficients tensor, 5 sizes and 5 slots; got " +
+                std::to_string(terms.size()) + ", " + std::to_string(coefficients.size()) + ", " +
+                std::to_string(sizes.size()) + ", " + std::to_string(slots.size()));
+  std::vector<ProductForm> forms(terms.size());
+  for (size_t k = 0; k < forms.size(); ++k) {
+    forms[k].coupling = {terms[k], coefficients[k], std::vector<int64_t>(sizes.begin() + 5 * k, sizes.begin() + 5 * k + 5)};
+    for (size_t s = 0; s < size_t(kSlots); ++s) forms[k].operand[s] = slots[5 * k + s];
+  }
+  return forms;
+}
+
+std::vector<ProductForm> saved_forms(torch::autograd::AutogradContext* ctx) {
+  const auto terms = ctx->saved_data["terms"].toTensorVector();
+  const auto coefficients = ctx->saved_data["coefficients"].toTensorVector();
+  return forms_of(terms, coefficients, ctx->saved_data["sizes"].toIntVector(), ctx->saved_data["slots"].toIntVector());
+}
+
+/// Autograd of one partial of a product sum: its inputs are the operands other than `operand`
+/// (in order); its backward is a partial of the sum restricted further (product_sum()).
+class ProductSum : public torch::autograd::Function<ProductSum> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, int64_t operand, int64_t required,
+                               const std::vector<ProductForm>* forms, at::TensorList others) {
+    ctx->saved_data["operand"] = operand;
+    ctx->saved_data["required"] = required;
+    save_forms(ctx, *forms);
+    ctx->save_for_backward(others.vec());
+    std::vector<torch::Tensor> operands(others.begin(), others.end());
+    operands.insert(operands.begin() + operand, torch::Tensor());
+    return product_sum_kernel(operand, operands, *forms, required);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t operand = ctx->saved_data["operand"].toInt();
+    const int64_t required = ctx->saved_data["required"].toInt() | (int64_t(1) << operand);
+    auto operands = ctx->get_saved_variables();
+    torch::autograd::variable_list out(3 + operands.size());  // operand, required, forms, then the others
+    if (!grads[0].defined()) return out;
+    operands.insert(operands.begin() + operand, grads[0]);
+    const auto forms = saved_forms(ctx);
+    for (size_t n = 0, other = 0; n < operands.size(); ++n) {
+      if (int64_t(n) == operand) continue;
+      const size_t input = other++;
+      if (ctx->needs_input_grad(input) && !contributing(int64_t(n), required, forms).empty())
+        out[3 + input] = product_sum(int64_t(n), operands, forms, required);
+    }
+    return out;
+  }
+};
+
+torch::Tensor product_sum_op(at::TensorList operands, at::TensorList terms, at::TensorList coefficients,
+                             c10::IntArrayRef sizes, c10::IntArrayRef slots) {
+  std::vector<torch::Tensor> all = {torch::Tensor()};
+  all.insert(all.end(), operands.begin(), operands.end());
+  return product_sum(0, all, forms_of(terms, coefficients, sizes, slots), 0);
+}
+
+}  // namespace
+
+torch::Tensor product_sum(int64_t operand, const std::vector<torch::Tensor>& operands,
+                          const std::vector<ProductForm>& forms, int64_t required) {
+  const int64_t n = int64_t(operands.size());
+  if (operand < 0 || operand >= n)
+    throw Error("product sum: operand must be 0.." + std::to_string(n - 1) + ", got " + std::to_string(operand));
+  for (const ProductForm& form : forms) {
+    int64_t held = 0;
+    for (int64_t o : form.operand) {
+      if (o >= n) throw Error("product sum: a form reads operand " + std::to_string(o) + " of " + std::to_string(n));
+      if (o >= 0 && (held & (int64_t(1) << o)))
+        throw Error("product sum: operand " + std::to_string(o) + " fills two slots of one form (not linear in it)");
+      if (o >= 0) held |= int64_t(1) << o;
+    }
+  }
+  std::vector<torch::Tensor> others;
+  for (int64_t k = 0; k < n; ++k)
+    if (k != operand) others.push_back(operands[size_t(k)].defined() ? operands[size_t(k)] : torch::Tensor());
+  // Operands no contributing form reads may be undefined; autograd's inputs must be defined.
+  for (auto& x : others)
+    if (!x.defined()) x = torch::empty({0});
+  return ProductSum::apply(operand, required, &forms, at::TensorList(others));
+}
+
 TORCH_LIBRARY_FRAGMENT(mlip, m) {
   m.def("product_basis(int slot, Tensor? g, Tensor? w, Tensor? a1, Tensor? a2, Tensor? a3, Tensor terms, "
         "Tensor coefficients, int[] sizes) -> Tensor",
         &product_basis_op);
+  m.def("product_sum(Tensor[] operands, Tensor[] terms, Tensor[] coefficients, int[] sizes, int[] slots) -> Tensor",
+        &product_sum_op);
 }
 
 void register_product_basis() {

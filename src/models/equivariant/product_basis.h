@@ -2,6 +2,7 @@
 
 #include <torch/script.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -52,8 +53,30 @@ torch::Tensor product_contract(int64_t slot, const std::vector<torch::Tensor>& o
 torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Tensor>& operands,
                                       const ProductCoupling& coupling, ProductKernel kernel);
 
+/// One form of a product sum: its coupling, and the operand of the sum each of its five slots
+/// (G, W, A1, A2, A3) reads (-1 where the slot is absent). An operand fills one slot at most.
+struct ProductForm {
+  ProductCoupling coupling;
+  std::array<int64_t, 5> operand;
+};
+
+/// Several forms over shared operands summed, F = Σ_forms F_form (a target's products of one,
+/// two and three factors: forms (G, W, A), (G, W, P) and (G, W, P, A)), as one autograd node
+/// per partial instead of one per form and the sums between them. Each form is linear in each
+/// of its operands, so the partial of the sum by one operand, restricted to the forms that hold
+/// every operand of `required` (a bit mask), differentiates again into partials of the same
+/// kind: ∂/∂t ⟨g, ∂F_R/∂s⟩ = ∂F_{R ∪ {s}}/∂t with operand s replaced by g. `product_sum`
+/// computes ∂F_R/∂(operand `operand`) at the others (operands[operand] is ignored), with
+/// autograd, differentiable to any order; the output has that operand's shape.
+torch::Tensor product_sum(int64_t operand, const std::vector<torch::Tensor>& operands,
+                          const std::vector<ProductForm>& forms, int64_t required = 0);
+
 /// Registers `torch.ops.mlip.product_basis(slot, g, w, a1, a2, a3, terms, coefficients, sizes)`
-/// for TorchScript (operands optional: the one of `slot` and absent ones None); idempotent.
+/// for TorchScript (operands optional: the one of `slot` and absent ones None), and
+/// `torch.ops.mlip.product_sum(operands, terms, coefficients, sizes, slots)`: ∂F/∂(operand 0)
+/// of a product sum whose operands 1.. are `operands`, form k's tables terms[k] and
+/// coefficients[k], its sizes sizes[5k .. 5k+4] and its slots' operands slots[5k .. 5k+4];
+/// idempotent.
 void register_product_basis();
 
 }  // namespace mlip::models

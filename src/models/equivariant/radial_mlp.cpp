@@ -6,6 +6,8 @@
 
 #include "error.h"
 
+#include <tuple>
+
 namespace mlip::models {
 namespace {
 
@@ -60,6 +62,176 @@ class RadialMlp : public torch::autograd::Function<RadialMlp> {
   }
 };
 
+/// The training MLP's forward pass, kept for its derivatives: the weights divided by their
+/// divisors, h[k] the input of hidden layer k (h[0] = the basis, h[K] the output layer's input)
+/// and a[k] = h[k] · W_k its pre-activation, k < K.
+struct MlpPass {
+  std::vector<torch::Tensor> weights, h, a;
+
+  MlpPass(const torch::Tensor& basis, at::TensorList raw, const std::vector<double>& divisors) {
+    for (size_t k = 0; k < raw.size(); ++k) weights.push_back(raw[k] / divisors[k]);
+    h.push_back(basis);
+    for (size_t k = 0; k + 1 < weights.size(); ++k) {
+      a.push_back(h.back().matmul(weights[k]));
+      h.push_back(at::silu(a.back()));
+    }
+  }
+  MlpPass(std::vector<torch::Tensor> w, std::vector<torch::Tensor> hs, std::vector<torch::Tensor> as)
+      : weights(std::move(w)), h(std::move(hs)), a(std::move(as)) {}
+  torch::Tensor output() const { return h.back().matmul(weights.back()); }
+
+  /// Kept in an autograd context's saved data (not as inputs: their derivatives are written out).
+  void save(torch::autograd::AutogradContext* ctx) const {
+    ctx->saved_data["weights"] = weights, ctx->saved_data["h"] = h, ctx->saved_data["a"] = a;
+  }
+  static MlpPass saved(torch::autograd::AutogradContext* ctx) {
+    return MlpPass(ctx->saved_data["weights"].toTensorVector(), ctx->saved_data["h"].toTensorVector(),
+                   ctx->saved_data["a"].toTensorVector());
+  }
+};
+
+/// SiLU's first and second derivatives at a: σ(1 + a(1 − σ)) and σ(1 − σ)(2 + a(1 − 2σ)).
+std::pair<torch::Tensor, torch::Tensor> silu_derivatives(const torch::Tensor& a) {
+  const auto s = torch::sigmoid(a);
+  const auto one_minus = 1 - s;
+  return {s * (1 + a * one_minus), s * one_minus * (2 + a * (1 - 2 * s))};
+}
+
+/// The MLP's backward pass for the output gradient g [Q, P·f]: the basis's gradient (if
+/// need[0]) and each weight's (need[1 + k]), by the raw (unscaled) weights; others undefined.
+std::vector<torch::Tensor> mlp_backward(const torch::Tensor& g, const MlpPass& f, const std::vector<double>& divisors,
+                                        const std::vector<bool>& need) {
+  const size_t layers = f.weights.size(), hidden = layers - 1;
+  std::vector<torch::Tensor> out(1 + layers);
+  size_t lowest = layers;  // the lowest layer whose weight's gradient (or the basis's) is needed
+  if (need[0]) lowest = 0;
+  for (size_t k = 0; k < layers && lowest == layers; ++k)
+    if (need[1 + k]) lowest = k;
+  if (lowest == layers) return out;
+  if (need[layers]) out[layers] = f.h[hidden].t().matmul(g).mul_(1.0 / divisors[hidden]);
+  if (lowest == hidden) return out;
+  torch::Tensor delta = g.matmul(f.weights[hidden].t());  // by h[K]
+  for (size_t k = hidden; k-- > lowest;) {
+    const auto e = at::silu_backward(delta, f.a[k]);  // by a[k]
+    if (need[1 + k]) out[1 + k] = f.h[k].t().matmul(e).mul_(1.0 / divisors[k]);
+    if (k > 0 || need[0]) delta = e.matmul(f.weights[k].t());
+  }
+  if (need[0]) out[0] = delta;
+  return out;
+}
+
+/// The training MLP's backward pass as an autograd node (from the output gradient g, the basis
+/// and the weights to the gradients `need` asks for, in order), with its own backward written
+/// out (docs/equivariant.md "The training path"): for an incoming gradient u of the basis's
+/// gradient, ⟨u, Jᵀg⟩ = ⟨J u, g⟩ with J u the MLP's derivative along u (tangents ḣ, ȧ carried
+/// through the layers); its gradient by g is J u, by the weights and the basis the reverse pass
+/// through both the layers and their tangents. `pass`: the forward pass at these inputs.
+class RadialMlpBackward : public torch::autograd::Function<RadialMlpBackward> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& g,
+                                                const torch::Tensor& basis, at::TensorList weights,
+                                                const std::vector<double>& divisors, const std::vector<bool>& need,
+                                                const MlpPass* pass) {
+    ctx->save_for_backward({g});
+    pass->save(ctx);
+    ctx->saved_data["layers"] = int64_t(weights.size());
+    ctx->saved_data["divisors"] = divisors;
+    ctx->saved_data["need"] = std::vector<int64_t>(need.begin(), need.end());
+    (void)basis;  // an input for autograd's sake; its values are pass->h[0]
+    const auto all = mlp_backward(g, *pass, divisors, need);
+    torch::autograd::variable_list out;
+    for (const auto& t : all)
+      if (t.defined()) out.push_back(t);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    if (torch::GradMode::is_enabled())
+      throw Error("radial_mlp_training: first and second derivatives only; a third was asked for");
+    const auto divisors = ctx->saved_data["divisors"].toDoubleVector();
+    const auto need = ctx->saved_data["need"].toIntVector();
+    const size_t layers = size_t(ctx->saved_data["layers"].toInt()), hidden = layers - 1;
+    // The incoming gradients by output: u for the basis's gradient; the weights' gradients'
+    // (a second derivative through them) are not written out.
+    torch::Tensor u;
+    for (size_t k = 0, out = 0; k < need.size(); ++k) {
+      if (!need[k]) continue;
+      const auto& incoming = grads[out++];
+      if (k == 0) u = incoming;
+      else if (incoming.defined())
+        throw Error("radial_mlp_training: a second derivative through the weights' gradient is not written out");
+    }
+    torch::autograd::variable_list result(2 + layers + 3);  // g, basis, the weights, divisors, need, pass
+    if (!u.defined()) return result;
+    const torch::Tensor g = ctx->get_saved_variables()[0];
+    const MlpPass f = MlpPass::saved(ctx);
+    const auto& w = f.weights;
+    // Tangents along u: ḣ[0] = u, ȧ[k] = ḣ[k]·W_k, ḣ[k+1] = silu'(a[k]) ȧ[k].
+    std::vector<torch::Tensor> first(hidden), second(hidden), h_dot{u}, a_dot;
+    for (size_t k = 0; k < hidden; ++k) {
+      std::tie(first[k], second[k]) = silu_derivatives(f.a[k]);
+      a_dot.push_back(h_dot[k].matmul(w[k]));
+      h_dot.push_back(first[k] * a_dot[k]);
+    }
+    if (ctx->needs_input_grad(0)) result[0] = h_dot[hidden].matmul(w[hidden]);
+    // Reverse pass of ⟨g, ẇ⟩, ẇ = ḣ[K]·W_out: delta by ḣ[k], adjoint by h[k].
+    if (ctx->needs_input_grad(2 + hidden))
+      result[2 + hidden] = h_dot[hidden].t().matmul(g).mul_(1.0 / divisors[hidden]);
+    torch::Tensor delta = g.matmul(w[hidden].t()), adjoint;
+    for (size_t k = hidden; k-- > 0;) {
+      const auto e = delta * first[k];  // by ȧ[k]
+      auto by_a = delta * a_dot[k] * second[k];  // by a[k]
+      if (adjoint.defined()) by_a.add_(adjoint * first[k]);
+      if (ctx->needs_input_grad(2 + k))
+        result[2 + k] = h_dot[k].t().matmul(e).add_(f.h[k].t().matmul(by_a)).mul_(1.0 / divisors[k]);
+      if (k == 0 && !ctx->needs_input_grad(1)) break;
+      delta = e.matmul(w[k].t());
+      adjoint = by_a.matmul(w[k].t());
+    }
+    if (ctx->needs_input_grad(1)) result[1] = adjoint;
+    return result;
+  }
+};
+
+/// The training MLP: the forward pass keeps its activations; its backward is RadialMlpBackward
+/// when a graph is asked for (the forces' graph), plain operations otherwise.
+class RadialMlpTraining : public torch::autograd::Function<RadialMlpTraining> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& basis,
+                               at::TensorList weights, const std::vector<double>& divisors) {
+    const MlpPass pass(basis, weights, divisors);
+    std::vector<torch::Tensor> inputs = {basis};
+    inputs.insert(inputs.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(inputs);
+    pass.save(ctx);
+    ctx->saved_data["divisors"] = divisors;
+    return pass.output();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto inputs = ctx->get_saved_variables();
+    const auto divisors = ctx->saved_data["divisors"].toDoubleVector();
+    const size_t layers = inputs.size() - 1;
+    torch::autograd::variable_list result(1 + layers + 1);  // basis, the weights, divisors
+    if (!grads[0].defined()) return result;
+    std::vector<bool> need(1 + layers);
+    for (size_t k = 0; k < need.size(); ++k) need[k] = ctx->needs_input_grad(k);
+    const MlpPass pass = MlpPass::saved(ctx);
+    if (torch::GradMode::is_enabled()) {
+      const std::vector<torch::Tensor> raw(inputs.begin() + 1, inputs.end());
+      const auto out = RadialMlpBackward::apply(grads[0], inputs[0], at::TensorList(raw), divisors, need, &pass);
+      for (size_t k = 0, n = 0; k < need.size(); ++k)
+        if (need[k]) result[k] = out[n++];
+    } else {
+      const auto out = mlp_backward(grads[0], pass, divisors, need);
+      for (size_t k = 0; k < need.size(); ++k) result[k] = out[k];
+    }
+    return result;
+  }
+};
+
 }  // namespace
 
 torch::Tensor radial_mlp(const torch::Tensor& basis, const std::vector<torch::Tensor>& hidden,
@@ -78,7 +250,26 @@ torch::Tensor radial_mlp(const torch::Tensor& basis, const std::vector<torch::Te
   return RadialMlp::apply(basis, scaled(weights, divisors));
 }
 
+torch::Tensor radial_mlp_training(const torch::Tensor& basis, const std::vector<torch::Tensor>& hidden,
+                                  const torch::Tensor& output, const std::vector<double>& hidden_divisors,
+                                  double output_divisor) {
+  if (hidden.size() != hidden_divisors.size())
+    throw Error("radial_mlp_training: " + std::to_string(hidden.size()) + " hidden layers but " +
+                std::to_string(hidden_divisors.size()) + " divisors");
+  std::vector<torch::Tensor> weights(hidden.begin(), hidden.end());
+  weights.push_back(output);
+  std::vector<double> divisors(hidden_divisors.begin(), hidden_divisors.end());
+  divisors.push_back(output_divisor);
+  return RadialMlpTraining::apply(basis, at::TensorList(weights), divisors);
+}
+
 namespace {
+
+torch::Tensor radial_mlp_training_op(const torch::Tensor& basis, std::vector<torch::Tensor> hidden,
+                                     const torch::Tensor& output, std::vector<double> hidden_divisors,
+                                     double output_divisor) {
+  return radial_mlp_training(basis, hidden, output, hidden_divisors, output_divisor);
+}
 
 torch::Tensor radial_mlp_op(const torch::Tensor& basis, std::vector<torch::Tensor> hidden, const torch::Tensor& output,
                             std::vector<double> hidden_divisors, double output_divisor) {
@@ -91,6 +282,9 @@ TORCH_LIBRARY_FRAGMENT(mlip, m) {
   m.def("radial_mlp(Tensor basis, Tensor[] hidden, Tensor output, float[] hidden_divisors, float output_divisor) "
         "-> Tensor",
         &radial_mlp_op);
+  m.def("radial_mlp_training(Tensor basis, Tensor[] hidden, Tensor output, float[] hidden_divisors, "
+        "float output_divisor) -> Tensor",
+        &radial_mlp_training_op);
 }
 
 void register_radial_mlp() {

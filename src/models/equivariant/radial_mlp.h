@@ -1,5 +1,7 @@
-// The equivariant model's radial MLP for MD inference, keeping only its input for the backward
-// pass (docs/equivariant.md "Inference in MD").
+// The equivariant model's radial MLP as one autograd node: for MD inference, keeping only its input
+// for the backward pass (docs/equivariant.md "Inference in MD"), and for training, with trainable
+// weights and its first and second derivatives written out (docs/equivariant.md "The training
+// path").
 #pragma once
 
 #include <torch/script.h>
@@ -18,8 +20,18 @@ torch::Tensor radial_mlp(const torch::Tensor& basis, const std::vector<torch::Te
                          const torch::Tensor& output, const std::vector<double>& hidden_divisors,
                          double output_divisor);
 
+/// The same MLP for training: differentiable by the basis and by every weight, twice (the force
+/// loss's gradient by the weights), as two autograd nodes (the MLP, and its backward pass, whose
+/// own backward is written out) instead of the dozen LibTorch operations of each layer and their
+/// derivatives. The hidden activations are recomputed in each backward pass. A third derivative,
+/// or a second one through the weights' gradient, is an mlip::Error (training asks for neither:
+/// the forces' graph holds the basis's gradient only).
+torch::Tensor radial_mlp_training(const torch::Tensor& basis, const std::vector<torch::Tensor>& hidden,
+                                  const torch::Tensor& output, const std::vector<double>& hidden_divisors,
+                                  double output_divisor);
+
 /// Registers `torch.ops.mlip.radial_mlp(basis, hidden, output, hidden_divisors, output_divisor)`
-/// for TorchScript; idempotent.
+/// and `torch.ops.mlip.radial_mlp_training(...)` (same arguments) for TorchScript; idempotent.
 void register_radial_mlp();
 
 }  // namespace mlip::models
