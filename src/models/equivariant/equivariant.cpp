@@ -52,11 +52,16 @@ struct Style {
     if (c0 == 0 && c1 == width) return x;
     return x + ".narrow(2, " + std::to_string(c0) + ", " + std::to_string(c1 - c0) + ")";
   }
-  /// The one column of a readout's product [n, 1]: [n].
-  std::string column(const std::string& x) const { return x + (channels_last() ? ".squeeze(1)" : "[:, 0]"); }
-  /// `x` times the linear map `w` [f_in, f_out] over the channels.
-  std::string linear(const std::string& x, const std::string& w) const {
-    return channels_last() ? "torch.matmul(" + x + ", " + w + ")" : "torch.einsum('nfm,fg->ngm', [" + x + ", " + w + "])";
+  /// A readout: the scalars `x` [n, f] times `w` [f, 1] divided by `divisor`: [n].
+  std::string readout(const std::string& x, const std::string& w, double divisor) const {
+    if (channels_last()) return "mlip.linear(" + x + ", " + w + ", " + literal(1.0 / divisor) + ").squeeze(1)";
+    return "torch.matmul(" + x + ", " + w + ")[:, 0] / " + literal(divisor);
+  }
+  /// `x` times the linear map `w` [f_in, f_out] over the channels, divided by `divisor`; in the
+  /// training function one node that differentiates itself (models/equivariant/linear_map.h).
+  std::string linear(const std::string& x, const std::string& w, double divisor) const {
+    if (channels_last()) return "mlip.linear(" + x + ", " + w + ", " + literal(1.0 / divisor) + ")";
+    return "torch.einsum('nfm,fg->ngm', [" + x + ", " + w + "]) / " + literal(divisor);
   }
 };
 
@@ -263,8 +268,8 @@ void training_product_basis_source(const EquivariantConfig& c, const Block& b, s
         << (pairs ? ", pp" : "") << "], " << list(terms) << ", " << list(coefficients) << ", " << sizes(form_sizes)
         << ", " << sizes(slots) << ")\n";
     }
-    o << "    z_" << t.name() << " = torch.matmul(bt, " << st.get(L + "lin3_" + t.name()) << ") / "
-      << literal(std::sqrt(double(f) * double(nq))) << "\n";
+    o << "    z_" << t.name() << " = " << st.linear("bt", st.get(L + "lin3_" + t.name()), std::sqrt(double(f) * double(nq)))
+      << "\n";
   }
 }
 
@@ -387,18 +392,20 @@ void self_connection_source(const Irrep& out, const std::string& L, int64_t f, c
     // then each row's own type's part picked (type_rows_<2l+1>, body_source): a few operations,
     // where the map gathered per atom is a batched product of n small matrices, slow to run and
     // to differentiate twice for small frames. Costs `types` times the arithmetic (few types).
-    o << "    sct = torch.matmul(" << s_in << ", " << sc << ".permute(1, 0, 2).reshape(" << f << ", -1))\n"
+    o << "    sct = " << st.linear(s_in, sc + ".permute(1, 0, 2).reshape(" + std::to_string(f) + ", -1)", std::sqrt(double(f)))
+      << "\n"
       << "    sct = sct.reshape(-1, " << sc << ".size(2)).index_select(0, type_rows_" << m << ").reshape(n, " << m
       << ", " << sc << ".size(2))\n"
-      << "    " << z << " = " << z << " + sct / " << divisor << "\n";
+      << "    " << z << " = " << z << " + sct\n";
   } else if (st.inference) {
     // MD: type by type (each type's atoms through its [f, width] map) rather than the weights
     // gathered per atom ([n, f, width]: most of a block's memory per atom).
     o << "    sct = torch.zeros_like(" << z << ")\n"
       << "    for t in range(" << sc << ".size(0)):\n"
       << "        rows = torch.nonzero(atype == t).squeeze(1)\n"
-      << "        sct = sct.index_add(0, rows, " << st.linear(s_in + ".index_select(0, rows)", sc + "[t]") << ")\n"
-      << "    " << z << " = " << z << " + sct / " << divisor << "\n";
+      << "        sct = sct.index_add(0, rows, " << st.linear(s_in + ".index_select(0, rows)", sc + "[t]", std::sqrt(double(f)))
+      << ")\n"
+      << "    " << z << " = " << z << " + sct\n";
   } else {  // the saved model: the weights gathered per atom
     o << "    " << z << " = " << z << " + torch.einsum('nfm,nfg->ngm', [" << s_in << ", " << sc
       << ".index_select(0, atype)]) / " << divisor << "\n";
@@ -417,9 +424,9 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   // through a linear map of their own, summed into the energy.
   if (c.readout_every_layer && k > 0)
     o << "    e_layers = e_layers + "
-      << st.column("torch.matmul(" + st.component("x_" + even + (st.layered ? ".narrow(0, 0, nlocal)" : ""), 0) +
-                   ", " + st.get(L + "readout") + ")")
-      << " / " << literal(std::sqrt(double(f))) << "\n";
+      << st.readout(st.component("x_" + even + (st.layered ? ".narrow(0, 0, nlocal)" : ""), 0), st.get(L + "readout"),
+                    std::sqrt(double(f)))
+      << "\n";
   // Radial MLP without biases: zero input (beyond r_max) gives zero weights.
   // MD inference: the radial MLP runs inside the fused message call below; training: as one
   // autograd node with its derivatives written out (models/equivariant/radial_mlp.h).
@@ -449,8 +456,8 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   // Linear mixing of the input features per irrep; keep the input for the self-connection.
   for (const auto& in : b.in)
     o << "    s_" << in.name() << " = x_" << in.name() << "\n"
-      << "    x_" << in.name() << " = " << st.linear("x_" + in.name(), st.get(L + "lin1_" + in.name())) << " / "
-      << literal(std::sqrt(double(f))) << "\n";
+      << "    x_" << in.name() << " = " << st.linear("x_" + in.name(), st.get(L + "lin1_" + in.name()), std::sqrt(double(f)))
+      << "\n";
   // Messages: channel-wise tensor product with the edge harmonics, summed over neighbours.
   if (st.training)
     training_messages_source(b, L, f, (c.l_max + 1) * (c.l_max + 1), st.inference ? radial : "", o);
@@ -467,11 +474,11 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
     const std::string divisor = literal(std::sqrt(double(f * int64_t(ps.size()))));
     o << "    " << (c.correlation == 1 ? "z_" : "a_") << out.name() << " = ";
     if (st.channels_last())  // both scales as one factor on the product
-      o << "torch.matmul(m_" << out.name() << ", " << st.get(L + "lin2_" + out.name()) << ") * (1.0 / ("
+      o << "mlip.linear(m_" << out.name() << ", " << st.get(L + "lin2_" + out.name()) << ", 1.0 / ("
         << st.avg_num_neighbors() << " ** 0.5) / " << divisor << ")\n";
     else
-      o << st.linear("m_" + out.name() + " / (" + st.avg_num_neighbors() + " ** 0.5)", st.get(L + "lin2_" + out.name()))
-        << " / " << divisor << "\n";
+      o << "torch.einsum('ncm,cg->ngm', [m_" << out.name() << " / (" << st.avg_num_neighbors() << " ** 0.5), "
+        << st.get(L + "lin2_" + out.name()) << "]) / " << divisor << "\n";
   }
   if (c.correlation > 1) {
     if (st.training)
@@ -510,8 +517,10 @@ void embedding_source(const EquivariantConfig& c, const Style& st, std::ostream&
 
 /// The last readout (plus the earlier layers' readouts in e_layers) into `e`, unscaled.
 void readout_source(const EquivariantConfig& c, const Style& st, std::ostream& o) {
-  o << "    e = " << st.column("torch.matmul(" + st.component("x_" + Irrep{0, c.parity ? 1 : 0}.name(), 0) + ", " + st.get("readout") + ")")
-    << " / " << literal(std::sqrt(double(c.num_features))) << (c.readout_every_layer ? " + e_layers" : "")
+  o << "    e = "
+    << st.readout(st.component("x_" + Irrep{0, c.parity ? 1 : 0}.name(), 0), st.get("readout"),
+                  std::sqrt(double(c.num_features)))
+    << (c.readout_every_layer ? " + e_layers" : "")
     << "\n";
 }
 

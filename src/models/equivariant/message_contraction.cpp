@@ -8,6 +8,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/equivariant/host_coupling.h"
 #include "models/kernels/target_clones.h"
 
 namespace mlip::models {
@@ -289,11 +290,12 @@ torch::Tensor message_contract_op(int64_t slot, const c10::optional<torch::Tenso
 }  // namespace
 
 std::vector<ContractionTerm> contraction_terms(const ContractionTables& t) {
-  const auto idx = t.terms.to(torch::kCPU).contiguous();
-  const auto val = t.coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  const double* vp = val.data_ptr<double>();
-  std::vector<ContractionTerm> out(size_t(idx.size(0)));
+  if (t.terms.dim() != 2 || t.terms.size(1) != 4)
+    throw Error("message contraction: expected terms [T, 4], got " + c10::str(t.terms.sizes()));
+  const auto host = host_coupling(t.terms, t.coefficients);
+  const int64_t* ip = host->terms.data();
+  const double* vp = host->coefficients.data();
+  std::vector<ContractionTerm> out(size_t(host->rows()));
   for (size_t k = 0; k < out.size(); ++k) out[k] = {ip[4 * k], ip[4 * k + 1], ip[4 * k + 2], ip[4 * k + 3], vp[k]};
   return out;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/equivariant/host_coupling.h"
 #include "models/kernels/target_clones.h"
 
 namespace mlip::models {
@@ -25,14 +26,12 @@ struct Term {
 
 template <typename T>
 std::vector<Term<T>> terms_of(const ProductCoupling& coupling) {
-  const auto idx = coupling.terms.to(torch::kCPU).contiguous();
-  const auto val = coupling.coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  const double* vp = val.data_ptr<double>();
-  std::vector<Term<T>> out(size_t(idx.size(0)));
+  const auto host = host_coupling(coupling.terms, coupling.coefficients);
+  const int64_t* ip = host->terms.data();
+  std::vector<Term<T>> out(size_t(host->rows()));
   for (size_t t = 0; t < out.size(); ++t) {
     for (int64_t s = 0; s < kSlots; ++s) out[t].row[size_t(s)] = ip[kSlots * int64_t(t) + s];
-    out[t].c = T(vp[t]);
+    out[t].c = T(host->coefficients[t]);
   }
   return out;
 }
@@ -40,12 +39,15 @@ std::vector<Term<T>> terms_of(const ProductCoupling& coupling) {
 /// Which slots the terms use (G and A1 always; W when weighted; A2 and A3 by the number of
 /// factors), checking that every term uses the same.
 std::array<bool, kSlots> present_slots(const ProductCoupling& c) {
-  const auto idx = c.terms.to(torch::kCPU).contiguous();
-  const int64_t* ip = idx.data_ptr<int64_t>();
+  if (c.terms.dim() != 2 || c.terms.size(1) != kSlots)
+    throw Error("product basis: expected terms [T, 5], got " + c10::str(c.terms.sizes()));
+  const auto host = host_coupling(c.terms, c.coefficients);
+  const int64_t* ip = host->terms.data();
+  const int64_t rows = host->rows();
   std::array<bool, kSlots> present{true, true, true, false, false};
-  if (idx.size(0) == 0) return present;
+  if (rows == 0) return present;
   for (int64_t s = 0; s < kSlots; ++s) present[size_t(s)] = ip[s] >= 0;
-  for (int64_t t = 0; t < idx.size(0); ++t)
+  for (int64_t t = 0; t < rows; ++t)
     for (int64_t s = 0; s < kSlots; ++s)
       if ((ip[kSlots * t + s] >= 0) != present[size_t(s)])
         throw Error("product basis: term " + std::to_string(t) + " has " + (present[size_t(s)] ? "no" : "a") +

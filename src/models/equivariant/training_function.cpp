@@ -6,6 +6,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/equivariant/linear_map.h"
 #include "models/equivariant/message_contraction.h"
 #include "models/equivariant/product_basis.h"
 #include "models/equivariant/radial_message.h"
@@ -32,6 +33,7 @@ TrainingFunction::TrainingFunction(const EquivariantConfig& config, bool inferen
   register_message_contraction();
   register_product_basis();
   register_radial_mlp();
+  register_linear_map();
   register_radial_message();
   unit_ = std::make_shared<torch::jit::CompilationUnit>();
   try {

@@ -1,0 +1,137 @@
+#include "models/equivariant/linear_map.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <array>
+#include <string>
+
+#include "error.h"
+#include "models/kernels/gemm.h"
+
+namespace mlip::models {
+namespace {
+
+enum Slot : int64_t { kGradient = 0, kInput = 1, kMap = 2 };
+
+/// The partial by `slot` on the host: one BLAS call on the operands' rows (models/kernels/gemm.h,
+/// no tensor operations), the factor as its alpha.
+template <typename T>
+void host_partial(int64_t slot, const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w, int64_t i,
+                  int64_t o, int64_t r, T factor, torch::Tensor& out) {
+  switch (slot) {
+    case kGradient: {  // [R, o] = s · X W
+      gemm<T>(false, false, r, o, i, factor, x.data_ptr<T>(), i, w.data_ptr<T>(), o, T(0), out.data_ptr<T>(), o);
+      break;
+    }
+    case kInput: {  // [R, i] = s · G Wᵀ
+      gemm<T>(false, true, r, i, o, factor, g.data_ptr<T>(), o, w.data_ptr<T>(), o, T(0), out.data_ptr<T>(), i);
+      break;
+    }
+    default: {  // [i, o] = s · Xᵀ G
+      gemm<T>(true, false, i, o, r, factor, x.data_ptr<T>(), i, g.data_ptr<T>(), o, T(0), out.data_ptr<T>(), o);
+    }
+  }
+}
+
+/// The partial by `slot` without autograd (docs/equivariant.md "The training path").
+torch::Tensor partial_kernel(int64_t slot, const std::vector<torch::Tensor>& op, double factor) {
+  const auto& w = slot == kMap ? op[kInput] : op[kMap];  // an operand giving the dtype and device
+  // i, o: the map's rows and columns; rows: the operands' rows R.
+  const int64_t i = slot == kMap ? op[kInput].size(-1) : op[kMap].size(0);
+  const int64_t o = slot == kMap ? op[kGradient].size(-1) : op[kMap].size(1);
+  const int64_t rows = (slot == kInput ? op[kGradient].numel() / o : op[kInput].numel() / i);
+  std::vector<int64_t> shape = {i, o};
+  if (slot != kMap) shape = (slot == kGradient ? op[kInput] : op[kGradient]).sizes().vec(), shape.back() = slot == kGradient ? o : i;
+  const bool host = w.device().is_cpu() && (w.scalar_type() == torch::kFloat64 || w.scalar_type() == torch::kFloat32);
+  if (!host || rows == 0) {  // LibTorch's operations (any device; no rows: zeros)
+    const auto flat = [](const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); };
+    torch::Tensor out;
+    if (slot == kGradient) out = at::mm(flat(op[kInput]), op[kMap]);
+    else if (slot == kInput) out = at::mm(flat(op[kGradient]), op[kMap].t());
+    else out = at::mm(flat(op[kInput]).t(), flat(op[kGradient]));
+    return (factor == 1.0 ? out : out * factor).view(shape);
+  }
+  std::vector<torch::Tensor> c(3);
+  for (int64_t s = 0; s < 3; ++s)
+    if (s != slot) c[size_t(s)] = op[size_t(s)].contiguous();
+  auto out = torch::empty(shape, w.options());
+  if (w.scalar_type() == torch::kFloat64)
+    host_partial<double>(slot, c[kGradient], c[kInput], c[kMap], i, o, rows, factor, out);
+  else
+    host_partial<float>(slot, c[kGradient], c[kInput], c[kMap], i, o, rows, float(factor), out);
+  return out;
+}
+
+std::array<int64_t, 2> others(int64_t slot) {
+  std::array<int64_t, 2> k{};
+  for (int64_t s = 0, n = 0; s < 3; ++s)
+    if (s != slot) k[size_t(n++)] = s;
+  return k;
+}
+
+/// Autograd of one partial: its inputs are the two operands other than `slot`; its backward is
+/// two more partials.
+class LinearPartial : public torch::autograd::Function<LinearPartial> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, int64_t slot, double factor,
+                               const torch::Tensor& first, const torch::Tensor& second) {
+    ctx->saved_data["slot"] = slot;
+    ctx->saved_data["factor"] = factor;
+    ctx->save_for_backward({first, second});
+    std::vector<torch::Tensor> op(3);
+    const auto k = others(slot);
+    op[size_t(k[0])] = first, op[size_t(k[1])] = second;
+    return partial_kernel(slot, op, factor);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t slot = ctx->saved_data["slot"].toInt();
+    const double factor = ctx->saved_data["factor"].toDouble();
+    const auto saved = ctx->get_saved_variables();
+    torch::autograd::variable_list out(4);  // slot, factor, then the two operands
+    if (!grads[0].defined()) return out;
+    const auto k = others(slot);
+    std::vector<torch::Tensor> op(3);
+    op[size_t(k[0])] = saved[0], op[size_t(k[1])] = saved[1];
+    op[size_t(slot)] = grads[0];
+    for (size_t n = 0; n < 2; ++n)
+      if (ctx->needs_input_grad(n)) out[2 + n] = linear_partial(k[n], op, factor);
+    return out;
+  }
+};
+
+torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& w, double factor) {
+  return linear_map(x, w, factor);
+}
+
+}  // namespace
+
+torch::Tensor linear_partial(int64_t slot, const std::vector<torch::Tensor>& operands, double factor) {
+  if (slot < 0 || slot > 2) throw Error("linear map: slot must be 0..2, got " + std::to_string(slot));
+  if (operands.size() != 3) throw Error("linear map: expected 3 operands, got " + std::to_string(operands.size()));
+  const auto k = others(slot);
+  return LinearPartial::apply(slot, factor, operands[size_t(k[0])], operands[size_t(k[1])]);
+}
+
+torch::Tensor linear_map(const torch::Tensor& x, const torch::Tensor& w, double factor) {
+  if (w.dim() != 2 || x.dim() < 1 || x.size(-1) != w.size(0))
+    throw Error("linear map: expected x [..., i] and w [i, o], got x " + c10::str(x.sizes()) + " and w " +
+                c10::str(w.sizes()));
+  if (x.scalar_type() != w.scalar_type())
+    throw Error("linear map: x and w must have one dtype, got " + std::string(c10::toString(x.scalar_type())) +
+                " and " + std::string(c10::toString(w.scalar_type())));
+  return linear_partial(kGradient, {torch::Tensor(), x, w}, factor);
+}
+
+TORCH_LIBRARY_FRAGMENT(mlip, m) {
+  m.def("linear(Tensor x, Tensor w, float factor) -> Tensor", &linear_op);
+}
+
+void register_linear_map() {
+  // The TORCH_LIBRARY_FRAGMENT block above registers the operator when this file's object is
+  // linked in; calling this function makes sure it is.
+}
+
+}  // namespace mlip::models
