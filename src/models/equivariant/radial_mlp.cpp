@@ -5,7 +5,9 @@
 #include <torch/library.h>
 
 #include "error.h"
+#include "models/kernels/gemm.h"
 
+#include <cmath>
 #include <tuple>
 
 namespace mlip::models {
@@ -62,6 +64,114 @@ class RadialMlp : public torch::autograd::Function<RadialMlp> {
   }
 };
 
+/// Host float32/float64 tensors run the training MLP's products as single BLAS calls and its
+/// element-wise steps as single loops (models/kernels/gemm.h), not as LibTorch operations with
+/// their temporaries; other devices use LibTorch operations for the same formulas.
+bool on_host(const torch::Tensor& t) {
+  return t.device().is_cpu() && (t.scalar_type() == torch::kFloat64 || t.scalar_type() == torch::kFloat32);
+}
+
+/// out = alpha · op(a) op(b) + beta · out (a, b 2-D; op = transpose where asked). With out
+/// undefined (beta ignored), a new tensor.
+void product_into(torch::Tensor& out, const torch::Tensor& a, bool ta, const torch::Tensor& b, bool tb, double alpha,
+                  double beta) {
+  const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1), n = tb ? b.size(0) : b.size(1);
+  if (!on_host(a)) {
+    auto p = at::mm(ta ? a.t() : a, tb ? b.t() : b) * alpha;
+    out = out.defined() && beta != 0 ? out * beta + p : p;
+    return;
+  }
+  if (!out.defined()) out = torch::empty({m, n}, a.options()), beta = 0;
+  if (k == 0) {  // an empty sum
+    if (beta == 0) out.zero_();
+    else out.mul_(beta);
+    return;
+  }
+  const auto ac = a.contiguous(), bc = b.contiguous();
+  if (a.scalar_type() == torch::kFloat64)
+    gemm<double>(ta, tb, m, n, k, alpha, ac.data_ptr<double>(), ac.size(1), bc.data_ptr<double>(), bc.size(1), beta,
+                 out.data_ptr<double>(), n);
+  else
+    gemm<float>(ta, tb, m, n, k, float(alpha), ac.data_ptr<float>(), ac.size(1), bc.data_ptr<float>(), bc.size(1),
+                float(beta), out.data_ptr<float>(), n);
+}
+
+torch::Tensor product(const torch::Tensor& a, bool ta, const torch::Tensor& b, bool tb, double alpha = 1.0) {
+  torch::Tensor out;
+  product_into(out, a, ta, b, tb, alpha, 0.0);
+  return out;
+}
+
+/// One loop over the elements of same-shaped contiguous host tensors: out[i] = f(in...[i]).
+template <typename F>
+torch::Tensor host_map(const std::vector<torch::Tensor>& inputs, F f) {
+  auto out = torch::empty_like(inputs[0], at::MemoryFormat::Contiguous);
+  const int64_t n = out.numel();
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<torch::Tensor> c;
+    std::vector<const T*> p;
+    for (const auto& x : inputs) c.push_back(x.contiguous()), p.push_back(c.back().template data_ptr<T>());
+    T* o = out.data_ptr<T>();
+    for (int64_t i = 0; i < n; ++i) o[i] = f(p, i);
+  };
+  if (out.scalar_type() == torch::kFloat64) run(double(0));
+  else run(float(0));
+  return out;
+}
+
+/// σ(a) in the tensors' precision.
+template <typename T>
+T sigmoid_of(T a) {
+  return T(1) / (T(1) + std::exp(-a));
+}
+
+torch::Tensor silu_of(const torch::Tensor& a) {
+  if (!on_host(a)) return at::silu(a);
+  return host_map({a}, [](const auto& p, int64_t i) { const auto x = p[0][i]; return x * sigmoid_of(x); });
+}
+
+/// δ · silu′(a), silu′(a) = σ(1 + a(1 − σ)).
+torch::Tensor silu_backward_of(const torch::Tensor& delta, const torch::Tensor& a) {
+  if (!on_host(a)) return at::silu_backward(delta, a);
+  return host_map({delta, a}, [](const auto& p, int64_t i) {
+    const auto x = p[1][i], s = sigmoid_of(x);
+    return p[0][i] * s * (1 + x * (1 - s));
+  });
+}
+
+/// SiLU's first and second derivatives at a: σ(1 + a(1 − σ)) and σ(1 − σ)(2 + a(1 − 2σ)).
+std::pair<torch::Tensor, torch::Tensor> silu_derivatives(const torch::Tensor& a) {
+  if (!on_host(a)) {
+    const auto s = torch::sigmoid(a);
+    const auto one_minus = 1 - s;
+    return {s * (1 + a * one_minus), s * one_minus * (2 + a * (1 - 2 * s))};
+  }
+  auto first = host_map({a}, [](const auto& p, int64_t i) {
+    const auto x = p[0][i], s = sigmoid_of(x);
+    return s * (1 + x * (1 - s));
+  });
+  auto second = host_map({a}, [](const auto& p, int64_t i) {
+    const auto x = p[0][i], s = sigmoid_of(x);
+    return s * (1 - s) * (2 + x * (1 - 2 * s));
+  });
+  return {first, second};
+}
+
+/// x ⊙ y ⊙ z (+ u ⊙ v when u is defined).
+torch::Tensor product_sum3(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& z,
+                           const torch::Tensor& u, const torch::Tensor& v) {
+  if (!on_host(x)) return u.defined() ? x * y * z + u * v : x * y * z;
+  if (!u.defined()) return host_map({x, y, z}, [](const auto& p, int64_t i) { return p[0][i] * p[1][i] * p[2][i]; });
+  return host_map({x, y, z, u, v},
+                  [](const auto& p, int64_t i) { return p[0][i] * p[1][i] * p[2][i] + p[3][i] * p[4][i]; });
+}
+
+torch::Tensor times(const torch::Tensor& x, const torch::Tensor& y) {
+  if (!on_host(x)) return x * y;
+  return host_map({x, y}, [](const auto& p, int64_t i) { return p[0][i] * p[1][i]; });
+}
+
 /// The training MLP's forward pass, kept for its derivatives: the weights divided by their
 /// divisors, h[k] the input of hidden layer k (h[0] = the basis, h[K] the output layer's input)
 /// and a[k] = h[k] · W_k its pre-activation, k < K.
@@ -72,13 +182,13 @@ struct MlpPass {
     for (size_t k = 0; k < raw.size(); ++k) weights.push_back(raw[k] / divisors[k]);
     h.push_back(basis);
     for (size_t k = 0; k + 1 < weights.size(); ++k) {
-      a.push_back(h.back().matmul(weights[k]));
-      h.push_back(at::silu(a.back()));
+      a.push_back(product(h.back(), false, weights[k], false));
+      h.push_back(silu_of(a.back()));
     }
   }
   MlpPass(std::vector<torch::Tensor> w, std::vector<torch::Tensor> hs, std::vector<torch::Tensor> as)
       : weights(std::move(w)), h(std::move(hs)), a(std::move(as)) {}
-  torch::Tensor output() const { return h.back().matmul(weights.back()); }
+  torch::Tensor output() const { return product(h.back(), false, weights.back(), false); }
 
   /// Kept in an autograd context's saved data (not as inputs: their derivatives are written out).
   void save(torch::autograd::AutogradContext* ctx) const {
@@ -89,13 +199,6 @@ struct MlpPass {
                    ctx->saved_data["a"].toTensorVector());
   }
 };
-
-/// SiLU's first and second derivatives at a: σ(1 + a(1 − σ)) and σ(1 − σ)(2 + a(1 − 2σ)).
-std::pair<torch::Tensor, torch::Tensor> silu_derivatives(const torch::Tensor& a) {
-  const auto s = torch::sigmoid(a);
-  const auto one_minus = 1 - s;
-  return {s * (1 + a * one_minus), s * one_minus * (2 + a * (1 - 2 * s))};
-}
 
 /// The MLP's backward pass for the output gradient g [Q, P·f]: the basis's gradient (if
 /// need[0]) and each weight's (need[1 + k]), by the raw (unscaled) weights; others undefined.
@@ -108,13 +211,14 @@ std::vector<torch::Tensor> mlp_backward(const torch::Tensor& g, const MlpPass& f
   for (size_t k = 0; k < layers && lowest == layers; ++k)
     if (need[1 + k]) lowest = k;
   if (lowest == layers) return out;
-  if (need[layers]) out[layers] = f.h[hidden].t().matmul(g).mul_(1.0 / divisors[hidden]);
+  const auto gc = g.contiguous();
+  if (need[layers]) out[layers] = product(f.h[hidden], true, gc, false, 1.0 / divisors[hidden]);
   if (lowest == hidden) return out;
-  torch::Tensor delta = g.matmul(f.weights[hidden].t());  // by h[K]
+  torch::Tensor delta = product(gc, false, f.weights[hidden], true);  // by h[K]
   for (size_t k = hidden; k-- > lowest;) {
-    const auto e = at::silu_backward(delta, f.a[k]);  // by a[k]
-    if (need[1 + k]) out[1 + k] = f.h[k].t().matmul(e).mul_(1.0 / divisors[k]);
-    if (k > 0 || need[0]) delta = e.matmul(f.weights[k].t());
+    const auto e = silu_backward_of(delta, f.a[k]);  // by a[k]
+    if (need[1 + k]) out[1 + k] = product(f.h[k], true, e, false, 1.0 / divisors[k]);
+    if (k > 0 || need[0]) delta = product(e, false, f.weights[k], true);
   }
   if (need[0]) out[0] = delta;
   return out;
@@ -164,30 +268,32 @@ class RadialMlpBackward : public torch::autograd::Function<RadialMlpBackward> {
     }
     torch::autograd::variable_list result(2 + layers + 3);  // g, basis, the weights, divisors, need, pass
     if (!u.defined()) return result;
-    const torch::Tensor g = ctx->get_saved_variables()[0];
+    const torch::Tensor g = ctx->get_saved_variables()[0].contiguous();
     const MlpPass f = MlpPass::saved(ctx);
     const auto& w = f.weights;
     // Tangents along u: ḣ[0] = u, ȧ[k] = ḣ[k]·W_k, ḣ[k+1] = silu'(a[k]) ȧ[k].
-    std::vector<torch::Tensor> first(hidden), second(hidden), h_dot{u}, a_dot;
+    std::vector<torch::Tensor> first(hidden), second(hidden), h_dot{u.contiguous()}, a_dot;
     for (size_t k = 0; k < hidden; ++k) {
       std::tie(first[k], second[k]) = silu_derivatives(f.a[k]);
-      a_dot.push_back(h_dot[k].matmul(w[k]));
-      h_dot.push_back(first[k] * a_dot[k]);
+      a_dot.push_back(product(h_dot[k], false, w[k], false));
+      h_dot.push_back(times(first[k], a_dot[k]));
     }
-    if (ctx->needs_input_grad(0)) result[0] = h_dot[hidden].matmul(w[hidden]);
+    if (ctx->needs_input_grad(0)) result[0] = product(h_dot[hidden], false, w[hidden], false);
     // Reverse pass of ⟨g, ẇ⟩, ẇ = ḣ[K]·W_out: delta by ḣ[k], adjoint by h[k].
     if (ctx->needs_input_grad(2 + hidden))
-      result[2 + hidden] = h_dot[hidden].t().matmul(g).mul_(1.0 / divisors[hidden]);
-    torch::Tensor delta = g.matmul(w[hidden].t()), adjoint;
+      result[2 + hidden] = product(h_dot[hidden], true, g, false, 1.0 / divisors[hidden]);
+    torch::Tensor delta = product(g, false, w[hidden], true), adjoint;
     for (size_t k = hidden; k-- > 0;) {
-      const auto e = delta * first[k];  // by ȧ[k]
-      auto by_a = delta * a_dot[k] * second[k];  // by a[k]
-      if (adjoint.defined()) by_a.add_(adjoint * first[k]);
-      if (ctx->needs_input_grad(2 + k))
-        result[2 + k] = h_dot[k].t().matmul(e).add_(f.h[k].t().matmul(by_a)).mul_(1.0 / divisors[k]);
+      const auto e = times(delta, first[k]);                                     // by ȧ[k]
+      const auto by_a = product_sum3(delta, a_dot[k], second[k], adjoint, first[k]);  // by a[k]
+      if (ctx->needs_input_grad(2 + k)) {
+        torch::Tensor by_weight = product(h_dot[k], true, e, false, 1.0 / divisors[k]);
+        product_into(by_weight, f.h[k], true, by_a, false, 1.0 / divisors[k], 1.0);
+        result[2 + k] = by_weight;
+      }
       if (k == 0 && !ctx->needs_input_grad(1)) break;
-      delta = e.matmul(w[k].t());
-      adjoint = by_a.matmul(w[k].t());
+      delta = product(e, false, w[k], true);
+      adjoint = product(by_a, false, w[k], true);
     }
     if (ctx->needs_input_grad(1)) result[1] = adjoint;
     return result;
