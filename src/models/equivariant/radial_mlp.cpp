@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "error.h"
+#include "models/kernels/fast_tanh.h"
 #include "models/kernels/gemm.h"
 
 #include <cmath>
@@ -102,42 +103,50 @@ torch::Tensor product(const torch::Tensor& a, bool ta, const torch::Tensor& b, b
   return out;
 }
 
-/// One loop over the elements of same-shaped contiguous host tensors: out[i] = f(in...[i]).
+/// f(pointer of every input, output pointers..., element count) on same-shaped host tensors
+/// (made contiguous), in their dtype; `outputs` new tensors shaped like inputs[0].
 template <typename F>
-torch::Tensor host_map(const std::vector<torch::Tensor>& inputs, F f) {
-  auto out = torch::empty_like(inputs[0], at::MemoryFormat::Contiguous);
-  const int64_t n = out.numel();
+std::vector<torch::Tensor> host_loop(const std::vector<torch::Tensor>& inputs, size_t outputs, F f) {
+  std::vector<torch::Tensor> c, out;
+  for (const auto& x : inputs) c.push_back(x.contiguous());
+  for (size_t k = 0; k < outputs; ++k) out.push_back(torch::empty_like(c[0]));
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    std::vector<torch::Tensor> c;
-    std::vector<const T*> p;
-    for (const auto& x : inputs) c.push_back(x.contiguous()), p.push_back(c.back().template data_ptr<T>());
-    T* o = out.data_ptr<T>();
-    for (int64_t i = 0; i < n; ++i) o[i] = f(p, i);
+    std::vector<const T*> in;
+    std::vector<T*> o;
+    for (const auto& x : c) in.push_back(x.template data_ptr<T>());
+    for (auto& x : out) o.push_back(x.template data_ptr<T>());
+    f(in, o, c[0].numel());
   };
-  if (out.scalar_type() == torch::kFloat64) run(double(0));
+  if (c[0].scalar_type() == torch::kFloat64) run(double(0));
   else run(float(0));
   return out;
 }
 
-/// σ(a) in the tensors' precision.
+/// s = σ(a) = (1 + tanh(a/2)) / 2 with the vectorised tanh (models/kernels/fast_tanh.h).
 template <typename T>
-T sigmoid_of(T a) {
-  return T(1) / (T(1) + std::exp(-a));
+void sigmoid_into(const T* a, T* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) s[i] = T(0.5) * a[i];
+  tanh_inplace(s, n);
+  for (int64_t i = 0; i < n; ++i) s[i] = T(0.5) + T(0.5) * s[i];
 }
 
 torch::Tensor silu_of(const torch::Tensor& a) {
   if (!on_host(a)) return at::silu(a);
-  return host_map({a}, [](const auto& p, int64_t i) { const auto x = p[0][i]; return x * sigmoid_of(x); });
+  return host_loop({a}, 1, [](const auto& in, const auto& out, int64_t n) {
+    sigmoid_into(in[0], out[0], n);
+    for (int64_t i = 0; i < n; ++i) out[0][i] *= in[0][i];
+  })[0];
 }
 
 /// δ · silu′(a), silu′(a) = σ(1 + a(1 − σ)).
 torch::Tensor silu_backward_of(const torch::Tensor& delta, const torch::Tensor& a) {
   if (!on_host(a)) return at::silu_backward(delta, a);
-  return host_map({delta, a}, [](const auto& p, int64_t i) {
-    const auto x = p[1][i], s = sigmoid_of(x);
-    return p[0][i] * s * (1 + x * (1 - s));
-  });
+  return host_loop({a, delta}, 1, [](const auto& in, const auto& out, int64_t n) {
+    auto* s = out[0];
+    sigmoid_into(in[0], s, n);
+    for (int64_t i = 0; i < n; ++i) s[i] = in[1][i] * s[i] * (1 + in[0][i] * (1 - s[i]));
+  })[0];
 }
 
 /// SiLU's first and second derivatives at a: σ(1 + a(1 − σ)) and σ(1 − σ)(2 + a(1 − 2σ)).
@@ -147,29 +156,36 @@ std::pair<torch::Tensor, torch::Tensor> silu_derivatives(const torch::Tensor& a)
     const auto one_minus = 1 - s;
     return {s * (1 + a * one_minus), s * one_minus * (2 + a * (1 - 2 * s))};
   }
-  auto first = host_map({a}, [](const auto& p, int64_t i) {
-    const auto x = p[0][i], s = sigmoid_of(x);
-    return s * (1 + x * (1 - s));
+  auto both = host_loop({a}, 2, [](const auto& in, const auto& out, int64_t n) {
+    auto *first = out[0], *second = out[1];
+    sigmoid_into(in[0], first, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto x = in[0][i], s = first[i];
+      first[i] = s * (1 + x * (1 - s));
+      second[i] = s * (1 - s) * (2 + x * (1 - 2 * s));
+    }
   });
-  auto second = host_map({a}, [](const auto& p, int64_t i) {
-    const auto x = p[0][i], s = sigmoid_of(x);
-    return s * (1 - s) * (2 + x * (1 - 2 * s));
-  });
-  return {first, second};
+  return {both[0], both[1]};
 }
 
 /// x ⊙ y ⊙ z (+ u ⊙ v when u is defined).
 torch::Tensor product_sum3(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& z,
                            const torch::Tensor& u, const torch::Tensor& v) {
   if (!on_host(x)) return u.defined() ? x * y * z + u * v : x * y * z;
-  if (!u.defined()) return host_map({x, y, z}, [](const auto& p, int64_t i) { return p[0][i] * p[1][i] * p[2][i]; });
-  return host_map({x, y, z, u, v},
-                  [](const auto& p, int64_t i) { return p[0][i] * p[1][i] * p[2][i] + p[3][i] * p[4][i]; });
+  if (!u.defined())
+    return host_loop({x, y, z}, 1, [](const auto& in, const auto& out, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) out[0][i] = in[0][i] * in[1][i] * in[2][i];
+    })[0];
+  return host_loop({x, y, z, u, v}, 1, [](const auto& in, const auto& out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[0][i] = in[0][i] * in[1][i] * in[2][i] + in[3][i] * in[4][i];
+  })[0];
 }
 
 torch::Tensor times(const torch::Tensor& x, const torch::Tensor& y) {
   if (!on_host(x)) return x * y;
-  return host_map({x, y}, [](const auto& p, int64_t i) { return p[0][i] * p[1][i]; });
+  return host_loop({x, y}, 1, [](const auto& in, const auto& out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[0][i] = in[0][i] * in[1][i];
+  })[0];
 }
 
 /// The training MLP's forward pass, kept for its derivatives: the weights divided by their
