@@ -1,4 +1,3 @@
-#include <torch/csrc/autograd/profiler.h>
 #include "train/trainer.h"
 
 #include <torch/csrc/autograd/autograd.h>
@@ -753,10 +752,7 @@ int Trainer::train_loop() {
     const double lr = c.learning_rate.at(step);
     const Prefactors pref = prefactors(step);
     ErrorSums trn;
-    std::unique_ptr<torch::autograd::profiler::RecordProfile> prof_;
-    if (step >= 1000 && step < 1003) prof_ = std::make_unique<torch::autograd::profiler::RecordProfile>("/tmp/eth/trace" + std::to_string(step));
     const bool stop = train_step(step, lr, pref, trn, progress);
-    prof_.reset();
     ++step;
     report_step(step, lr, pref, trn, progress);
     if (root() && (step % c.save_freq == 0 || step == c.numb_steps)) save_checkpoint(step);
