@@ -23,6 +23,19 @@ std::string literal(double v) {
   return s;
 }
 
+/// `name = ` the features of `irreps` side by side along the component axis (channels last):
+/// the one irrep's tensor itself, or their concatenation.
+void side_by_side_source(const std::string& name, const std::string& prefix, const std::vector<std::string>& irreps,
+                         std::ostream& o) {
+  if (irreps.size() == 1) {
+    o << "    " << name << " = " << prefix << irreps[0] << "\n";
+    return;
+  }
+  o << "    " << name << " = torch.cat([";
+  for (size_t k = 0; k < irreps.size(); ++k) o << (k ? ", " : "") << prefix << irreps[k];
+  o << "], 1)\n";
+}
+
 /// Where the generated source finds the model's tensors: the module's attributes (`self.x`,
 /// the saved model) or the training path's dictionary (`params["x"]`, docs/equivariant.md
 /// "The training path").
@@ -74,6 +87,12 @@ struct Irrep {
   bool operator<(const Irrep& o) const { return l != o.l ? l < o.l : p > o.p; }
   bool operator==(const Irrep& o) const { return l == o.l && p == o.p; }
 };
+
+std::vector<std::string> names_of(const std::vector<Irrep>& irreps) {
+  std::vector<std::string> names;
+  for (const Irrep& r : irreps) names.push_back(r.name());
+  return names;
+}
 
 /// One tensor-product path: input irrep x harmonic l2 -> output irrep.
 struct Path {
@@ -233,13 +252,7 @@ void training_product_basis_source(const EquivariantConfig& c, const Block& b, s
     for (int64_t x : v) s.push_back(std::to_string(x));
     return list(s);
   };
-  if (b.out.size() == 1) {
-    o << "    at = a_" << b.out[0].name() << "\n";
-  } else {
-    o << "    at = torch.cat([";
-    for (size_t a = 0; a < b.out.size(); ++a) o << (a ? ", " : "") << "a_" << b.out[a].name();
-    o << "], 1)\n";
-  }
+  side_by_side_source("at", "a_", names_of(b.out), o);
   std::vector<ProductTables> mine;
   for (const ProductTables& p : product_couplings(c))
     if (p.block == int64_t(k)) mine.push_back(p);
@@ -354,13 +367,7 @@ void deploy_messages_source(const Block& b, const std::string& L, int64_t f, std
 void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics,
                               const std::string& radial, std::ostream& o) {
   int64_t inputs = 0, outputs = 0;
-  if (b.in.size() == 1) {
-    o << "    xt = x_" << b.in[0].name() << "\n";
-  } else {
-    o << "    xt = torch.cat([";
-    for (size_t k = 0; k < b.in.size(); ++k) o << (k ? ", " : "") << "x_" << b.in[k].name();
-    o << "], 1)\n";
-  }
+  side_by_side_source("xt", "x_", names_of(b.in), o);
   for (const auto& in : b.in) inputs += 2 * in.l + 1;
   for (const auto& out : b.out) outputs += (2 * out.l + 1) * int64_t(b.paths_to(out).size());
   const int64_t np = int64_t(b.paths.size());

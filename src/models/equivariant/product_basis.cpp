@@ -455,12 +455,10 @@ torch::Tensor product_sum(int64_t operand, const std::vector<torch::Tensor>& ope
       if (o >= 0) held |= int64_t(1) << o;
     }
   }
+  // Operands no contributing form reads may be undefined; autograd's inputs must be defined.
   std::vector<torch::Tensor> others;
   for (int64_t k = 0; k < n; ++k)
-    if (k != operand) others.push_back(operands[size_t(k)].defined() ? operands[size_t(k)] : torch::Tensor());
-  // Operands no contributing form reads may be undefined; autograd's inputs must be defined.
-  for (auto& x : others)
-    if (!x.defined()) x = torch::empty({0});
+    if (k != operand) others.push_back(operands[size_t(k)].defined() ? operands[size_t(k)] : torch::empty({0}));
   return ProductSum::apply(operand, required, &forms, at::TensorList(others));
 }
 

@@ -356,32 +356,40 @@ class RadialMlpTraining : public torch::autograd::Function<RadialMlpTraining> {
 
 }  // namespace
 
-torch::Tensor radial_mlp(const torch::Tensor& basis, const std::vector<torch::Tensor>& hidden,
-                         const torch::Tensor& output, const std::vector<double>& hidden_divisors,
-                         double output_divisor) {
+namespace {
+
+/// The hidden layers' and the output layer's weights and divisors in one list each, checked.
+std::pair<std::vector<torch::Tensor>, std::vector<double>> layers_of(const char* who,
+                                                                     const std::vector<torch::Tensor>& hidden,
+                                                                     const torch::Tensor& output,
+                                                                     const std::vector<double>& hidden_divisors,
+                                                                     double output_divisor) {
   if (hidden.size() != hidden_divisors.size())
-    throw Error("radial_mlp: " + std::to_string(hidden.size()) + " hidden layers but " +
+    throw Error(std::string(who) + ": " + std::to_string(hidden.size()) + " hidden layers but " +
                 std::to_string(hidden_divisors.size()) + " divisors");
   std::vector<torch::Tensor> weights(hidden.begin(), hidden.end());
   weights.push_back(output);
+  std::vector<double> divisors(hidden_divisors.begin(), hidden_divisors.end());
+  divisors.push_back(output_divisor);
+  return {weights, divisors};
+}
+
+}  // namespace
+
+torch::Tensor radial_mlp(const torch::Tensor& basis, const std::vector<torch::Tensor>& hidden,
+                         const torch::Tensor& output, const std::vector<double>& hidden_divisors,
+                         double output_divisor) {
+  const auto [weights, divisors] = layers_of("radial_mlp", hidden, output, hidden_divisors, output_divisor);
   for (const auto& w : weights)
     if (w.requires_grad())
       throw Error("radial_mlp: the weights must not require a gradient (it serves MD inference, where they are fixed)");
-  std::vector<double> divisors(hidden_divisors.begin(), hidden_divisors.end());
-  divisors.push_back(output_divisor);
   return RadialMlp::apply(basis, scaled(weights, divisors));
 }
 
 torch::Tensor radial_mlp_training(const torch::Tensor& basis, const std::vector<torch::Tensor>& hidden,
                                   const torch::Tensor& output, const std::vector<double>& hidden_divisors,
                                   double output_divisor) {
-  if (hidden.size() != hidden_divisors.size())
-    throw Error("radial_mlp_training: " + std::to_string(hidden.size()) + " hidden layers but " +
-                std::to_string(hidden_divisors.size()) + " divisors");
-  std::vector<torch::Tensor> weights(hidden.begin(), hidden.end());
-  weights.push_back(output);
-  std::vector<double> divisors(hidden_divisors.begin(), hidden_divisors.end());
-  divisors.push_back(output_divisor);
+  const auto [weights, divisors] = layers_of("radial_mlp_training", hidden, output, hidden_divisors, output_divisor);
   return RadialMlpTraining::apply(basis, at::TensorList(weights), divisors);
 }
 
