@@ -1,6 +1,7 @@
 // models::linear_map (models/equivariant/linear_map.h) against s · matmul by plain autograd: the
-// value for contiguous and strided inputs, first and second derivatives as in a training step,
-// float32 and float64; no rows; a shape mismatch is an error naming both shapes.
+// value and gradients for contiguous inputs, rows of wider tensors and transposed ones; first and
+// second derivatives as in a training step, float32 and float64; no rows; a shape mismatch is an
+// error naming both shapes.
 #include "models/equivariant/linear_map.h"
 
 #include <gtest/gtest.h>
@@ -30,10 +31,20 @@ TYPED_TEST(LinearMapTest, EqualsTheScaledProductForAnyLayout) {
   const auto w = torch::randn({5, 6}, opts);
   const auto contiguous = torch::randn({3, 4, 5}, opts);
   const auto strided = torch::randn({3, 5, 4}, opts).transpose(1, 2);  // [3, 4, 5], not contiguous
-  for (const auto& x : {contiguous, strided}) {
-    const auto y = mlip::models::linear_map(x, w, 0.3);
-    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{3, 4, 6}));
+  const auto wide = torch::randn({3, 9, 5}, opts);
+  // Rows of a wider tensor: evenly strided (read in place) and not (copied).
+  const auto even = wide.narrow(1, 2, 1), uneven = wide.narrow(1, 3, 4);
+  for (const auto& x : {contiguous, strided, even, uneven}) {
+    const auto xv = x.detach().requires_grad_(true), wv = w.detach().requires_grad_(true);
+    const auto y = mlip::models::linear_map(xv, wv, 0.3);
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{3, x.size(1), 6}));
     EXPECT_LT(relative(y, torch::matmul(x, w) * 0.3), TestFixture::tolerance());
+    // The map's gradient from an incoming gradient that is itself a strided view.
+    const auto incoming = torch::randn({3, 2 * x.size(1), 6}, opts).narrow(1, 1, x.size(1));
+    const auto g = torch::autograd::grad({y}, {xv, wv}, {incoming});
+    EXPECT_LT(relative(g[0], torch::matmul(incoming, w.t()) * 0.3), TestFixture::tolerance());
+    EXPECT_LT(relative(g[1], torch::matmul(x.reshape({-1, 5}).t(), incoming.reshape({-1, 6})) * 0.3),
+              TestFixture::tolerance());
   }
 }
 

@@ -8,26 +8,47 @@
 
 #include "compat/libtorch.h"
 #include "error.h"
+#include "models/kernels/target_clones.h"
 
 namespace mlip::train {
 namespace {
 
-/// The Adam update of one parameter; with `avg`, also the moving average's update
-/// avg <- avg + avg_weight (p - avg) from the new p (Ema's formula, while p is in a register).
+/// The Adam update of entries k0..k1 of one parameter; with `avg`, also the moving average's
+/// update avg <- avg + avg_weight (p - avg) from the new p (Ema's formula, while p is in a
+/// register). One pass, vectorised: compiled per instruction set (models/kernels/target_clones.h)
+/// and with -fno-math-errno (src/train/CMakeLists.txt), so that the square root and the
+/// division are vector instructions (IEEE-exact as the scalar ones).
+template <typename Real>
+MLIP_INLINE void update_range(Real* p, const Real* g, Real* m, Real* v, int64_t k0, int64_t k1, Real b1, Real b2,
+                              Real wd, Real ss, Real isb, Real e, Real* avg, Real aw) {
+  const Real c1 = 1 - b1, c2 = 1 - b2;
+  for (int64_t k = k0; k < k1; ++k) {
+    const Real gk = wd != Real(0) ? g[k] + wd * p[k] : g[k];
+    m[k] = b1 * m[k] + c1 * gk;
+    v[k] = b2 * v[k] + c2 * gk * gk;
+    p[k] -= ss * m[k] / (std::sqrt(v[k]) * isb + e);
+  }
+  if (avg != nullptr)
+    for (int64_t k = k0; k < k1; ++k) avg[k] += aw * (p[k] - avg[k]);
+}
+
+MLIP_CLONES void update_range_of(double* p, const double* g, double* m, double* v, int64_t k0, int64_t k1, double b1,
+                                 double b2, double wd, double ss, double isb, double e, double* avg, double aw) {
+  update_range<double>(p, g, m, v, k0, k1, b1, b2, wd, ss, isb, e, avg, aw);
+}
+
+MLIP_CLONES void update_range_of(float* p, const float* g, float* m, float* v, int64_t k0, int64_t k1, float b1,
+                                 float b2, float wd, float ss, float isb, float e, float* avg, float aw) {
+  update_range<float>(p, g, m, v, k0, k1, b1, b2, wd, ss, isb, e, avg, aw);
+}
+
+/// The Adam update of one parameter (and its moving average), in ranges over LibTorch's threads.
 template <typename Real>
 void update(Real* p, const Real* g, Real* m, Real* v, int64_t n, double beta1, double beta2, double weight_decay,
             double step_size, double inv_sqrt_bc2, double eps, Real* avg, double avg_weight) {
-  const Real b1 = Real(beta1), b2 = Real(beta2), c1 = Real(1 - beta1), c2 = Real(1 - beta2), wd = Real(weight_decay);
-  const Real ss = Real(step_size), isb = Real(inv_sqrt_bc2), e = Real(eps), aw = Real(avg_weight);
   at::parallel_for(0, n, 16384, [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      const Real gk = wd != Real(0) ? g[k] + wd * p[k] : g[k];
-      m[k] = b1 * m[k] + c1 * gk;
-      v[k] = b2 * v[k] + c2 * gk * gk;
-      p[k] -= ss * m[k] / (std::sqrt(v[k]) * isb + e);
-    }
-    if (avg != nullptr)
-      for (int64_t k = k0; k < k1; ++k) avg[k] += aw * (p[k] - avg[k]);
+    update_range_of(p, g, m, v, k0, k1, Real(beta1), Real(beta2), Real(weight_decay), Real(step_size),
+                    Real(inv_sqrt_bc2), Real(eps), avg, Real(avg_weight));
   });
 }
 

@@ -361,7 +361,8 @@ void deploy_messages_source(const Block& b, const std::string& L, int64_t f, std
 /// The same messages in the training path: one call of the message contraction
 /// (models/equivariant/message_contraction.h) for every path of the block. Its output rows are
 /// ordered by output irrep, then component, then path (message_couplings), so that each output
-/// irrep's messages m_<irrep> [n, 2l+1, f * paths] are a view of its rows, channels last.
+/// irrep's messages m_<irrep> [n, 2l+1, f * paths] are a block of its rows, channels last (split
+/// off by one node).
 /// radial: for MD inference, the radial MLP's arguments as block_source writes them: the MLP and
 /// the contraction as one fused call (models/equivariant/radial_message.h) instead of the weights `w`.
 void training_messages_source(const Block& b, const std::string& L, int64_t f, int64_t harmonics,
@@ -379,13 +380,20 @@ void training_messages_source(const Block& b, const std::string& L, int64_t f, i
       << ")\n";
   else
     o << "    mt = mlip.radial_message(basis, " << radial << ", xt, y, edges, " << coupling << ")\n";
-  int64_t first = 0;
-  for (const auto& out : b.out) {
-    const int64_t paths = int64_t(b.paths_to(out).size()), rows = (2 * out.l + 1) * paths;
-    o << "    m_" << out.name() << " = " << (rows == outputs ? "mt" : "mt.narrow(1, " + std::to_string(first) + ", " + std::to_string(rows) + ")")
-      << ".reshape(n, " << 2 * out.l + 1 << ", " << f * paths << ")\n";
-    first += rows;
+  if (b.out.size() == 1) {
+    const auto& out = b.out[0];
+    o << "    m_" << out.name() << " = mt.reshape(n, " << 2 * out.l + 1 << ", " << f * int64_t(b.paths_to(out).size())
+      << ")\n";
+    return;
   }
+  // Several output irreps: one split node (models/equivariant/row_split.h).
+  std::string rows, components;
+  for (const auto& out : b.out) {
+    rows += (rows.empty() ? "" : ", ") + std::to_string((2 * out.l + 1) * int64_t(b.paths_to(out).size()));
+    components += (components.empty() ? "" : ", ") + std::to_string(2 * out.l + 1);
+  }
+  o << "    parts = mlip.split_rows(mt, [" << rows << "], [" << components << "])\n";
+  for (size_t k = 0; k < b.out.size(); ++k) o << "    m_" << b.out[k].name() << " = parts[" << k << "]\n";
 }
 
 /// The self-connection of an output irrep that is also an input of its block: z += s · sc[type]
@@ -457,9 +465,8 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
     o << "    w = torch.matmul(h, " << st.get(L + "rout") << ") / " << literal(std::sqrt(double(c.radial_width)))
       << "\n";
   }
-  // The training path's basis holds each pair once (both directions have one length).
-  // (MD inference: the contraction reads each edge's weights through its pair instead.)
-  if (st.training && !st.inference) o << "    w = w.index_select(0, pair)\n";
+  // The training path's basis holds each pair once (both directions have one length): the
+  // contraction reads each edge's weights through its pair (its tables end with pair, pair_edge).
   // Linear mixing of the input features per irrep; keep the input for the self-connection.
   for (const auto& in : b.in)
     o << "    s_" << in.name() << " = x_" << in.name() << "\n"
@@ -501,7 +508,12 @@ void block_source(const EquivariantConfig& c, const Block& b, size_t k, const St
   for (const auto& out : b.targets) {
     if (out.l > 0) continue;
     const bool is_even = out.p >= 0;
-    if (out == Irrep{0, c.parity ? 1 : 0}) {
+    if (out == Irrep{0, c.parity ? 1 : 0} && st.training) {  // one node (models/equivariant/gate.h)
+      o << "    gates = mlip.gate(z_" << out.name() << ", [";
+      for (size_t q = 0; q < gated.size(); ++q) o << (q ? ", " : "") << "z_" << gated[q].name();
+      o << "])\n    x_" << out.name() << " = gates[0]\n";
+      for (size_t q = 0; q < gated.size(); ++q) o << "    x_" << gated[q].name() << " = gates[" << q + 1 << "]\n";
+    } else if (out == Irrep{0, c.parity ? 1 : 0}) {
       o << "    g = z_" << out.name() << "\n"
         << "    x_" << out.name() << " = " << st.channels("g", 0, f, f * int64_t(1 + gated.size())) << "\n"
         << "    x_" << out.name() << " = x_" << out.name() << " * torch.sigmoid(x_" << out.name() << ")\n";

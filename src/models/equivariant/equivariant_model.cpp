@@ -14,6 +14,7 @@
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "models/energy_bias.h"
+#include "models/equivariant/edge_forces.h"
 #include "models/equivariant/equivariant_inference.h"
 #include "models/equivariant/training_function.h"
 #include "models/module_device.h"
@@ -60,14 +61,15 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
 /// E edges (both directions of every pair), Q = distinct pairs (about E / 2).
 struct EquivariantFrame : FrameInput {
   torch::Tensor d;               ///< [E, 3] model dtype, d_e = r_j - r_i + shift·cell, Å
-  torch::Tensor i, j;            ///< [E] int64, centre and neighbour (centres non-decreasing)
-  torch::Tensor pair;            ///< [E] int64, the pair of edge e
-  torch::Tensor pair_edge;       ///< [Q] int64, the edge whose vector the pair's basis is taken from
+  // Index tables on the host (a batch's are concatenated there and moved to the device once).
+  torch::Tensor i, j;            ///< [E] int64 host, centre and neighbour (centres non-decreasing)
+  torch::Tensor pair;            ///< [E] int64 host, the pair of edge e
+  torch::Tensor pair_edge;       ///< [Q] int64 host, the edge whose vector the pair's basis is taken from
   torch::Tensor basis;           ///< [Q, num_bessels] Bessel basis times cutoff
   torch::Tensor basis_jacobian;  ///< [Q, num_bessels, 3] its derivative by d of pair_edge, 1/Å
   torch::Tensor y;               ///< [E, (l_max+1)^2] edge harmonics
   torch::Tensor y_jacobian;      ///< [E, (l_max+1)^2, 3] their derivative by d_e, 1/Å
-  std::vector<torch::Tensor> edges;  ///< the contraction's edge tables (models/equivariant/message_contraction.h)
+  std::vector<torch::Tensor> edges;  ///< host, the contraction's edge tables (models/equivariant/message_contraction.h)
   int64_t bytes() const override {
     int64_t b = 0;
     for (const auto* t : {&d, &i, &j, &pair, &pair_edge, &basis, &basis_jacobian, &y, &y_jacobian}) b += tensor_bytes(*t);
@@ -104,13 +106,43 @@ void pair_edges(const PairList& pairs, torch::Tensor& pair, torch::Tensor& pair_
   pair_edge = torch::tensor(edge, torch::kInt64);
 }
 
-/// d value / d d_e of a per-edge function value [E, K] of d [E, 3]: [E, K, 3] (one backward
-/// pass per column; each row depends on its own edge only).
-torch::Tensor per_edge_jacobian(const torch::Tensor& value, const torch::Tensor& d) {
-  std::vector<torch::Tensor> columns;
-  for (int64_t k = 0; k < value.size(1); ++k)
-    columns.push_back(torch::autograd::grad({value.select(1, k).sum()}, {d}, {}, true, false)[0]);
-  return torch::stack(columns, 1);
+/// The saved model's edge_geometry of the edge vectors d [E, 3] with its derivatives by d:
+/// basis [E, B] and y [E, Y] with basis_jacobian [E, B, 3] and y_jacobian [E, Y, 3]. Each row
+/// depends on its own edge only, so the B + Y columns' Jacobians come from one forward and one
+/// backward pass over B + Y copies of the edges, copy k carrying column k (docs/equivariant.md
+/// "The training path"); edges in chunks, so that the copies stay small.
+struct EdgeGeometry {
+  torch::Tensor basis, basis_jacobian, y, y_jacobian;
+};
+
+EdgeGeometry edge_geometry_with_jacobians(torch::jit::Module& module, const torch::Tensor& d, int64_t num_basis,
+                                          int64_t num_harmonics) {
+  constexpr int64_t chunk = 2048;
+  const int64_t edges = d.size(0), copies = num_basis + num_harmonics;
+  std::vector<torch::Tensor> basis, basis_jacobian, y, y_jacobian;
+  torch::AutoGradMode grad_mode(true);
+  for (int64_t e0 = 0; e0 < std::max<int64_t>(edges, 1); e0 += chunk) {
+    const int64_t n = std::min(chunk, edges - e0);
+    const auto repeated = d.narrow(0, e0, n).detach().unsqueeze(0).expand({copies, n, 3}).contiguous();
+    repeated.requires_grad_(true);
+    const auto geometry = module.get_method("edge_geometry")({repeated.reshape({copies * n, 3})}).toTuple();
+    const auto b = geometry->elements()[0].toTensor().reshape({copies, n, num_basis});
+    const auto h = geometry->elements()[1].toTensor().reshape({copies, n, num_harmonics});
+    // Copy k < B carries basis column k; copy B + k carries harmonic k.
+    const auto carried = b.narrow(0, 0, num_basis).diagonal(0, 0, 2).sum() +
+                         h.narrow(0, num_basis, num_harmonics).diagonal(0, 0, 2).sum();
+    const auto jacobian = torch::autograd::grad({carried}, {repeated}, {}, false, false, true)[0];
+    basis.push_back(b.select(0, 0).detach());
+    y.push_back(h.select(0, 0).detach());
+    if (jacobian.defined()) {
+      basis_jacobian.push_back(jacobian.narrow(0, 0, num_basis).permute({1, 0, 2}));
+      y_jacobian.push_back(jacobian.narrow(0, num_basis, num_harmonics).permute({1, 0, 2}));
+    } else {  // no edges
+      basis_jacobian.push_back(torch::zeros({n, num_basis, 3}, d.options()));
+      y_jacobian.push_back(torch::zeros({n, num_harmonics, 3}, d.options()));
+    }
+  }
+  return {torch::cat(basis), torch::cat(basis_jacobian), torch::cat(y), torch::cat(y_jacobian)};
 }
 
 class EquivariantModel final : public Model {
@@ -144,23 +176,20 @@ class EquivariantModel final : public Model {
     auto out = std::make_unique<EquivariantFrame>();
     const auto dtype = settings_.dtype();
     out->d = pairs.vector.to(device_, dtype);
-    out->i = pairs.centre.to(device_);
-    out->j = pairs.neighbor.to(device_);
-    torch::Tensor pair, pair_edge;
-    pair_edges(pairs, pair, pair_edge);
-    out->pair = pair.to(device_);
-    out->pair_edge = pair_edge.to(device_);
+    out->i = pairs.centre;
+    out->j = pairs.neighbor;
+    pair_edges(pairs, out->pair, out->pair_edge);
     {
       // The geometry by the saved model's own edge_geometry, its derivatives by autograd: the
       // training path then never differentiates it (docs/equivariant.md "The training path").
-      torch::AutoGradMode grad_mode(true);
-      const auto d = out->d.detach().requires_grad_(true);
-      const auto geometry = module_.get_method("edge_geometry")({d}).toTuple();
-      const auto basis = geometry->elements()[0].toTensor(), y = geometry->elements()[1].toTensor();
-      out->basis = basis.detach().index_select(0, out->pair_edge);
-      out->basis_jacobian = per_edge_jacobian(basis, d).index_select(0, out->pair_edge);
-      out->y = y.detach();
-      out->y_jacobian = per_edge_jacobian(y, d);
+      const int64_t num_harmonics = (settings_.config.l_max + 1) * (settings_.config.l_max + 1);
+      const EdgeGeometry g =
+          edge_geometry_with_jacobians(module_, out->d, settings_.config.num_bessels, num_harmonics);
+      const auto pair_edge = out->pair_edge.to(device_);
+      out->basis = g.basis.index_select(0, pair_edge);
+      out->basis_jacobian = g.basis_jacobian.index_select(0, pair_edge);
+      out->y = g.y;
+      out->y_jacobian = g.y_jacobian.contiguous();
     }
     out->edges = TrainingFunction::edge_tables(out->i, out->j, system.natoms());
     return out;
@@ -206,23 +235,16 @@ class EquivariantModel final : public Model {
     const auto y = b.y.detach().requires_grad_(true);
     const auto e = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
     const auto grads = torch::autograd::grad({e.sum()}, {basis, y}, {}, training, training);
-    // dE/dd_e: the harmonics' part per edge, the basis's part on each pair's first edge.
-    const auto grad = (grads[1].unsqueeze(2) * b.y_jacobian)
-                          .sum(1)
-                          .index_add(0, b.pair_edge, (grads[0].unsqueeze(2) * b.basis_jacobian).sum(1));
-    // F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i); W = -sum d ⊗ dE/dd, per frame.
+    // dE/dd_e: the harmonics' part per edge, the basis's part on each pair's first edge; then
+    // F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i), W = -sum d ⊗ dE/dd per frame: one
+    // node (models/equivariant/edge_forces.h).
+    const EdgeGeometryTables tables{b.basis_jacobian, b.y_jacobian, b.pair_edge, b.i,      b.j,
+                                    b.d,              b.edge_frame, nframes,     natoms};
+    const auto [forces, virial] = edge_forces(grads[0], grads[1], tables);
     Prediction p;
     p.energy = e.to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
-    p.forces = torch::zeros({nframes * natoms, 3}, grad.options())
-                   .index_add(0, b.i, grad)
-                   .index_add(0, b.j, -grad)
-                   .reshape({nframes, natoms, 3});
-    if (nframes == 1) {
-      p.virial = (-b.d.t().matmul(grad)).unsqueeze(0);
-    } else {
-      p.virial = -torch::zeros({nframes, 3, 3}, grad.options())
-                      .index_add(0, b.edge_frame, b.d.unsqueeze(2) * grad.unsqueeze(1));
-    }
+    p.forces = forces.view({nframes, natoms, 3});
+    p.virial = virial;
     if (training) last_ = p;
     return p;
   }
@@ -240,54 +262,95 @@ class EquivariantModel final : public Model {
   /// table indices are offset by the edges and pairs of the frames before it.
   struct BatchedFrames {
     torch::Tensor d, i, j, pair, pair_edge, basis, basis_jacobian, y, y_jacobian, atype;
-    torch::Tensor edge_frame;          ///< [E] int64, the frame of each edge (batches of 2+ frames)
-    std::vector<torch::Tensor> edges;  ///< the contraction's tables (models/equivariant/message_contraction.h)
+    torch::Tensor edge_frame;          ///< [E] int64, the frame of each edge
+    std::vector<torch::Tensor> edges;  ///< the contraction's tables, radial weights by pair (models/equivariant/message_contraction.h)
   };
 
-  static BatchedFrames single_frame(const SystemAtoms& atoms, const FrameInput& input) {
+  BatchedFrames single_frame(const SystemAtoms& atoms, const FrameInput& input) const {
     const auto& g = static_cast<const EquivariantFrame&>(input);
-    return BatchedFrames{g.d, g.i, g.j, g.pair, g.pair_edge, g.basis, g.basis_jacobian, g.y, g.y_jacobian,
-                         atoms.atype, torch::Tensor(), g.edges};
+    BatchedFrames b{g.d, g.i.to(device_), g.j.to(device_), g.pair.to(device_), g.pair_edge.to(device_),
+                    g.basis, g.basis_jacobian, g.y, g.y_jacobian, atoms.atype,
+                    torch::zeros({g.i.size(0)}, g.i.options().device(device_)), {}};
+    b.edges = {b.i, b.j};
+    for (size_t k = 2; k < g.edges.size(); ++k) b.edges.push_back(g.edges[k].to(device_));
+    b.edges.push_back(b.pair);
+    b.edges.push_back(b.pair_edge);
+    return b;
   }
 
-  static BatchedFrames batch_frames(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) {
-    std::vector<torch::Tensor> d, i, j, pair, pair_edge, basis, basis_jacobian, y, y_jacobian, edge_frame,
-        centre_offsets, by_neighbor, neighbor_offsets;
-    int64_t edge_offset = 0, pair_offset = 0;
-    for (size_t f = 0; f < frames.size(); ++f) {
+  /// One index table of a batch: the frames' host tables one after the other, frame f's entries
+  /// plus offset[f], its first `skip` entries left out after the first frame (offset tables
+  /// [N+1] start with 0); built on the host and moved to `device` once.
+  static torch::Tensor concatenated(const std::vector<const torch::Tensor*>& tables, const std::vector<int64_t>& offset,
+                                    int64_t skip, torch::Device device) {
+    int64_t total = 0;
+    for (size_t f = 0; f < tables.size(); ++f) total += tables[f]->size(0) - (f > 0 ? skip : 0);
+    auto out = torch::empty({total}, torch::kInt64);
+    int64_t* o = out.data_ptr<int64_t>();
+    for (size_t f = 0; f < tables.size(); ++f) {
+      const auto t = tables[f]->contiguous();
+      const int64_t* v = t.data_ptr<int64_t>();
+      for (int64_t k = f > 0 ? skip : 0; k < t.size(0); ++k) *o++ = v[k] + offset[f];
+    }
+    return out.to(device);
+  }
+
+  BatchedFrames batch_frames(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) {
+    const size_t nframes = frames.size();
+    std::vector<torch::Tensor> d, basis, basis_jacobian, y, y_jacobian;
+    std::vector<const torch::Tensor*> i, j, pair, pair_edge, centre_offsets, by_neighbor, neighbor_offsets;
+    std::vector<int64_t> atom_offset, edge_offset, pair_offset;
+    int64_t edges = 0, pairs = 0;
+    for (size_t f = 0; f < nframes; ++f) {
       const auto& g = static_cast<const EquivariantFrame&>(*frames[f]);
-      const int64_t atom_offset = int64_t(f) * atoms.natoms;
       d.push_back(g.d);
-      i.push_back(g.i + atom_offset);
-      j.push_back(g.j + atom_offset);
-      pair.push_back(g.pair + pair_offset);
-      pair_edge.push_back(g.pair_edge + edge_offset);
       basis.push_back(g.basis);
       basis_jacobian.push_back(g.basis_jacobian);
       y.push_back(g.y);
       y_jacobian.push_back(g.y_jacobian);
-      edge_frame.push_back(torch::full({g.i.size(0)}, int64_t(f), g.i.options()));
-      // Offsets [N+1] into the edges: the first frame's whole, the others' without their leading 0.
-      centre_offsets.push_back((f == 0 ? g.edges[2] : g.edges[2].slice(0, 1)) + edge_offset);
-      by_neighbor.push_back(g.edges[3] + edge_offset);
-      neighbor_offsets.push_back((f == 0 ? g.edges[4] : g.edges[4].slice(0, 1)) + edge_offset);
-      edge_offset += g.i.size(0);
-      pair_offset += g.basis.size(0);
+      i.push_back(&g.i);
+      j.push_back(&g.j);
+      pair.push_back(&g.pair);
+      pair_edge.push_back(&g.pair_edge);
+      centre_offsets.push_back(&g.edges[2]);
+      by_neighbor.push_back(&g.edges[3]);
+      neighbor_offsets.push_back(&g.edges[4]);
+      atom_offset.push_back(int64_t(f) * atoms.natoms);
+      edge_offset.push_back(edges);
+      pair_offset.push_back(pairs);
+      edges += g.i.size(0);
+      pairs += g.basis.size(0);
     }
+    auto edge_frame = torch::empty({edges}, torch::kInt64);
+    for (size_t f = 0; f < nframes; ++f)
+      edge_frame.narrow(0, edge_offset[f], i[f]->size(0)).fill_(int64_t(f));
     BatchedFrames b;
     b.d = torch::cat(d);
-    b.i = torch::cat(i);
-    b.j = torch::cat(j);
-    b.pair = torch::cat(pair);
-    b.pair_edge = torch::cat(pair_edge);
     b.basis = torch::cat(basis);
     b.basis_jacobian = torch::cat(basis_jacobian);
     b.y = torch::cat(y);
     b.y_jacobian = torch::cat(y_jacobian);
-    b.atype = atoms.atype.repeat({int64_t(frames.size())});
-    b.edge_frame = torch::cat(edge_frame);
-    b.edges = {b.i, b.j, torch::cat(centre_offsets), torch::cat(by_neighbor), torch::cat(neighbor_offsets)};
+    b.i = concatenated(i, atom_offset, 0, device_);
+    b.j = concatenated(j, atom_offset, 0, device_);
+    b.pair = concatenated(pair, pair_offset, 0, device_);
+    b.pair_edge = concatenated(pair_edge, edge_offset, 0, device_);
+    b.edge_frame = edge_frame.to(device_);
+    b.atype = batch_types(atoms.atype, int64_t(nframes));
+    b.edges = {b.i, b.j, concatenated(centre_offsets, edge_offset, 1, device_),
+               concatenated(by_neighbor, edge_offset, 0, device_), concatenated(neighbor_offsets, edge_offset, 1, device_),
+               b.pair, b.pair_edge};
     return b;
+  }
+
+  /// The types of a batch of `nframes` frames of the system of `atype`, kept from the last call
+  /// (a system's batches are all alike; the source tensor is held, so its address is not reused).
+  const torch::Tensor& batch_types(const torch::Tensor& atype, int64_t nframes) {
+    if (!batch_atype_source_.defined() || !batch_atype_source_.is_same(atype) || batch_atype_frames_ != nframes) {
+      batch_atype_source_ = atype;
+      batch_atype_frames_ = nframes;
+      batch_atype_ = atype.repeat({nframes});
+    }
+    return batch_atype_;
   }
 
   PairList pairs_of(const data::System& system, const data::Frame& frame) {
@@ -307,6 +370,8 @@ class EquivariantModel final : public Model {
   torch::jit::Module module_;
   std::unique_ptr<TrainingFunction> training_;  // the energy from cached geometry
   Prediction last_;  // the prediction of the last training step, with its graph
+  torch::Tensor batch_atype_source_, batch_atype_;  // batch_types' last answer and its source
+  int64_t batch_atype_frames_ = 0;
   data::NeighborListBuilder<float> builder_float_;
   data::NeighborListBuilder<double> builder_double_;
 };

@@ -15,23 +15,42 @@ namespace {
 enum Slot : int64_t { kGradient = 0, kInput = 1, kMap = 2 };
 
 /// The partial by `slot` on the host: one BLAS call on the operands' rows (models/kernels/gemm.h,
-/// no tensor operations), the factor as its alpha.
+/// no tensor operations), the factor as its alpha; ldg, ldx: the row strides of G and X.
 template <typename T>
-void host_partial(int64_t slot, const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& w, int64_t i,
-                  int64_t o, int64_t r, T factor, torch::Tensor& out) {
+void host_partial(int64_t slot, const torch::Tensor& g, int64_t ldg, const torch::Tensor& x, int64_t ldx,
+                  const torch::Tensor& w, int64_t i, int64_t o, int64_t r, T factor, torch::Tensor& out) {
   switch (slot) {
     case kGradient: {  // [R, o] = s · X W
-      gemm<T>(false, false, r, o, i, factor, x.data_ptr<T>(), i, w.data_ptr<T>(), o, T(0), out.data_ptr<T>(), o);
+      gemm<T>(false, false, r, o, i, factor, x.data_ptr<T>(), ldx, w.data_ptr<T>(), o, T(0), out.data_ptr<T>(), o);
       break;
     }
     case kInput: {  // [R, i] = s · G Wᵀ
-      gemm<T>(false, true, r, i, o, factor, g.data_ptr<T>(), o, w.data_ptr<T>(), o, T(0), out.data_ptr<T>(), i);
+      gemm<T>(false, true, r, i, o, factor, g.data_ptr<T>(), ldg, w.data_ptr<T>(), o, T(0), out.data_ptr<T>(), i);
       break;
     }
     default: {  // [i, o] = s · Xᵀ G
-      gemm<T>(true, false, i, o, r, factor, x.data_ptr<T>(), i, g.data_ptr<T>(), o, T(0), out.data_ptr<T>(), o);
+      gemm<T>(true, false, i, o, r, factor, x.data_ptr<T>(), ldx, g.data_ptr<T>(), ldg, T(0), out.data_ptr<T>(), o);
     }
   }
+}
+
+/// t [..., c] as a matrix of rows: t itself when its leading axes collapse into one evenly
+/// strided axis of rows (a view: the row stride in `ld`), else a contiguous copy (ld = c).
+torch::Tensor as_rows(const torch::Tensor& t, int64_t& ld) {
+  const int64_t c = t.size(-1);
+  ld = c;
+  if (t.is_contiguous()) return t;
+  if (c > 1 && t.stride(-1) != 1) return t.contiguous();
+  // The leading axes of more than one entry, outermost first, must nest: stride = inner stride x inner size.
+  int64_t inner = -1;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (inner >= 0 && t.stride(d) != t.stride(inner) * t.size(inner)) return t.contiguous();
+    if (inner < 0 && t.stride(d) < c) return t.contiguous();
+    inner = d;
+    if (ld == c) ld = t.stride(d);
+  }
+  return t;
 }
 
 /// The partial by `slot` without autograd (docs/equivariant.md "The training path").
@@ -53,13 +72,15 @@ torch::Tensor partial_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
     return (factor == 1.0 ? out : out * factor).view(shape);
   }
   std::vector<torch::Tensor> c(3);
-  for (int64_t s = 0; s < 3; ++s)
-    if (s != slot) c[size_t(s)] = op[size_t(s)].contiguous();
+  int64_t ldg = o, ldx = i;
+  if (slot != kGradient) c[kGradient] = as_rows(op[kGradient], ldg);
+  if (slot != kInput) c[kInput] = as_rows(op[kInput], ldx);
+  if (slot != kMap) c[kMap] = op[kMap].contiguous();
   auto out = torch::empty(shape, w.options());
   if (w.scalar_type() == torch::kFloat64)
-    host_partial<double>(slot, c[kGradient], c[kInput], c[kMap], i, o, rows, factor, out);
+    host_partial<double>(slot, c[kGradient], ldg, c[kInput], ldx, c[kMap], i, o, rows, factor, out);
   else
-    host_partial<float>(slot, c[kGradient], c[kInput], c[kMap], i, o, rows, float(factor), out);
+    host_partial<float>(slot, c[kGradient], ldg, c[kInput], ldx, c[kMap], i, o, rows, float(factor), out);
   return out;
 }
 

@@ -123,18 +123,10 @@ std::vector<torch::Tensor> host_loop(const std::vector<torch::Tensor>& inputs, s
   return out;
 }
 
-/// s = σ(a) = (1 + tanh(a/2)) / 2 with the vectorised tanh (models/kernels/fast_tanh.h).
-template <typename T>
-void sigmoid_into(const T* a, T* s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) s[i] = T(0.5) * a[i];
-  tanh_inplace(s, n);
-  for (int64_t i = 0; i < n; ++i) s[i] = T(0.5) + T(0.5) * s[i];
-}
-
 torch::Tensor silu_of(const torch::Tensor& a) {
   if (!on_host(a)) return at::silu(a);
   return host_loop({a}, 1, [](const auto& in, const auto& out, int64_t n) {
-    sigmoid_into(in[0], out[0], n);
+    sigmoid_of(in[0], out[0], n);
     for (int64_t i = 0; i < n; ++i) out[0][i] *= in[0][i];
   })[0];
 }
@@ -144,7 +136,7 @@ torch::Tensor silu_backward_of(const torch::Tensor& delta, const torch::Tensor& 
   if (!on_host(a)) return at::silu_backward(delta, a);
   return host_loop({a, delta}, 1, [](const auto& in, const auto& out, int64_t n) {
     auto* s = out[0];
-    sigmoid_into(in[0], s, n);
+    sigmoid_of(in[0], s, n);
     for (int64_t i = 0; i < n; ++i) s[i] = in[1][i] * s[i] * (1 + in[0][i] * (1 - s[i]));
   })[0];
 }
@@ -158,7 +150,7 @@ std::pair<torch::Tensor, torch::Tensor> silu_derivatives(const torch::Tensor& a)
   }
   auto both = host_loop({a}, 2, [](const auto& in, const auto& out, int64_t n) {
     auto *first = out[0], *second = out[1];
-    sigmoid_into(in[0], first, n);
+    sigmoid_of(in[0], first, n);
     for (int64_t i = 0; i < n; ++i) {
       const auto x = in[0][i], s = first[i];
       first[i] = s * (1 + x * (1 - s));

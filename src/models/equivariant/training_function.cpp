@@ -6,11 +6,13 @@
 #include <string>
 
 #include "error.h"
+#include "models/equivariant/gate.h"
 #include "models/equivariant/linear_map.h"
 #include "models/equivariant/message_contraction.h"
 #include "models/equivariant/product_basis.h"
 #include "models/equivariant/radial_message.h"
 #include "models/equivariant/radial_mlp.h"
+#include "models/equivariant/row_split.h"
 
 namespace mlip::models {
 
@@ -34,6 +36,8 @@ TrainingFunction::TrainingFunction(const EquivariantConfig& config, bool inferen
   register_product_basis();
   register_radial_mlp();
   register_linear_map();
+  register_gate();
+  register_row_split();
   register_radial_message();
   unit_ = std::make_shared<torch::jit::CompilationUnit>();
   try {
