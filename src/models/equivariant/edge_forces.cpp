@@ -3,13 +3,10 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 
 namespace mlip::models {
 namespace {
-
-bool on_host(const torch::Tensor& t) {
-  return t.device().is_cpu() && (t.scalar_type() == torch::kFloat64 || t.scalar_type() == torch::kFloat32);
-}
 
 /// The tables' tensors contiguous (the host loops read them by pointer).
 EdgeGeometryTables contiguous(const EdgeGeometryTables& t) {

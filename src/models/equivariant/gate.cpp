@@ -6,6 +6,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "models/kernels/fast_tanh.h"
 
 namespace mlip::models {
@@ -47,10 +48,6 @@ GateShape shape_of(const torch::Tensor& g, const std::vector<torch::Tensor>& gat
     s.components.push_back(z.size(1));
   }
   return s;
-}
-
-bool on_host(const torch::Tensor& t) {
-  return t.device().is_cpu() && (t.scalar_type() == torch::kFloat64 || t.scalar_type() == torch::kFloat32);
 }
 
 template <typename T>

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "models/kernels/fast_tanh.h"
 #include "models/kernels/gemm.h"
 
@@ -65,13 +66,9 @@ class RadialMlp : public torch::autograd::Function<RadialMlp> {
   }
 };
 
-/// Host float32/float64 tensors run the training MLP's products as single BLAS calls and its
+/// Host float32/float64 tensors (on_host) run the training MLP's products as single BLAS calls and its
 /// element-wise steps as single loops (models/kernels/gemm.h), not as LibTorch operations with
 /// their temporaries; other devices use LibTorch operations for the same formulas.
-bool on_host(const torch::Tensor& t) {
-  return t.device().is_cpu() && (t.scalar_type() == torch::kFloat64 || t.scalar_type() == torch::kFloat32);
-}
-
 /// out = alpha · op(a) op(b) + beta · out (a, b 2-D; op = transpose where asked). With out
 /// undefined (beta ignored), a new tensor.
 void product_into(torch::Tensor& out, const torch::Tensor& a, bool ta, const torch::Tensor& b, bool tb, double alpha,
