@@ -48,6 +48,22 @@ TYPED_TEST(LinearMapTest, EqualsTheScaledProductForAnyLayout) {
   }
 }
 
+TYPED_TEST(LinearMapTest, RowsOfSeveralUnevenAxesAreCopiedInOrder) {
+  torch::manual_seed(2);
+  const auto opts = torch::TensorOptions().dtype(TestFixture::dtype());
+  const auto w = torch::randn({5, 6}, opts);
+  // [2, 3, 4, 5]: rows strided unevenly on two axes, the outer two swapped.
+  const auto x = torch::randn({3, 2, 7, 5}, opts).narrow(2, 2, 4).transpose(0, 1);
+  ASSERT_FALSE(x.is_contiguous());
+  const auto xv = x.detach().requires_grad_(true), wv = w.detach().requires_grad_(true);
+  const auto y = mlip::models::linear_map(xv, wv, 1.5);
+  EXPECT_LT(relative(y, torch::matmul(x, w) * 1.5), TestFixture::tolerance());
+  const auto incoming = torch::randn({2, 3, 4, 6}, opts);
+  const auto g = torch::autograd::grad({y}, {wv}, {incoming});
+  EXPECT_LT(relative(g[0], torch::matmul(x.reshape({-1, 5}).t(), incoming.reshape({-1, 6})) * 1.5),
+            TestFixture::tolerance());
+}
+
 TYPED_TEST(LinearMapTest, SecondDerivativesEqualThoseOfThePlainProduct) {
   torch::manual_seed(2);
   const auto opts = torch::TensorOptions().dtype(TestFixture::dtype());

@@ -48,7 +48,8 @@ say() { echo "[mlip setup] $*"; }
 # with its headers for pair_style mlip and `mlip lammps` (docs/lammps.md), and matplotlib for
 # `mlip plot` (docs/training.md "Pictures"), and CLI11 (header-only) that reads the command line's
 # options (src/app/command_line.h) and OpenSSL's libcrypto that computes the SHA-256 checksums of
-# checkpoints and frozen models (src/archive/sha256.h; docs/robustness.md "Checksums").
+# checkpoints and frozen models (src/archive/sha256.h; docs/robustness.md "Checksums"), and
+# tcmalloc, the mlip executable's memory allocator (docs/architecture.md "Memory allocator").
 PACKAGES=(
   build-essential cmake ccache pkg-config
   libtorch-dev libgloo-dev libyaml-cpp-dev
@@ -60,6 +61,7 @@ PACKAGES=(
   libhdf5-dev
   liblammps-dev
   libcli11-dev libssl-dev
+  libtcmalloc-minimal4
 )
 # The pip build's virtual environment is made with Debian's Python.
 [ "$TORCH" = pip ] && PACKAGES+=(python3-venv)

@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstring>
 #include <string>
 
 #include "error.h"
@@ -34,8 +35,31 @@ void host_partial(int64_t slot, const torch::Tensor& g, int64_t ldg, const torch
   }
 }
 
-/// t [..., c] as a matrix of rows: t itself when its leading axes collapse into one evenly
-/// strided axis of rows (a view: the row stride in `ld`), else a contiguous copy (ld = c).
+/// A contiguous copy of host tensor t [..., c] whose rows are contiguous (unit stride along c),
+/// made row by row with memcpy: no LibTorch operation beyond the allocation.
+torch::Tensor packed_rows(const torch::Tensor& t) {
+  auto out = torch::empty(t.sizes(), t.options());
+  const int64_t c = t.size(-1), lead = t.dim() - 1;
+  if (out.numel() == 0) return out;
+  const int64_t rows = out.numel() / c, size = t.element_size();
+  const auto* from = static_cast<const char*>(t.data_ptr());
+  auto* to = static_cast<char*>(out.data_ptr());
+  std::vector<int64_t> index(size_t(lead), 0);
+  int64_t offset = 0;  // of row r in t, in elements
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(to + r * c * size, from + offset * size, size_t(c * size));
+    for (int64_t d = lead - 1; d >= 0; --d) {  // the next row's index, last axis fastest
+      offset += t.stride(d);
+      if (++index[size_t(d)] < t.size(d)) break;
+      offset -= t.stride(d) * t.size(d);
+      index[size_t(d)] = 0;
+    }
+  }
+  return out;
+}
+
+/// t [..., c] (host) as a matrix of rows: t itself when its leading axes collapse into one
+/// evenly strided axis of rows (a view: the row stride in `ld`), else a contiguous copy (ld = c).
 torch::Tensor as_rows(const torch::Tensor& t, int64_t& ld) {
   const int64_t c = t.size(-1);
   ld = c;
@@ -45,8 +69,8 @@ torch::Tensor as_rows(const torch::Tensor& t, int64_t& ld) {
   int64_t inner = -1;
   for (int64_t d = t.dim() - 2; d >= 0; --d) {
     if (t.size(d) == 1) continue;
-    if (inner >= 0 && t.stride(d) != t.stride(inner) * t.size(inner)) return t.contiguous();
-    if (inner < 0 && t.stride(d) < c) return t.contiguous();
+    if (inner >= 0 && t.stride(d) != t.stride(inner) * t.size(inner)) return packed_rows(t);
+    if (inner < 0 && t.stride(d) < c) return packed_rows(t);
     inner = d;
     if (ld == c) ld = t.stride(d);
   }

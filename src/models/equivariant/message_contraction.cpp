@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -30,7 +31,9 @@ std::vector<int64_t> shape_of(int64_t slot, const ContractionTables& t, int64_t 
 }
 
 // The CPU kernels: each output element is written by one thread in a fixed order (the
-// contraction is deterministic for any thread count); the channel loop is innermost. The range
+// contraction is deterministic for any thread count); the channel loop is innermost. Each kernel
+// zeroes the output rows it owns before adding into them, so the output is allocated, not
+// zero-filled, by the caller. The range
 // functions are inlined into target_clones wrappers (below), so each clone vectorises the channel
 // loops for its instruction set.
 
@@ -44,10 +47,11 @@ struct KernelArgs {
   T* out;
 };
 
-/// out[n, s] += c Y[e, m] W[e, p] X[j_e, d] over the edges e of centres n in [n0, n1).
+/// out[n, s] = Σ c Y[e, m] W[e, p] X[j_e, d] over the edges e of centres n in [n0, n1).
 template <typename T>
 MLIP_INLINE void messages_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
   const int64_t f = a.f;
+  std::fill(a.out + n0 * a.S * f, a.out + n1 * a.S * f, T(0));
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t e = a.centre_offsets[n]; e < a.centre_offsets[n + 1]; ++e) {
       const T* x = a.X + a.neighbor[e] * a.D * f;
@@ -63,10 +67,11 @@ MLIP_INLINE void messages_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) 
     }
 }
 
-/// out[a, d] += c Y[e, m] W[e, p] A[i_e, s] over the edges e of neighbours a in [a0, a1).
+/// out[a, d] = Σ c Y[e, m] W[e, p] A[i_e, s] over the edges e of neighbours a in [a0, a1).
 template <typename T>
 MLIP_INLINE void features_range(const KernelArgs<T>& a, int64_t a0, int64_t a1) {
   const int64_t f = a.f;
+  std::fill(a.out + a0 * a.D * f, a.out + a1 * a.D * f, T(0));
   for (int64_t atom = a0; atom < a1; ++atom)
     for (int64_t k = a.neighbor_offsets[atom]; k < a.neighbor_offsets[atom + 1]; ++k) {
       const int64_t e = a.by_neighbor[k];
@@ -83,10 +88,11 @@ MLIP_INLINE void features_range(const KernelArgs<T>& a, int64_t a0, int64_t a1) 
     }
 }
 
-/// out[e, p] += c Y[e, m] A[i_e, s] X[j_e, d] for the edges in [e0, e1).
+/// out[e, p] = Σ c Y[e, m] A[i_e, s] X[j_e, d] for the edges in [e0, e1).
 template <typename T>
 MLIP_INLINE void radial_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
   const int64_t f = a.f;
+  std::fill(a.out + e0 * a.P * f, a.out + e1 * a.P * f, T(0));
   for (int64_t e = e0; e < e1; ++e) {
     const T* am = a.A + a.centre[e] * a.S * f;
     const T* x = a.X + a.neighbor[e] * a.D * f;
@@ -101,13 +107,14 @@ MLIP_INLINE void radial_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
   }
 }
 
-/// out[e, m] += c Σ_c A[i_e, s, c] W[e, p, c] X[j_e, d, c] for the edges in [e0, e1). The
+/// out[e, m] = Σ_terms c Σ_c A[i_e, s, c] W[e, p, c] X[j_e, d, c] for the edges in [e0, e1). The
 /// channel sum runs in 8 interleaved partial sums added in a fixed order (vectorisable,
 /// deterministic).
 template <typename T>
 MLIP_INLINE void harmonics_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
   constexpr int64_t kLanes = 8;
   const int64_t f = a.f;
+  std::fill(a.out + e0 * a.H, a.out + e1 * a.H, T(0));
   for (int64_t e = e0; e < e1; ++e) {
     const T* am = a.A + a.centre[e] * a.S * f;
     const T* x = a.X + a.neighbor[e] * a.D * f;
@@ -156,13 +163,21 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Contra
         at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(a, b0, b1); });
         break;
       }
-      // By pair: each edge's part, then the edges of each pair summed (the two edges of a pair
-      // may fall to different threads; index_add on the CPU adds in edge order).
-      torch::Tensor per_edge = torch::zeros({nedges, t.sizes[3], f}, out.options());
+      // By pair: each edge's part, then the edges of each pair summed in edge order, on one
+      // thread (the two edges of a pair may fall to different threads).
+      torch::Tensor per_edge = torch::empty({nedges, t.sizes[3], f}, out.options());
       KernelArgs<T> b = a;
       b.out = per_edge.data_ptr<T>();
       at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(b, b0, b1); });
-      out.index_add_(0, t.pair, per_edge);
+      const int64_t row = t.sizes[3] * f;
+      const T* from = b.out;
+      T* to = out.data_ptr<T>();
+      std::fill(to, to + out.numel(), T(0));
+      for (int64_t e = 0; e < nedges; ++e) {
+        T* __restrict__ o = to + a.pair[e] * row;
+        const T* __restrict__ v = from + e * row;
+        for (int64_t k = 0; k < row; ++k) o[k] += v[k];
+      }
       break;
     }
     default: at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { harmonics_of(a, b0, b1); });
@@ -317,7 +332,7 @@ torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& op
     if (k != slot) op[size_t(k)] = operands[size_t(k)].contiguous();
   const bool cpu = some.device().is_cpu();
   if (kernel == ContractionKernel::kGeneric || !cpu) return generic_kernel(slot, op, tables, f);
-  auto out = torch::zeros(shape_of(slot, tables, f), some.options());
+  auto out = torch::empty(shape_of(slot, tables, f), some.options());  // every element written
   if (some.scalar_type() == torch::kFloat64)
     cpu_kernel<double>(slot, op, tables, out, f);
   else if (some.scalar_type() == torch::kFloat32)

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -84,13 +85,16 @@ struct KernelArgs {
   std::array<int64_t, kSlots - 1> in_stride;  // rows · f per node
   int64_t out_stride;
   T* out;
+  bool overwrite;  // zero each node's output rows first (the output was allocated, not zeroed)
 };
 
 /// For the nodes in [n0, n1): out[n, row_out] += c · Π (the NV other operands' rows), term by
-/// term in order; the channel loop innermost (vectorised by the clones below).
+/// term in order, after zeroing out[n] if a.overwrite; the channel loop innermost (vectorised by
+/// the clones below).
 template <typename T, int NV>
 MLIP_INLINE void product_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
   const int64_t f = a.f;
+  if (a.overwrite) std::fill(a.out + n0 * a.out_stride, a.out + n1 * a.out_stride, T(0));
   for (int64_t n = n0; n < n1; ++n) {
     const T* base[NV];
     for (int v = 0; v < NV; ++v) base[v] = a.in[size_t(v)] + n * a.in_stride[size_t(v)];
@@ -129,7 +133,7 @@ MLIP_PRODUCT_CLONES(float)
 
 template <typename T>
 void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
-                torch::Tensor& out, int64_t f) {
+                torch::Tensor& out, int64_t f, bool overwrite) {
   const std::vector<Term<T>> terms = terms_of<T>(coupling);
   const auto rows = rows_of(coupling);
   const auto present = present_slots(coupling);
@@ -145,7 +149,7 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Produc
     for (int64_t v = 0; v < nv; ++v) in_offset[size_t(t * nv + v)] = terms[size_t(t)].row[size_t(inputs[size_t(v)])] * f;
   }
   KernelArgs<T> a{nterms, f, coefficient.data(), out_offset.data(), in_offset.data(), {}, {}, rows[size_t(slot)] * f,
-                  out.data_ptr<T>()};
+                  out.data_ptr<T>(), overwrite};
   for (int64_t v = 0; v < nv; ++v) {
     a.in[size_t(v)] = op[size_t(inputs[size_t(v)])].template data_ptr<T>();
     a.in_stride[size_t(v)] = rows[size_t(inputs[size_t(v)])] * f;
@@ -279,14 +283,15 @@ std::vector<torch::Tensor> checked_operands(int64_t slot, const std::vector<torc
   return op;
 }
 
-/// out [nodes, rows of slot, f] += the partial by `slot` (CPU kernel; host tensors).
+/// out [nodes, rows of slot, f] += the partial by `slot` (CPU kernel; host tensors); with
+/// `overwrite`, out = the partial (out's values are not read).
 void accumulate_cpu(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
-                    torch::Tensor& out) {
+                    torch::Tensor& out, bool overwrite) {
   const int64_t f = out.size(2);
   if (out.scalar_type() == torch::kFloat64)
-    cpu_kernel<double>(slot, op, coupling, out, f);
+    cpu_kernel<double>(slot, op, coupling, out, f, overwrite);
   else if (out.scalar_type() == torch::kFloat32)
-    cpu_kernel<float>(slot, op, coupling, out, f);
+    cpu_kernel<float>(slot, op, coupling, out, f, overwrite);
   else
     throw Error("product basis: expected float32 or float64 operands");
 }
@@ -299,8 +304,8 @@ torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Ten
   const auto op = checked_operands(slot, operands, coupling, some);
   const int64_t f = some.size(-1);
   if (kernel == ProductKernel::kGeneric || !some.device().is_cpu()) return generic_kernel(slot, op, coupling, f);
-  auto out = torch::zeros({some.size(0), rows_of(coupling)[size_t(slot)], f}, some.options());
-  accumulate_cpu(slot, op, coupling, out);
+  auto out = torch::empty({some.size(0), rows_of(coupling)[size_t(slot)], f}, some.options());
+  accumulate_cpu(slot, op, coupling, out, /*overwrite=*/true);
   return out;
 }
 
@@ -355,9 +360,9 @@ torch::Tensor product_sum_kernel(int64_t operand, const std::vector<torch::Tenso
       out = out.defined() ? out + part : part;
       continue;
     }
-    if (!out.defined()) out = torch::zeros({some.size(0), rows_of(form->coupling)[size_t(slot)], some.size(-1)},
-                                           some.options());
-    accumulate_cpu(slot, op, form->coupling, out);
+    const bool first = !out.defined();
+    if (first) out = torch::empty({some.size(0), rows_of(form->coupling)[size_t(slot)], some.size(-1)}, some.options());
+    accumulate_cpu(slot, op, form->coupling, out, /*overwrite=*/first);
   }
   if (!out.defined())
     throw Error("product sum: no form holds operand " + std::to_string(operand) + " with the operands required");
