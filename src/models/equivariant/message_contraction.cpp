@@ -43,6 +43,8 @@ struct KernelArgs {
   int64_t nterms, H, D, S, P, f;
   const int64_t *centre, *neighbor, *centre_offsets, *by_neighbor, *neighbor_offsets;
   const int64_t* pair;  // W's row of each edge, or nullptr: row e
+  const int64_t *pair_offsets, *by_pair;  // the edges of pair q: by_pair[pair_offsets[q] ..
+                                          // pair_offsets[q + 1]), in edge order (radial by pair)
   const T *A, *X, *W, *Y;  // the operand of the output slot is nullptr
   T* out;
 };
@@ -107,6 +109,33 @@ MLIP_INLINE void radial_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
   }
 }
 
+/// out[q, p] = Σ over the edges e of pair q, in edge order, of (Σ c Y[e, m] A[i_e, s] X[j_e, d])
+/// for the pairs in [q0, q1): each edge's sum formed in `edge` [P·f] first, so that the result is
+/// the per-edge partial summed by pair (bit for bit, index_add's order).
+template <typename T>
+MLIP_INLINE void radial_pairs_range(const KernelArgs<T>& a, int64_t q0, int64_t q1, T* __restrict__ edge) {
+  const int64_t f = a.f, row = a.P * f;
+  for (int64_t q = q0; q < q1; ++q) {
+    T* __restrict__ oq = a.out + q * row;
+    std::fill(oq, oq + row, T(0));
+    for (int64_t k = a.pair_offsets[q]; k < a.pair_offsets[q + 1]; ++k) {
+      const int64_t e = a.by_pair[k];
+      std::fill(edge, edge + row, T(0));
+      const T* am = a.A + a.centre[e] * a.S * f;
+      const T* x = a.X + a.neighbor[e] * a.D * f;
+      for (int64_t t = 0; t < a.nterms; ++t) {
+        const Term& term = a.terms[t];
+        const T cy = T(term.c) * a.Y[e * a.H + term.m];
+        T* __restrict__ ov = edge + term.p * f;
+        const T* __restrict__ av = am + term.s * f;
+        const T* __restrict__ xv = x + term.d * f;
+        for (int64_t c = 0; c < f; ++c) ov[c] += cy * av[c] * xv[c];
+      }
+      for (int64_t c = 0; c < row; ++c) oq[c] += edge[c];
+    }
+  }
+}
+
 /// out[e, m] = Σ_terms c Σ_c A[i_e, s, c] W[e, p, c] X[j_e, d, c] for the edges in [e0, e1). The
 /// channel sum runs in 8 interleaved partial sums added in a fixed order (vectorisable,
 /// deterministic).
@@ -140,6 +169,9 @@ MLIP_INLINE void harmonics_range(const KernelArgs<T>& a, int64_t e0, int64_t e1)
   MLIP_CLONES void messages_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { messages_range(a, b0, b1); }   \
   MLIP_CLONES void features_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { features_range(a, b0, b1); }   \
   MLIP_CLONES void radial_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { radial_range(a, b0, b1); }       \
+  MLIP_CLONES void radial_pairs_of(const KernelArgs<T>& a, int64_t b0, int64_t b1, T* edge) {                   \
+    radial_pairs_range(a, b0, b1, edge);                                                                       \
+  }                                                                                                            \
   MLIP_CLONES void harmonics_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { harmonics_range(a, b0, b1); }
 MLIP_RANGE_CLONES(double)
 MLIP_RANGE_CLONES(float)
@@ -153,7 +185,7 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Contra
                         t.centre.data_ptr<int64_t>(), t.neighbor.data_ptr<int64_t>(),
                         t.centre_offsets.data_ptr<int64_t>(), t.by_neighbor.data_ptr<int64_t>(),
                         t.neighbor_offsets.data_ptr<int64_t>(), t.pair.defined() ? t.pair.data_ptr<int64_t>() : nullptr,
-                        ptr(kMessages), ptr(kFeatures), ptr(kRadial), ptr(kHarmonics), out.data_ptr<T>()};
+                        nullptr, nullptr, ptr(kMessages), ptr(kFeatures), ptr(kRadial), ptr(kHarmonics), out.data_ptr<T>()};
   const int64_t natoms = t.centre_offsets.size(0) - 1, nedges = t.centre.size(0);
   switch (slot) {
     case kMessages: at::parallel_for(0, natoms, 8, [&](int64_t b0, int64_t b1) { messages_of(a, b0, b1); }); break;
@@ -163,21 +195,21 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Contra
         at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(a, b0, b1); });
         break;
       }
-      // By pair: each edge's part, then the edges of each pair summed in edge order, on one
-      // thread (the two edges of a pair may fall to different threads).
-      torch::Tensor per_edge = torch::empty({nedges, t.sizes[3], f}, out.options());
+      // By pair: the edges of each pair (a counting sort of `pair`, edge order kept), each
+      // pair's row written by one thread.
+      const int64_t npairs = out.size(0);
+      std::vector<int64_t> pair_offsets(size_t(npairs + 1), 0);
+      std::vector<int64_t> by_pair(static_cast<size_t>(nedges));
+      for (int64_t e = 0; e < nedges; ++e) ++pair_offsets[size_t(a.pair[e] + 1)];
+      for (int64_t q = 0; q < npairs; ++q) pair_offsets[size_t(q + 1)] += pair_offsets[size_t(q)];
+      std::vector<int64_t> next(pair_offsets.begin(), pair_offsets.end() - 1);
+      for (int64_t e = 0; e < nedges; ++e) by_pair[size_t(next[size_t(a.pair[e])]++)] = e;
       KernelArgs<T> b = a;
-      b.out = per_edge.data_ptr<T>();
-      at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { radial_of(b, b0, b1); });
-      const int64_t row = t.sizes[3] * f;
-      const T* from = b.out;
-      T* to = out.data_ptr<T>();
-      std::fill(to, to + out.numel(), T(0));
-      for (int64_t e = 0; e < nedges; ++e) {
-        T* __restrict__ o = to + a.pair[e] * row;
-        const T* __restrict__ v = from + e * row;
-        for (int64_t k = 0; k < row; ++k) o[k] += v[k];
-      }
+      b.pair_offsets = pair_offsets.data(), b.by_pair = by_pair.data();
+      at::parallel_for(0, npairs, 32, [&](int64_t q0, int64_t q1) {
+        std::vector<T> edge(size_t(t.sizes[3] * f));
+        radial_pairs_of(b, q0, q1, edge.data());
+      });
       break;
     }
     default: at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { harmonics_of(a, b0, b1); });
