@@ -22,7 +22,7 @@
 #include <sstream>
 #include <thread>
 
-#include "dist/shm_all_reduce.h"
+#include "dist/shared_memory_group.h"
 #include "error.h"
 
 namespace mlip::dist {
@@ -166,17 +166,12 @@ class C10dCommunicator final : public Communicator {
   }
 
   std::string all_reduce_transport() const override {
-    return shm_ ? "shared memory" : nccl_ ? "NCCL" : "Gloo over TCP";
+    return shm_ && shm_->active() ? "shared memory" : nccl_ ? "NCCL" : "Gloo over TCP";
   }
 
   std::string backend() const override { return nccl_ ? "nccl" : "gloo"; }
 
-  double all_reduce_arrival_wait_seconds() const override {
-    if (!shm_) return -1;
-    double seconds = shm_->arrival_wait_seconds();
-    for (const auto& segment : buffers_) seconds += segment->arrival_wait_seconds();
-    return seconds;
-  }
+  double all_reduce_arrival_wait_seconds() const override { return shm_ ? shm_->arrival_wait_seconds() : -1; }
 
   void announce_failure(const std::string& what) override {
     try {
@@ -195,7 +190,6 @@ class C10dCommunicator final : public Communicator {
       } catch (...) {
       }
       if (shm_) shm_->abort();  // the others' shared-memory waits end at once
-      for (const auto& segment : buffers_) segment->abort();
       if (!hosts_store_) return;
       // The store lives in this process: close the group so that the others fail at once,
       // and keep the store up until they have read the message (at most 5 s).
@@ -221,45 +215,12 @@ class C10dCommunicator final : public Communicator {
   }
 
   at::Tensor make_reduce_buffer(int64_t numel, at::ScalarType dtype) override {
-    if (!shm_ || numel <= 0) return Communicator::make_reduce_buffer(numel, dtype);
-    const size_t bytes = size_t(numel) * c10::elementSize(dtype);
-    std::shared_ptr<ShmAllReduce> segment;
-    try {
-      segment = open_segment("buffer" + std::to_string(buffers_made_++), bytes);
-    } catch (const std::exception& e) {
-      std::string what = e.what();
-      if (const auto pos = what.find("\nException raised from"); pos != std::string::npos) what.resize(pos);
-      throw Error("rank " + std::to_string(rank()) + ": making a shared-memory buffer failed: " + what);
-    }
-    if (!segment) return Communicator::make_reduce_buffer(numel, dtype);
-    // Held here too: a failure announced after the buffer's owner is gone (the usual case: the
-    // trainer has thrown) must still end the other ranks' waits in this segment at once.
-    buffers_.push_back(segment);
-    // The tensor (and every view of it) keeps the mapping alive, also after the communicator.
-    auto buffer = at::from_blob(segment->own_slot(), {numel}, [segment](void*) {}, at::TensorOptions(dtype));
-    buffer.zero_();
-    return buffer;
+    at::Tensor buffer = shm_ ? shm_->make_reduce_buffer(numel, dtype) : at::Tensor();
+    return buffer.defined() ? buffer : Communicator::make_reduce_buffer(numel, dtype);
   }
 
   void do_all_reduce(at::Tensor& tensor, int64_t mean_count) override {
-    if (shm_ && tensor.device().is_cpu()) {
-      const int64_t n = tensor.numel();
-      for (const auto& segment : buffers_)
-        if (tensor.data_ptr() == segment->own_slot() && size_t(tensor.nbytes()) <= segment->capacity()) {
-          switch (tensor.scalar_type()) {
-            case at::kDouble: return segment->all_reduce_sum_in_slot<double>(n, mean_count);
-            case at::kFloat: return segment->all_reduce_sum_in_slot<float>(n, mean_count);
-            case at::kLong: return segment->all_reduce_sum_in_slot<int64_t>(n, mean_count);
-            default: break;
-          }
-        }
-      switch (tensor.scalar_type()) {
-        case at::kDouble: return shm_->all_reduce_sum(tensor.data_ptr<double>(), n, mean_count);
-        case at::kFloat: return shm_->all_reduce_sum(tensor.data_ptr<float>(), n, mean_count);
-        case at::kLong: return shm_->all_reduce_sum(tensor.data_ptr<int64_t>(), n, mean_count);
-        default: break;
-      }
-    }
+    if (shm_ && shm_->all_reduce(tensor, mean_count)) return;
     run(tensor, [&](auto& pg, std::vector<at::Tensor>& v) { return pg->allreduce(v); });
     divide_first(tensor, mean_count);
   }
@@ -303,63 +264,33 @@ class C10dCommunicator final : public Communicator {
   }
 
   /// When every rank can map one /dev/shm segment (ranks on one host), the all-reduces go
-  /// through it instead of Gloo's TCP loopback (MLIP_SHM_ALLREDUCE=0 keeps Gloo).
+  /// through it instead of Gloo's TCP loopback (MLIP_SHM_ALLREDUCE=0 keeps Gloo). The ranks
+  /// agree through the store (keys under mlip/shm/<tag>/) and Gloo's barrier.
   void setup_shared_memory() {
-    const char* env_off = std::getenv("MLIP_SHM_ALLREDUCE");
-    const bool wanted = !(env_off != nullptr && std::string(env_off) == "0");
-    shm_ = open_segment("main", size_t(4) << 20, wanted);  // bytes per rank; larger tensors go in parts
-  }
-
-  /// A segment with `capacity` bytes per rank that every rank has mapped, or null (also when
-  /// any rank does not want one). Collective.
-  /// All ranks agree through the store (keys under mlip/shm/<tag>/): each reports whether it
-  /// mapped rank 0's segment and sees every rank's process; any "no" (another host, another
-  /// /dev/shm or PID namespace, no memory) gives null on every rank. A segment that cannot be
-  /// made or mapped is a "no", never an error; rank 0 always publishes the segment's key (empty
-  /// for none) so that the others never wait for it.
-  std::unique_ptr<ShmAllReduce> open_segment(const std::string& tag, size_t capacity, bool wanted = true) {
-    const std::string key = "mlip/shm/" + tag + "/";
-    std::unique_ptr<ShmAllReduce> shm;
-    if (rank() == 0) {
-      std::random_device rd;
-      const uint64_t token = (uint64_t(rd()) << 32) ^ rd();
-      std::ostringstream name;
-      name << "/mlip-" << ::getpid() << "-" << tag << "-" << std::hex << token;
-      try {
-        if (wanted) shm = std::make_unique<ShmAllReduce>(name.str(), 0, size(), capacity, token, timeout_);
-      } catch (const std::exception&) {
-        shm.reset();
+    SharedMemoryGroup::Agreement agree;
+    agree.share = [this](const std::string& key, const std::string& value) {
+      if (rank() == 0) {
+        store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+        return value;
       }
-      const std::string v = shm ? name.str() + " " + std::to_string(token) : std::string();
-      store_->set(key + "segment", std::vector<uint8_t>(v.begin(), v.end()));
-    } else {
-      const auto raw = store_->get(key + "segment");
-      std::istringstream v(std::string(raw.begin(), raw.end()));
-      std::string name;
-      uint64_t token = 0;
-      try {
-        if (wanted && (v >> name >> token)) shm = std::make_unique<ShmAllReduce>(name, rank(), size(), capacity, token, timeout_);
-      } catch (const std::exception&) {
-        shm.reset();
-      }
-    }
-    gloo_->barrier()->wait(timeout_);  // every rank has mapped it (or given up)
-    const bool ok = shm && shm->peers_visible();
-    store_->set(key + "ok/" + std::to_string(rank()), std::vector<uint8_t>{uint8_t(ok ? '1' : '0')});
-    if (shm) shm->unlink();  // mapped everywhere: nothing stays in /dev/shm, however the job ends
-    bool all = true;
-    for (int r = 0; r < size(); ++r) all = all && store_->get(key + "ok/" + std::to_string(r)) == std::vector<uint8_t>{'1'};
-    return all ? std::move(shm) : nullptr;
+      const auto raw = store_->get(key);
+      return std::string(raw.begin(), raw.end());
+    };
+    agree.all = [this](const std::string& key, bool ok) {
+      store_->set(key + "/" + std::to_string(rank()), std::vector<uint8_t>{uint8_t(ok ? '1' : '0')});
+      bool all = true;
+      for (int r = 0; r < size(); ++r) all = all && store_->get(key + "/" + std::to_string(r)) == std::vector<uint8_t>{'1'};
+      return all;
+    };
+    agree.barrier = [this] { gloo_->barrier()->wait(timeout_); };
+    shm_ = std::make_unique<SharedMemoryGroup>(rank(), size(), timeout_, std::move(agree));
+    shm_->open();
   }
 
   std::chrono::milliseconds timeout_;
   bool nccl_;
   bool hosts_store_ = false;
-  std::unique_ptr<ShmAllReduce> shm_;
-  /// The segments of the buffers of make_reduce_buffer (shared with the buffers; one per
-  /// SimpleDDP, so a few per job at most).
-  std::vector<std::shared_ptr<ShmAllReduce>> buffers_;
-  int buffers_made_ = 0;
+  std::unique_ptr<SharedMemoryGroup> shm_;  // Gloo only; its main segment may be inactive
   at::Device device_{at::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
@@ -389,6 +320,7 @@ class MpiCommunicator final : public Communicator {
       throw Error("mpirun: MPI says rank " + std::to_string(rank) + " of " + std::to_string(size) +
                   ", the environment says " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));
     watchdog_ = std::thread([this] { watchdog(); });
+    setup_shared_memory();
   }
   ~MpiCommunicator() override {
     {
@@ -402,7 +334,16 @@ class MpiCommunicator final : public Communicator {
     if (owner_ && !finalized) MPI_Finalize();
   }
   std::string backend() const override { return "mpi"; }
-  void announce_failure(const std::string&) override { MPI_Abort(MPI_COMM_WORLD, 1); }
+  std::string all_reduce_transport() const override { return shm_->active() ? "shared memory" : "MPI"; }
+  double all_reduce_arrival_wait_seconds() const override { return shm_->arrival_wait_seconds(); }
+  void announce_failure(const std::string&) override {
+    shm_->abort();  // the others' shared-memory waits end at once
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  at::Tensor make_reduce_buffer(int64_t numel, at::ScalarType dtype) override {
+    at::Tensor buffer = shm_->make_reduce_buffer(numel, dtype);
+    return buffer.defined() ? buffer : Communicator::make_reduce_buffer(numel, dtype);
+  }
 
  protected:
   // Blocking collectives (OpenMPI's tuned algorithms; its non-blocking ones were 5 ms slower per
@@ -414,6 +355,7 @@ class MpiCommunicator final : public Communicator {
       t.copy_(host);
       return;
     }
+    if (shm_->all_reduce(t, mean_count)) return;  // ranks on one host (waits time out by themselves)
     {
       Watch w(*this, "all-reduce");
       check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), type(t), MPI_SUM, MPI_COMM_WORLD));
@@ -436,6 +378,28 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  /// Ranks on one host reduce through shared memory, as under torchrun (OpenMPI's own
+  /// shared-memory all-reduce took ~0.2 ms more per ethanol step; MLIP_SHM_ALLREDUCE=0 keeps
+  /// MPI's). The ranks agree through MPI_Bcast, MPI_Allreduce and MPI_Barrier.
+  void setup_shared_memory() {
+    SharedMemoryGroup::Agreement agree;
+    agree.share = [this](const std::string&, const std::string& value) {
+      int64_t length = int64_t(value.size());
+      check(MPI_Bcast(&length, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+      std::string out = rank() == 0 ? value : std::string(size_t(length), '\0');
+      if (length > 0) check(MPI_Bcast(out.data(), int(length), MPI_CHAR, 0, MPI_COMM_WORLD));
+      return out;
+    };
+    agree.all = [](const std::string&, bool ok) {
+      int mine = ok ? 1 : 0, all = 0;
+      check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+      return all == 1;
+    };
+    agree.barrier = [] { check(MPI_Barrier(MPI_COMM_WORLD)); };
+    shm_ = std::make_unique<SharedMemoryGroup>(rank(), size(), timeout_, std::move(agree));
+    shm_->open();
+  }
+
   static MPI_Datatype type(const at::Tensor& t) {
     switch (t.scalar_type()) {
       case at::kDouble: return MPI_DOUBLE;
@@ -488,6 +452,7 @@ class MpiCommunicator final : public Communicator {
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread watchdog_;
+  std::unique_ptr<SharedMemoryGroup> shm_;
 };
 #endif
 

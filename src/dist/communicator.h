@@ -25,8 +25,8 @@ class Communicator {
   int size() const { return size_; }
   /// "none", "gloo", "mpi" or "nccl".
   virtual std::string backend() const = 0;
-  /// How all-reduces travel: "shared memory" (Gloo's ranks on one host), "Gloo over TCP",
-  /// "MPI", "NCCL" or "none".
+  /// How all-reduces travel: "shared memory" (ranks on one host, under Gloo or MPI), "Gloo
+  /// over TCP", "MPI", "NCCL" or "none".
   virtual std::string all_reduce_transport() const { return backend() == "mpi" ? "MPI" : "none"; }
 
   /// Sums a contiguous tensor (float64, float32 or int64) over all ranks, in place, then divides

@@ -2,7 +2,8 @@
 # ctest (docs/distributed.md "How a rank finds the others"): the water example (reference settings, a few
 # steps) under the real OpenMPI mpirun -np 2 and, when the Slurm packages are there, under srun
 # -n 2 on a real one-node Slurm cluster that this script starts and stops: both must match
-# torchrun's result (same lcurve, same weights).
+# torchrun's result (same lcurve, same weights), under mpirun through shared memory and through
+# MPI's own all-reduce.
 # usage: mpirun_srun.sh <mlip> mpirun|srun
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 sed -e "s#systems: \[data/train\]#systems: [$EXAMPLE/train]#" -e "s#systems: \[data/valid\]#systems: [$EXAMPLE/valid]#" \
@@ -13,7 +14,15 @@ sed -e "s#systems: \[data/train\]#systems: [$EXAMPLE/train]#" -e "s#systems: \[d
 case "$2" in
   mpirun)
     "${MPIRUN[@]}" -np 2 "$MLIP" train input.yaml -o other > other.log 2>&1 || { cat other.log; fail "mpirun exited non-zero"; }
-    grep -q "distributed:  yes (mpirun)" other.log || { cat other.log; fail "not detected as mpirun"; } ;;
+    grep -q "distributed:  yes (mpirun)" other.log || { cat other.log; fail "not detected as mpirun"; }
+    # Ranks on one host reduce through shared memory; MLIP_SHM_ALLREDUCE=0 keeps MPI's own
+    # all-reduce (the path of ranks on several hosts): both give torchrun's result.
+    grep -q "backend:      mpi (all-reduce: shared memory)" other.log || { cat other.log; fail "mpirun: expected shared memory"; }
+    MLIP_SHM_ALLREDUCE=0 "${MPIRUN[@]}" -x MLIP_SHM_ALLREDUCE -np 2 "$MLIP" train input.yaml -o mpi > mpi.log 2>&1 ||
+      { cat mpi.log; fail "mpirun (MLIP_SHM_ALLREDUCE=0) exited non-zero"; }
+    grep -q "backend:      mpi (all-reduce: MPI)" mpi.log || { cat mpi.log; fail "MLIP_SHM_ALLREDUCE=0: expected MPI"; }
+    same_lcurve torchrun/lcurve.out mpi/lcurve.out
+    same_weights torchrun/model.ckpt-6.pt mpi/model.ckpt-6.pt 1e-10 ;;
   srun)
     CLUSTER="$WORK/slurm"
     rc=0; bash "$DIST_DIR/slurm_cluster.sh" start "$CLUSTER" > slurm.log 2>&1 || rc=$?

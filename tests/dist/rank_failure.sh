@@ -84,22 +84,32 @@ survivor_exits midrun 0 60
 survivor_exits midrun 1 60
 grep -q "the failure started at rank 0: .*model.ckpt-" midrun/out1.txt ||
   { cat midrun/out1.txt; fail "rank 1 does not name rank 0's failure in the middle of training"; }
-# Under mpirun (MPI backend), a silent rank also ends the job after --timeout.
+# Under mpirun (MPI backend), a silent rank also ends the job after --timeout: through the
+# shared-memory all-reduce (ranks on one host), whose wait names the silent rank, and through
+# MPI's own (MLIP_SHM_ALLREDUCE=0, the path of ranks on several hosts), ended by the watchdog.
 if [ "${MLIP_HAVE_MPI:-ON}" = ON ] && command -v mpirun > /dev/null; then
-  mkdir -p mpistop
-  "${MPIRUN[@]}" -np 2 "$MLIP" train input.yaml -o mpistop --timeout 5 > mpistop/out.txt 2>&1 &
-  mpid=$!
-  for _ in $(seq 600); do [ -s mpistop/lcurve.out ] && [ "$(wc -l < mpistop/lcurve.out)" -ge 3 ] && break; sleep 0.1; done
-  victim=$(pgrep -f -n "^$MLIP train input.yaml -o mpistop") || fail "no mpirun rank found"
-  kill -STOP "$victim"
-  t0=$(date +%s); rc=0
-  for _ in $(seq 600); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$mpid" 2>/dev/null; then kill -9 "$mpid" "$victim"; fail "mpirun still running 60 s after a rank stopped"; fi
-  wait "$mpid" || rc=$?
-  kill -9 "$victim" 2>/dev/null || true
-  [ "$rc" != 0 ] || fail "mpirun exited with 0 after a rank stopped"
-  grep -q "timed out after 5 s" mpistop/out.txt || { cat mpistop/out.txt; fail "no timeout message under mpirun"; }
-  echo "ok: mpirun with a stopped rank ended after $(( $(date +%s) - t0 )) s (exit $rc)"
+  for mode in shm mpi; do
+    out="mpistop-$mode"
+    mkdir -p "$out"
+    if [ "$mode" = shm ]; then expected="rank [01] did not arrive within 5 s"; transport="shared memory"
+    else expected="timed out after 5 s"; transport="MPI"; fi
+    MLIP_SHM_ALLREDUCE=$([ "$mode" = shm ] && echo 1 || echo 0) \
+      "${MPIRUN[@]}" -x MLIP_SHM_ALLREDUCE -np 2 "$MLIP" train input.yaml -o "$out" --timeout 5 > "$out/out.txt" 2>&1 &
+    mpid=$!
+    for _ in $(seq 600); do [ -s "$out/lcurve.out" ] && [ "$(wc -l < "$out/lcurve.out")" -ge 3 ] && break; sleep 0.1; done
+    victim=$(pgrep -f -n "^$MLIP train input.yaml -o $out") || fail "no mpirun rank found ($mode)"
+    kill -STOP "$victim"
+    t0=$(date +%s); rc=0
+    for _ in $(seq 600); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$mpid" 2>/dev/null; then kill -9 "$mpid" "$victim"; fail "mpirun still running 60 s after a rank stopped ($mode)"; fi
+    wait "$mpid" || rc=$?
+    kill -9 "$victim" 2>/dev/null || true
+    [ "$rc" != 0 ] || fail "mpirun exited with 0 after a rank stopped ($mode)"
+    grep -q "backend:      mpi (all-reduce: $transport)" "$out/out.txt" ||
+      { cat "$out/out.txt"; fail "mpirun ($mode): expected all-reduce through $transport"; }
+    grep -qE "$expected" "$out/out.txt" || { cat "$out/out.txt"; fail "no timeout message under mpirun ($mode)"; }
+    echo "ok: mpirun ($transport) with a stopped rank ended after $(( $(date +%s) - t0 )) s (exit $rc)"
+  done
 fi
 echo "ok: every failure ends the other rank, in bounded time"
 # SIGTERM to one rank (Slurm's time limit, scancel): every rank stops after the same step, rank 0
