@@ -90,47 +90,43 @@ MLIP_INLINE void features_range(const KernelArgs<T>& a, int64_t a0, int64_t a1) 
     }
 }
 
-/// out[e, p] = Σ c Y[e, m] A[i_e, s] X[j_e, d] for the edges in [e0, e1).
+/// row[p] += Σ c Y[e, m] A[i_e, s] X[j_e, d] over the terms: edge e's part of the partial by
+/// the radial weights.
 template <typename T>
-MLIP_INLINE void radial_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
+MLIP_INLINE void radial_edge(const KernelArgs<T>& a, int64_t e, T* __restrict__ row) {
   const int64_t f = a.f;
-  std::fill(a.out + e0 * a.P * f, a.out + e1 * a.P * f, T(0));
-  for (int64_t e = e0; e < e1; ++e) {
-    const T* am = a.A + a.centre[e] * a.S * f;
-    const T* x = a.X + a.neighbor[e] * a.D * f;
-    for (int64_t t = 0; t < a.nterms; ++t) {
-      const Term& q = a.terms[t];
-      const T cy = T(q.c) * a.Y[e * a.H + q.m];
-      T* __restrict__ ov = a.out + (e * a.P + q.p) * f;
-      const T* __restrict__ av = am + q.s * f;
-      const T* __restrict__ xv = x + q.d * f;
-      for (int64_t c = 0; c < f; ++c) ov[c] += cy * av[c] * xv[c];
-    }
+  const T* am = a.A + a.centre[e] * a.S * f;
+  const T* x = a.X + a.neighbor[e] * a.D * f;
+  for (int64_t t = 0; t < a.nterms; ++t) {
+    const Term& q = a.terms[t];
+    const T cy = T(q.c) * a.Y[e * a.H + q.m];
+    T* __restrict__ ov = row + q.p * f;
+    const T* __restrict__ av = am + q.s * f;
+    const T* __restrict__ xv = x + q.d * f;
+    for (int64_t c = 0; c < f; ++c) ov[c] += cy * av[c] * xv[c];
   }
 }
 
-/// out[q, p] = Σ over the edges e of pair q, in edge order, of (Σ c Y[e, m] A[i_e, s] X[j_e, d])
-/// for the pairs in [q0, q1): each edge's sum formed in `edge` [P·f] first, so that the result is
-/// the per-edge partial summed by pair (bit for bit, index_add's order).
+/// out[e] = edge e's part (radial_edge) for the edges in [e0, e1).
+template <typename T>
+MLIP_INLINE void radial_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
+  const int64_t row = a.P * a.f;
+  std::fill(a.out + e0 * row, a.out + e1 * row, T(0));
+  for (int64_t e = e0; e < e1; ++e) radial_edge(a, e, a.out + e * row);
+}
+
+/// out[q] = the sum over the edges e of pair q, in edge order, of edge e's part (radial_edge),
+/// for the pairs in [q0, q1): each edge's part formed in `edge` [P·f] first, so that the result
+/// is the per-edge partial summed by pair (bit for bit, index_add's order).
 template <typename T>
 MLIP_INLINE void radial_pairs_range(const KernelArgs<T>& a, int64_t q0, int64_t q1, T* __restrict__ edge) {
-  const int64_t f = a.f, row = a.P * f;
+  const int64_t row = a.P * a.f;
   for (int64_t q = q0; q < q1; ++q) {
     T* __restrict__ oq = a.out + q * row;
     std::fill(oq, oq + row, T(0));
     for (int64_t k = a.pair_offsets[q]; k < a.pair_offsets[q + 1]; ++k) {
-      const int64_t e = a.by_pair[k];
       std::fill(edge, edge + row, T(0));
-      const T* am = a.A + a.centre[e] * a.S * f;
-      const T* x = a.X + a.neighbor[e] * a.D * f;
-      for (int64_t t = 0; t < a.nterms; ++t) {
-        const Term& term = a.terms[t];
-        const T cy = T(term.c) * a.Y[e * a.H + term.m];
-        T* __restrict__ ov = edge + term.p * f;
-        const T* __restrict__ av = am + term.s * f;
-        const T* __restrict__ xv = x + term.d * f;
-        for (int64_t c = 0; c < f; ++c) ov[c] += cy * av[c] * xv[c];
-      }
+      radial_edge(a, a.by_pair[k], edge);
       for (int64_t c = 0; c < row; ++c) oq[c] += edge[c];
     }
   }
