@@ -85,40 +85,51 @@ struct KernelArgs {
   std::array<int64_t, kSlots - 1> in_stride;  // rows · f per node
   int64_t out_stride;
   T* out;
-  bool overwrite;  // zero each node's output rows first (the output was allocated, not zeroed)
+  // overwrite: out's values are not read (it was allocated, not zeroed): each output row's
+  // first term (first[t] != 0) writes it, and the rows no term writes (untouched, times f) are
+  // zeroed.
+  bool overwrite;
+  const char* first;                // [T]
+  const int64_t* untouched;         // [U]
+  int64_t nuntouched;
 };
 
+/// o[k] (= or +=) c · v0[k] · ... · v_{NV-1}[k] for the f channels.
+template <typename T, int NV, bool Assign>
+MLIP_INLINE void term_product(T* __restrict__ o, T c, const T* const* v, int64_t f) {
+  const T* __restrict__ v0 = v[0];
+  const T* __restrict__ v1 = NV > 1 ? v[1] : nullptr;
+  const T* __restrict__ v2 = NV > 2 ? v[2] : nullptr;
+  const T* __restrict__ v3 = NV > 3 ? v[3] : nullptr;
+  for (int64_t k = 0; k < f; ++k) {
+    T p;
+    if constexpr (NV == 1) p = c * v0[k];
+    else if constexpr (NV == 2) p = c * v0[k] * v1[k];
+    else if constexpr (NV == 3) p = c * v0[k] * v1[k] * v2[k];
+    else p = c * v0[k] * v1[k] * v2[k] * v3[k];
+    if constexpr (Assign) o[k] = p;
+    else o[k] += p;
+  }
+}
+
 /// For the nodes in [n0, n1): out[n, row_out] += c · Π (the NV other operands' rows), term by
-/// term in order, after zeroing out[n] if a.overwrite; the channel loop innermost (vectorised by
-/// the clones below).
+/// term in order (with a.overwrite, the first term of each row writes it and the rows without a
+/// term are zeroed); the channel loop innermost (vectorised by the clones below).
 template <typename T, int NV>
 MLIP_INLINE void product_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
   const int64_t f = a.f;
-  if (a.overwrite) std::fill(a.out + n0 * a.out_stride, a.out + n1 * a.out_stride, T(0));
   for (int64_t n = n0; n < n1; ++n) {
     const T* base[NV];
     for (int v = 0; v < NV; ++v) base[v] = a.in[size_t(v)] + n * a.in_stride[size_t(v)];
     T* out = a.out + n * a.out_stride;
+    if (a.overwrite)
+      for (int64_t u = 0; u < a.nuntouched; ++u) std::fill(out + a.untouched[u], out + a.untouched[u] + f, T(0));
     for (int64_t t = 0; t < a.nterms; ++t) {
       const int64_t* off = a.in_offset + t * NV;
-      T* __restrict__ o = out + a.out_offset[t];
-      const T c = a.coefficient[t];
-      const T* __restrict__ v0 = base[0] + off[0];
-      if constexpr (NV == 1) {
-        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k];
-      } else if constexpr (NV == 2) {
-        const T* __restrict__ v1 = base[1] + off[1];
-        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k] * v1[k];
-      } else if constexpr (NV == 3) {
-        const T* __restrict__ v1 = base[1] + off[1];
-        const T* __restrict__ v2 = base[2] + off[2];
-        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k] * v1[k] * v2[k];
-      } else {
-        const T* __restrict__ v1 = base[1] + off[1];
-        const T* __restrict__ v2 = base[2] + off[2];
-        const T* __restrict__ v3 = base[3] + off[3];
-        for (int64_t k = 0; k < f; ++k) o[k] += c * v0[k] * v1[k] * v2[k] * v3[k];
-      }
+      const T* v[NV];
+      for (int k = 0; k < NV; ++k) v[k] = base[k] + off[k];
+      if (a.overwrite && a.first[t]) term_product<T, NV, true>(out + a.out_offset[t], a.coefficient[t], v, f);
+      else term_product<T, NV, false>(out + a.out_offset[t], a.coefficient[t], v, f);
     }
   }
 }
@@ -148,8 +159,18 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Produc
     out_offset[size_t(t)] = terms[size_t(t)].row[size_t(slot)] * f;
     for (int64_t v = 0; v < nv; ++v) in_offset[size_t(t * nv + v)] = terms[size_t(t)].row[size_t(inputs[size_t(v)])] * f;
   }
+  // Each output row's first term, and the rows no term writes (overwrite).
+  std::vector<char> first(static_cast<size_t>(nterms), 0), written(size_t(rows[size_t(slot)]), 0);
+  for (int64_t t = 0; t < nterms; ++t) {
+    const size_t row = size_t(terms[size_t(t)].row[size_t(slot)]);
+    first[size_t(t)] = !written[row];
+    written[row] = 1;
+  }
+  std::vector<int64_t> untouched;
+  for (size_t row = 0; row < written.size(); ++row)
+    if (!written[row]) untouched.push_back(int64_t(row) * f);
   KernelArgs<T> a{nterms, f, coefficient.data(), out_offset.data(), in_offset.data(), {}, {}, rows[size_t(slot)] * f,
-                  out.data_ptr<T>(), overwrite};
+                  out.data_ptr<T>(), overwrite, first.data(), untouched.data(), int64_t(untouched.size())};
   for (int64_t v = 0; v < nv; ++v) {
     a.in[size_t(v)] = op[size_t(inputs[size_t(v)])].template data_ptr<T>();
     a.in_stride[size_t(v)] = rows[size_t(inputs[size_t(v)])] * f;
