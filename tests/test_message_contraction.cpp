@@ -3,6 +3,8 @@
 // derivatives through autograd, in float32 and float64.
 #include "models/equivariant/message_contraction.h"
 
+#include "error.h"
+
 #include <gtest/gtest.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -188,6 +190,25 @@ TYPED_TEST(MessageContraction, RadialWeightsByPairEqualTheWeightsGatheredToTheEd
   };
   const auto a = gradients(true), b = gradients(false);
   for (size_t k = 0; k < 3; ++k) EXPECT_LT(relative(a[k], b[k]), this->tolerance()) << "d E / d operand " << k + 1;
+}
+
+// A pair table naming a pair beyond the radial weights' rows is refused with the edge and the
+// value, not read out of bounds.
+TEST(MessageContraction, APairOutOfRangeIsAnError) {
+  ContractionTables t = random_tables(11);
+  std::vector<int64_t> pair(kEdges);
+  for (int64_t e = 0; e < kEdges; ++e) pair[size_t(e)] = e % 5;
+  pair[7] = 5;  // W below has 5 rows
+  t.pair = torch::tensor(pair, torch::kInt64);
+  t.pair_edge = torch::arange(5, torch::kInt64);
+  auto op = random_operands(torch::kFloat64, 13);
+  op[2] = op[2].narrow(0, 0, 5).contiguous();
+  try {
+    contract_kernel(2, op, t, ContractionKernel::kAuto);
+    FAIL() << "expected an error";
+  } catch (const mlip::Error& e) {
+    EXPECT_STREQ(e.what(), "message contraction: pair[7] = 5, expected a pair from 0 to 4");
+  }
 }
 
 }  // namespace

@@ -196,7 +196,12 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Contra
       const int64_t npairs = out.size(0);
       std::vector<int64_t> pair_offsets(size_t(npairs + 1), 0);
       std::vector<int64_t> by_pair(static_cast<size_t>(nedges));
-      for (int64_t e = 0; e < nedges; ++e) ++pair_offsets[size_t(a.pair[e] + 1)];
+      for (int64_t e = 0; e < nedges; ++e) {
+        if (a.pair[e] < 0 || a.pair[e] >= npairs)
+          throw Error("message contraction: pair[" + std::to_string(e) + "] = " + std::to_string(a.pair[e]) +
+                      ", expected a pair from 0 to " + std::to_string(npairs - 1));
+        ++pair_offsets[size_t(a.pair[e] + 1)];
+      }
       for (int64_t q = 0; q < npairs; ++q) pair_offsets[size_t(q + 1)] += pair_offsets[size_t(q)];
       std::vector<int64_t> next(pair_offsets.begin(), pair_offsets.end() - 1);
       for (int64_t e = 0; e < nedges; ++e) by_pair[size_t(next[size_t(a.pair[e])]++)] = e;
