@@ -39,6 +39,9 @@ double write_frozen(const std::string& path, const std::string& model_yaml, bool
                              {"mlip_version", "test"},
                              {"config", config},
                              {"units", "eV Angstrom"}};
+  // As `mlip freeze` writes them (frozen/freeze.cpp): MD rebuilds the model from the record.
+  extra["capabilities"] = models::capabilities_of(*settings).to_text();
+  extra["inference_settings"] = models::inference_record(*settings, module).to_text();
   archive::save_module_atomically(module, extra, path, "the model");
   return settings->cutoff();
 }

@@ -544,8 +544,8 @@ TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
   // model.type: equivariant has its own keys.
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], foo: 1}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
-            "input.yaml: model.foo: unknown key (known: type, type_map, r_max, num_features, l_max, parity, num_layers, "
-            "num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed, correlation, "
+            "input.yaml: model.foo: unknown key (known: type, type_map, r_max, num_features, l_max, parity, pseudotensors, "
+            "num_layers, num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed, correlation, "
             "readout, data_stat_nbatch, e0s)");
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], correlation: 4}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
@@ -556,6 +556,10 @@ TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], l_max: 4}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.l_max: expected an integer from 0 to 3, got 4");
+  EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], parity: false, pseudotensors: false}\n"
+                        "training: {training_data: {systems: [a]}, numb_steps: 1}\n"),
+            "input.yaml: model.pseudotensors: expected true when model.parity is false (without parity every irrep is "
+            "natural), got false");
   EXPECT_EQ(parse_error(edit(kMinimal, "  type_map:", "  type: nequip\n  type_map:")),
             "input.yaml: model.type: expected one of \"standard\" or \"equivariant\", got nequip");
   EXPECT_EQ(parse_error("nvnmd: {}\n" + std::string(kMinimal)),

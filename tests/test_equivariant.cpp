@@ -59,12 +59,13 @@ TYPED_TEST(EquivariantSymmetry, InvariantAndCovariant) {
   const double tol = is_double ? 1e-10 : 1e-4;
   std::mt19937 rng(5);
   for (int64_t correlation : {1, 2, 3})
-  for (bool parity : {true, false})
+  for (const std::string irreps : {"parity", "natural irreps only", "no parity"})
     for (bool periodic : {true, false}) {
-      SCOPED_TRACE(std::string(parity ? "parity " : "no parity ") + (periodic ? "periodic" : "cluster") +
-                   ", correlation " + std::to_string(correlation));
+      SCOPED_TRACE(irreps + (periodic ? ", periodic" : ", cluster") + ", correlation " + std::to_string(correlation));
+      const bool parity = irreps != "no parity";
       // correlation 3 at l_max 1 (its middle irreps still reach l = 2) keeps the test short.
-      const auto c = small_config(is_double ? "float64" : "float32", parity, correlation == 3 ? 1 : 2, correlation);
+      auto c = small_config(is_double ? "float64" : "float32", parity, correlation == 3 ? 1 : 2, correlation);
+      c.pseudotensors = irreps != "natural irreps only";
       auto model = mlip::models::build_equivariant(c);
       set_scale_shift(model);
       const Frame f = random_frame(14, periodic, 21);
@@ -115,6 +116,26 @@ TEST(Equivariant, WithoutParityReflectionsAreNotASymmetry) {
   Frame g = f;
   g.pos = mlip::test::transform(f.pos, rot);
   EXPECT_GT(std::abs(run(model, g, c).energy - run(model, f, c).energy), 1e-8);
+}
+
+// Without pseudotensors (as MACE) no feature or message of unnatural parity (0o, 1e, 2o) is
+// made, in any layer and at any correlation; with them the middle layers make 1e and 2o, and
+// the last one, when its messages feed a product basis, 0o too.
+TEST(Equivariant, WithoutPseudotensorsOnlyNaturalIrrepsAreMade) {
+  for (int64_t correlation : {1, 3}) {
+    auto c = small_config("float64", true, 2, correlation);
+    const std::string with = mlip::models::equivariant_source(c);
+    c.pseudotensors = false;
+    const std::string without = mlip::models::equivariant_source(c);
+    const std::vector<std::string> pseudo =
+        correlation == 1 ? std::vector<std::string>{"_1e", "_2o"} : std::vector<std::string>{"_0o", "_1e", "_2o"};
+    for (const std::string& name : pseudo) {
+      EXPECT_NE(with.find(name), std::string::npos) << name << ", correlation " << correlation;
+      EXPECT_EQ(without.find(name), std::string::npos) << name << ", correlation " << correlation;
+    }
+    for (const std::string name : {"_0e", "_1o", "_2e"})
+      EXPECT_NE(without.find(name), std::string::npos) << name << ", correlation " << correlation;
+  }
 }
 
 TEST(Equivariant, ForcesAndVirialAreEnergyDerivatives) {

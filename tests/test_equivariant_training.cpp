@@ -20,6 +20,7 @@ using mlip::models::Prediction;
 
 struct Case {
   bool parity;
+  bool pseudotensors;
   int64_t l_max, correlation;
   bool periodic;
   double box;  // edge of the random box, Å (below r_max: an atom sees its own images)
@@ -38,6 +39,7 @@ EquivariantSettings settings(const std::string& precision, const Case& k) {
   c.num_features = 4;
   c.l_max = k.l_max;
   c.parity = k.parity;
+  c.pseudotensors = k.pseudotensors;
   c.num_layers = 3;
   c.correlation = k.correlation;
   c.readout_every_layer = k.correlation == 2;
@@ -88,13 +90,14 @@ TYPED_TEST(EquivariantTrainingPath, EqualsAutogradThroughThePairVectors) {
   const auto dtype = is_double ? torch::kFloat64 : torch::kFloat32;
   const double tol = is_double ? 1e-10 : 2e-4;
   const Case cases[] = {
-      {true, 1, 1, true, 5.0},   // the table's model shape
-      {false, 2, 1, false, 5.0}, // SO(3), l_max 2, a cluster
-      {true, 2, 2, true, 5.0},   // product basis, readouts of every layer
-      {true, 1, 3, true, 3.0},   // correlation 3; box below r_max: self-image pairs
+      {true, true, 1, 1, true, 5.0},    // the table's model shape
+      {false, true, 2, 1, false, 5.0},  // SO(3), l_max 2, a cluster
+      {true, true, 2, 2, true, 5.0},    // product basis, readouts of every layer
+      {true, true, 1, 3, true, 3.0},    // correlation 3; box below r_max: self-image pairs
+      {true, false, 2, 3, true, 5.0},   // natural irreps only (as MACE), l_max 2, correlation 3
   };
   for (const Case& k : cases) {
-    SCOPED_TRACE("parity " + std::to_string(k.parity) + ", l_max " + std::to_string(k.l_max) + ", correlation " +
+    SCOPED_TRACE("parity " + std::to_string(k.parity) + (k.pseudotensors ? "" : " natural only") + ", l_max " + std::to_string(k.l_max) + ", correlation " +
                  std::to_string(k.correlation) + ", box " + std::to_string(k.box));
     const auto s = settings(precision, k);
     auto model = mlip::models::create_model(s, mlip::models::ModelContext{});
@@ -156,7 +159,7 @@ TYPED_TEST(EquivariantTrainingPath, ABatchEqualsItsFramesOneByOne) {
   const bool is_double = std::is_same_v<TypeParam, double>;
   const std::string precision = is_double ? "float64" : "float32";
   const double tol = is_double ? 1e-12 : 1e-5;
-  for (const Case& k : {Case{true, 1, 1, true, 5.0}, Case{true, 1, 3, true, 4.0}}) {
+  for (const Case& k : {Case{true, true, 1, 1, true, 5.0}, Case{true, true, 1, 3, true, 4.0}}) {
     SCOPED_TRACE("l_max " + std::to_string(k.l_max) + ", correlation " + std::to_string(k.correlation));
     const auto s = settings(precision, k);
     auto model = mlip::models::create_model(s, mlip::models::ModelContext{});

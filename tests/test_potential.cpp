@@ -271,7 +271,10 @@ std::string equivariant_deep_yaml(const std::string& precision) {
 TYPED_TEST(PotentialTest, EquivariantFeaturesExchangedBetweenRanksEqualTheWholeFrame) {
   test::TempDir dir;
   const double tol = TestFixture::tolerance();
-  for (const std::string& yaml : {equivariant_yaml(TestFixture::precision()), equivariant_deep_yaml(TestFixture::precision())}) {
+  // The deep model with its pseudotensors and without (its record must carry the choice).
+  const std::string natural = equivariant_deep_yaml(TestFixture::precision()) + "  pseudotensors: false\n";
+  for (const std::string& yaml :
+       {equivariant_yaml(TestFixture::precision()), equivariant_deep_yaml(TestFixture::precision()), natural}) {
     const double r_max = write_frozen(dir / "eq.pt", yaml);
     const Frame f = test::random_frame(40, true, 7, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
     archive::ExtraFiles extra;
@@ -281,6 +284,7 @@ TYPED_TEST(PotentialTest, EquivariantFeaturesExchangedBetweenRanksEqualTheWholeF
     for (int ranks : {1, 2, 3})
     for (bool ids : {false, true}) {
       SCOPED_TRACE(std::to_string(ranks) + " rank(s), " + (yaml.find("correlation") != std::string::npos ? "3 layers, correlation 2" : "2 layers") +
+                   (yaml.find("pseudotensors") != std::string::npos ? ", natural irreps only" : "") +
                    (ids ? ", ghosts folded by id" : ", every ghost an atom"));
       std::vector<RankAtoms> rank(static_cast<size_t>(ranks));
       for (int q = 0; q < ranks; ++q) {

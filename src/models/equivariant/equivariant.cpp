@@ -182,6 +182,7 @@ std::vector<Block> plan(const EquivariantConfig& c) {
           // The readout needs the even scalars only; with a product basis, products of the other
           // irreps make them, so every message irrep is kept.
           if (last && c.correlation == 1 && !(out == Irrep{0, even})) continue;
+          if (c.parity && !c.pseudotensors && out.p != (l3 % 2 ? -1 : 1)) continue;
           b.paths.push_back({in, l2, out});
           outs[out] = true;
         }
@@ -309,6 +310,7 @@ void EquivariantConfig::validate() const {
   if (radial_depth < 1) bad("radial_depth", "a positive integer", std::to_string(radial_depth));
   if (!(avg_num_neighbors > 0)) bad("avg_num_neighbors", "a positive number", std::to_string(avg_num_neighbors));
   if (precision != "float64" && precision != "float32") bad("precision", "\"float64\" or \"float32\"", "\"" + precision + "\"");
+  if (!pseudotensors && !parity) bad("pseudotensors", "true when model.parity is false (without parity every irrep is natural)", "false");
 }
 
 torch::Dtype EquivariantConfig::dtype() const { return precision == "float32" ? torch::kFloat32 : torch::kFloat64; }

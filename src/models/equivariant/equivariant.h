@@ -18,6 +18,10 @@ struct EquivariantConfig {
   int64_t num_features = 32;        ///< channels per irrep
   int64_t l_max = 1;                ///< highest l of features and edge harmonics (<= 3)
   bool parity = true;               ///< O(3) (even and odd irreps) instead of SO(3)
+  /// With parity, whether features and messages keep the irreps of unnatural parity (the
+  /// pseudotensors 0o, 1e, 2o, 3e) beside the natural ones (0e, 1o, 2e, 3o), as NequIP; false
+  /// keeps the natural ones only, as MACE (docs/equivariant.md "Irreps").
+  bool pseudotensors = true;
   int64_t num_layers = 4;           ///< interaction blocks
   /// Body order of the node features: 1, messages as NequIP (two-body); 2 or 3, MACE's product
   /// basis of the messages with themselves up to that many factors (docs/equivariant.md

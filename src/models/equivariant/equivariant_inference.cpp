@@ -268,6 +268,7 @@ SettingsRecord equivariant_record(const EquivariantConfig& config) {
   record.set_integer("num_features", config.num_features);
   record.set_integer("l_max", config.l_max);
   record.set_flag("parity", config.parity);
+  record.set_flag("pseudotensors", config.pseudotensors);
   record.set_integer("num_layers", config.num_layers);
   record.set_integer("correlation", config.correlation);
   record.set_flag("readout_every_layer", config.readout_every_layer);
@@ -287,6 +288,7 @@ EquivariantConfig equivariant_config(const SettingsRecord& record, const torch::
   c.num_features = record.integer("num_features", defaults.num_features);
   c.l_max = record.integer("l_max", defaults.l_max);
   c.parity = record.flag("parity", defaults.parity);
+  c.pseudotensors = record.flag("pseudotensors", defaults.pseudotensors);
   c.num_layers = record.integer("num_layers", defaults.num_layers);
   c.correlation = record.integer("correlation", defaults.correlation);
   c.readout_every_layer = record.flag("readout_every_layer", defaults.readout_every_layer);

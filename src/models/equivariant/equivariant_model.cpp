@@ -38,6 +38,10 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
   e.l_max = m.integer("l_max", e.l_max, Bound::kNonNegative);
   if (e.l_max > 3) input::expected(m.path_of("l_max"), "an integer from 0 to 3", m.get("l_max"));
   e.parity = m.flag("parity", e.parity);
+  e.pseudotensors = m.flag("pseudotensors", e.pseudotensors);
+  if (!e.pseudotensors && !e.parity)
+    input::expected(m.path_of("pseudotensors"), "true when model.parity is false (without parity every irrep is natural)",
+                    m.get("pseudotensors"));
   e.num_layers = m.integer("num_layers", e.num_layers);
   e.correlation = m.integer("correlation", e.correlation);
   e.readout_every_layer = m.choice("readout", "last", {"last", "every_layer"}) == "every_layer";
@@ -165,7 +169,7 @@ class EquivariantModel final : public Model {
     const EquivariantConfig& e = settings_.config;
     std::ostringstream o;
     o << "equivariant, " << settings_.precision << ", r_max " << e.r_max << " Å, l_max " << e.l_max
-      << (e.parity ? " with parity" : " (SO(3))") << ", " << e.num_layers << " layers x " << e.num_features
+      << (e.parity ? (e.pseudotensors ? " with parity" : " with parity, natural irreps only") : " (SO(3))") << ", " << e.num_layers << " layers x " << e.num_features
       << " features" << (e.correlation > 1 ? ", correlation " + std::to_string(e.correlation) : std::string())
       << (e.readout_every_layer ? ", readout of every layer" : "");
     return o.str();
@@ -381,7 +385,7 @@ class EquivariantModel final : public Model {
 ModelEntry equivariant_entry() {
   ModelEntry e;
   e.name = "equivariant";
-  e.keys = {"type", "type_map", "r_max", "num_features", "l_max", "parity", "num_layers", "num_bessels",
+  e.keys = {"type", "type_map", "r_max", "num_features", "l_max", "parity", "pseudotensors", "num_layers", "num_bessels",
             "polynomial_p", "radial_width", "radial_depth", "avg_num_neighbors", "precision", "seed", "correlation",
             "readout",
             "data_stat_nbatch"};
