@@ -6,7 +6,8 @@
 # SIGINT; the median ms/step over the second half of its steps (every frame made and cached by
 # then; long enough to span more than one of the VM's speed levels, which are about 1.5x apart
 # and last a few hundred steps each), and the peak RSS; for float64 and float32 and correlation
-# 1, 2 and 3 (and any PRECISION-cN[-wF] case, e.g. f32-c3-w32).
+# 1, 2 and 3 (and any PRECISION-cN[-wF][-nat] case, e.g. f32-c3-w32; -nat: the natural irreps
+# only, model.pseudotensors: false).
 #
 # usage: bench/equivariant_step_bench.sh [--data DIR] [--seconds S] [--cases "f64 f32 c2 c3 f32-c3-w32"]
 #                                        MLIP [MLIP ...]
@@ -28,14 +29,15 @@ done
 DATA="$(readlink -f "$DATA")"
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 
-input() {  # input <case>: f64, f32, c2, c3 (float64), or PRECISION-cN[-wF] (f32-c3-w32: float32,
-  # correlation 3, 32 features); correlation > 1 adds the readouts of every layer
-  local spec="$1" precision=float64 corr=1 width=""
+input() {  # input <case>: f64, f32, c2, c3 (float64), or PRECISION-cN[-wF][-nat] (f32-c3-w32: float32,
+  # correlation 3, 32 features; -nat: pseudotensors false); correlation > 1 adds the readouts of every layer
+  local spec="$1" precision=float64 corr=1 width="" natural=""
   case "$spec" in
     f64) ;; f32) precision=float32 ;; c2) corr=2 ;; c3) corr=3 ;;
     *) for part in ${spec//-/ }; do
          case "$part" in
            f64) precision=float64 ;; f32) precision=float32 ;; c[123]) corr=${part#c} ;; w[0-9]*) width=${part#w} ;;
+           nat) natural=1 ;;
            *) echo "unknown case part '$part' in '$spec'" >&2; exit 2 ;;
          esac
        done ;;
@@ -44,6 +46,7 @@ input() {  # input <case>: f64, f32, c2, c3 (float64), or PRECISION-cN[-wF] (f32
     sed "s/precision: float[0-9][0-9]/precision: $precision/" |
     { if [ -n "$width" ]; then sed "s/num_features: [0-9]*/num_features: $width/"; else cat; fi; }
   [ "$corr" = 1 ] || printf "  correlation: %s\n  readout: every_layer\n" "$corr"
+  [ -z "$natural" ] || printf "  pseudotensors: false\n"
   cat <<YAML
 learning_rate: {type: exp, start_lr: 0.005, stop_lr: 1.0e-4, decay_steps: 100}
 loss: {type: ener, start_pref_e: 0.02, limit_pref_e: 1, start_pref_f: 1000, limit_pref_f: 1}

@@ -182,6 +182,7 @@ std::vector<Block> plan(const EquivariantConfig& c) {
           // The readout needs the even scalars only; with a product basis, products of the other
           // irreps make them, so every message irrep is kept.
           if (last && c.correlation == 1 && !(out == Irrep{0, even})) continue;
+          // Without pseudotensors only irreps of parity (-1)^l are made (docs/equivariant.md "Irreps").
           if (c.parity && !c.pseudotensors && out.p != (l3 % 2 ? -1 : 1)) continue;
           b.paths.push_back({in, l2, out});
           outs[out] = true;

@@ -288,7 +288,8 @@ EquivariantConfig equivariant_config(const SettingsRecord& record, const torch::
   c.num_features = record.integer("num_features", defaults.num_features);
   c.l_max = record.integer("l_max", defaults.l_max);
   c.parity = record.flag("parity", defaults.parity);
-  c.pseudotensors = record.flag("pseudotensors", defaults.pseudotensors);
+  // Absent from the records of models frozen before the key: those kept every irrep.
+  c.pseudotensors = record.flag("pseudotensors", true);
   c.num_layers = record.integer("num_layers", defaults.num_layers);
   c.correlation = record.integer("correlation", defaults.correlation);
   c.readout_every_layer = record.flag("readout_every_layer", defaults.readout_every_layer);

@@ -169,7 +169,8 @@ class EquivariantModel final : public Model {
     const EquivariantConfig& e = settings_.config;
     std::ostringstream o;
     o << "equivariant, " << settings_.precision << ", r_max " << e.r_max << " Å, l_max " << e.l_max
-      << (e.parity ? (e.pseudotensors ? " with parity" : " with parity, natural irreps only") : " (SO(3))") << ", " << e.num_layers << " layers x " << e.num_features
+      << (e.parity ? (e.pseudotensors ? " with parity" : " with parity, natural irreps only") : " (SO(3))") << ", "
+      << e.num_layers << " layers x " << e.num_features
       << " features" << (e.correlation > 1 ? ", correlation " + std::to_string(e.correlation) : std::string())
       << (e.readout_every_layer ? ", readout of every layer" : "");
     return o.str();
