@@ -10,8 +10,11 @@
 #
 # usage: bench/md_gpu_bench.sh [--build-dir DIR] [--device cuda|cpu] [--cpu-rows yes|no]
 #          [--models se_e2_a,equivariant] [--precisions float32,float64] [--sizes 1536,12288]
-#          [--quick] [--run-timeout S] [--out FILE.md] [--logs DIR]
+#          [--pairs "auto host"] [--quick] [--run-timeout S] [--out FILE.md] [--logs DIR]
 #   --quick   a smoke test: 1 timed step per row (for --device cpu here)
+#   --pairs   where the device rows build their pairs (md::PairBuilding): auto (on the device for
+#             cuda), host (the Kokkos list on the host), device; one row per value (default
+#             "auto host"); the CPU rows use auto
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR=""
@@ -22,6 +25,7 @@ PRECISIONS=float32,float64
 SIZES=1536,12288
 QUICK=0
 RUN_TIMEOUT=60
+PAIRS="auto host"
 OUTFILE=""
 LOGS=""
 while [ $# -gt 0 ]; do
@@ -34,6 +38,7 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --run-timeout) RUN_TIMEOUT="$2"; shift 2 ;;
+    --pairs) PAIRS="$2"; shift 2 ;;
     --out) OUTFILE="$2"; shift 2 ;;
     --logs) LOGS="$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -104,8 +109,8 @@ HEADER="# mlip MD benchmark without LAMMPS (bench/md_gpu_bench.sh)
 
 $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname 2>/dev/null || cat /proc/sys/kernel/hostname): ${gpu_name:-no GPU seen by nvidia-smi}; $NCPU CPUs; $("$MLIP" --version 2>/dev/null | head -1)
 
-md::Potential::compute per step (neighbour list on the host, the model on the device, forces and
-virial back to the host), one rank owning the water box replicated to N atoms, ghosts to the
+md::Potential::compute per step (the pairs on the host or the device, see the evaluation column;
+the model on the device; forces and virial back to the host), one rank owning the water box replicated to N atoms, ghosts to the
 model's ghost cutoff + 1 Å, folded by id (as pair_style mlip on one rank). us/atom-step = time /
 (steps x N), after 3 untimed steps; ms/step = time / steps, median and max of the steps; NL share = the neighbour list's part of the time; peak GPU MiB
 = nvidia-smi memory.used during the run minus before it (the CUDA context included).
@@ -122,9 +127,12 @@ for dev in "${devices[@]}"; do
   for model in "${model_list[@]}"; do
     for prec in "${prec_list[@]}"; do
       for atoms in "${size_list[@]}"; do
+       pair_list=(auto)
+       [ "$dev" != cpu ] && read -ra pair_list <<< "$PAIRS"
+       for pairs in "${pair_list[@]}"; do
         read -r nx ny nz <<< "$(replicas "$atoms")"
         steps=$(steps_for "$model" "$atoms" "$dev")
-        tag="$model-$prec-${dev//:/}-$atoms"
+        tag="$model-$prec-${dev//:/}-$atoms-$pairs"
         base="" peak=""
         if [ "$dev" != cpu ] && [ -n "$SMI" ]; then
           base="$(gpu_mem_used)"
@@ -133,7 +141,7 @@ for dev in "${devices[@]}"; do
         fi
         rc=0
         OMP_NUM_THREADS="$NCPU" timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "$WORK/$model-$prec.pt" "$dev" "$EX/data/valid" \
-          "$nx" "$ny" "$nz" "$steps" > "$WORK/$tag.log" 2>&1 || rc=$?
+          "$nx" "$ny" "$nz" "$steps" auto 3 "$pairs" > "$WORK/$tag.log" 2>&1 || rc=$?
         if [ -n "$POLLER" ]; then
           kill "$POLLER" 2>/dev/null; wait "$POLLER" 2>/dev/null || true; POLLER=""
           maxu="$(sort -n "$WORK/$tag.mem" 2>/dev/null | tail -1 | tr -d ' ')"
@@ -152,6 +160,7 @@ for dev in "${devices[@]}"; do
           "$(val ghosts)" "$(val steps)" "$(val us_per_atom_step)" \
           "$(awk -v s="$(val seconds)" -v n="$(val steps)" 'BEGIN { print 1000 * s / n }')" \
           "$(val median_ms)" "$(val max_ms)" "$(val neighbor_list_share)" "${peak:-n/a}" "$desc")"
+       done
       done
     done
   done

@@ -90,17 +90,24 @@ void add_ghosts(Box& b, double reach) {
 }
 
 int run(int argc, char** argv) {
-  if (argc < 8 || argc > 10) {
-    std::fprintf(stderr, "usage: %s MODEL.pt DEVICE DATA_DIR NX NY NZ STEPS [auto|torchscript] [WARMUP]\n", argv[0]);
+  if (argc < 8 || argc > 11) {
+    std::fprintf(stderr, "usage: %s MODEL.pt DEVICE DATA_DIR NX NY NZ STEPS [auto|torchscript] [WARMUP] [auto|host|device]\n",
+                 argv[0]);
     return 2;
   }
   const std::string evaluation_name = argc >= 9 ? argv[8] : "auto";
-  const int warmup = argc == 10 ? std::atoi(argv[9]) : 3;
+  const int warmup = argc >= 10 ? std::atoi(argv[9]) : 3;
+  const std::string pairs_name = argc >= 11 ? argv[10] : "auto";
+  if (pairs_name != "auto" && pairs_name != "host" && pairs_name != "device")
+    throw mlip::Error("pairs: expected auto, host or device, got '" + pairs_name + "'");
+  const auto pairs = pairs_name == "host"     ? mlip::md::PairBuilding::kHost
+                     : pairs_name == "device" ? mlip::md::PairBuilding::kDevice
+                                              : mlip::md::PairBuilding::kAuto;
   if (warmup < 0) throw mlip::Error("WARMUP: expected a non-negative integer, got '" + std::string(argv[9]) + "'");
   if (evaluation_name != "auto" && evaluation_name != "torchscript")
     throw mlip::Error("evaluation: expected auto or torchscript, got '" + evaluation_name + "'");
   const auto evaluation = evaluation_name == "auto" ? mlip::md::Evaluation::kAuto : mlip::md::Evaluation::kTorchScript;
-  mlip::md::Potential potential(argv[1], argv[2], evaluation);
+  mlip::md::Potential potential(argv[1], argv[2], evaluation, pairs);
   Box box = replicated_water(argv[3], potential.type_names(), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]));
   const int steps = std::atoi(argv[7]);
   if (steps < 1) throw mlip::Error("STEPS: expected a positive integer, got '" + std::string(argv[7]) + "'");

@@ -50,39 +50,44 @@ std::vector<double> fold(const std::vector<double>& rows, const std::vector<int6
 
 void check_cuda_equals_cpu(const std::string& model_path, double tol) {
   md::Potential cpu(model_path, "cpu");
-  md::Potential cuda(model_path, "cuda");
-  EXPECT_TRUE(test::contains(cuda.describe(), "cuda")) << cuda.describe();
-  for (int call = 0; call < 3; ++call) {
-    // A different frame at each call: nothing may be cached from the call before.
-    const test::Frame f = test::random_frame(40, true, 7 + call, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
-    ASSERT_GE(9.5 - 1.0, cpu.ghost_cutoff()) << "the images in [-1, 1]^3 must cover the ghost cutoff";
-    std::vector<int64_t> owned;
-    for (int64_t i = 0; i < f.natoms(); ++i) owned.push_back(i);
-    const test::RankAtoms r = test::rank_atoms(f, owned);
-    md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
-    atoms.ids = r.owner.data();
-    md::Results on_cpu, on_cuda;
-    cpu.compute(atoms, true, true, on_cpu);
-    cuda.compute(atoms, true, true, on_cuda);
-    SCOPED_TRACE("call " + std::to_string(call));
-    ASSERT_EQ(on_cuda.forces.size(), r.owner.size() * 3);
-    ASSERT_EQ(on_cuda.atom_virial.size(), r.owner.size() * 9);
-    for (md::Results* out : {&on_cpu, &on_cuda}) {
-      out->forces = fold(out->forces, r.owner, f.natoms(), 3);
-      out->atom_virial = fold(out->atom_virial, r.owner, f.natoms(), 9);
+  for (const auto pairs : {md::PairBuilding::kAuto, md::PairBuilding::kHost}) {
+    SCOPED_TRACE(pairs == md::PairBuilding::kAuto ? "pairs on the device" : "pairs on the host");
+    md::Potential cuda(model_path, "cuda", md::Evaluation::kAuto, pairs);
+    // docs/lammps.md "Pairs on the device": a CUDA device builds its pairs there unless told not to.
+    EXPECT_EQ(cuda.pairs_on_device(), pairs == md::PairBuilding::kAuto) << cuda.describe();
+    EXPECT_TRUE(test::contains(cuda.describe(), "cuda")) << cuda.describe();
+    for (int call = 0; call < 3; ++call) {
+      // A different frame at each call: nothing may be cached from the call before.
+      const test::Frame f = test::random_frame(40, true, 7 + call, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
+      ASSERT_GE(9.5 - 1.0, cpu.ghost_cutoff()) << "the images in [-1, 1]^3 must cover the ghost cutoff";
+      std::vector<int64_t> owned;
+      for (int64_t i = 0; i < f.natoms(); ++i) owned.push_back(i);
+      const test::RankAtoms r = test::rank_atoms(f, owned);
+      md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+      atoms.ids = r.owner.data();
+      md::Results on_cpu, on_cuda;
+      cpu.compute(atoms, true, true, on_cpu);
+      cuda.compute(atoms, true, true, on_cuda);
+      SCOPED_TRACE("call " + std::to_string(call));
+      ASSERT_EQ(on_cuda.forces.size(), r.owner.size() * 3);
+      ASSERT_EQ(on_cuda.atom_virial.size(), r.owner.size() * 9);
+      for (md::Results* out : {&on_cpu, &on_cuda}) {
+        out->forces = fold(out->forces, r.owner, f.natoms(), 3);
+        out->atom_virial = fold(out->atom_virial, r.owner, f.natoms(), 9);
+      }
+      EXPECT_NEAR(on_cuda.energy, on_cpu.energy, tol * std::abs(on_cpu.energy));
+      for (const auto& [name, a, b] :
+           {std::tuple{"atomic energies", &on_cuda.atomic_energy, &on_cpu.atomic_energy},
+            std::tuple{"forces", &on_cuda.forces, &on_cpu.forces},
+            std::tuple{"per-atom virials", &on_cuda.atom_virial, &on_cpu.atom_virial}}) {
+        const auto [diff, scale] = max_difference(*a, *b);
+        EXPECT_GT(scale, 0.0) << name << " are all zero: nothing was compared";
+        EXPECT_LE(diff, tol * scale) << name << ": largest difference " << diff << ", scale " << scale;
+      }
+      const auto [diff, scale] = max_difference(std::vector<double>(on_cuda.virial.begin(), on_cuda.virial.end()),
+                                                std::vector<double>(on_cpu.virial.begin(), on_cpu.virial.end()));
+      EXPECT_LE(diff, tol * scale) << "virial: largest difference " << diff << ", scale " << scale;
     }
-    EXPECT_NEAR(on_cuda.energy, on_cpu.energy, tol * std::abs(on_cpu.energy));
-    for (const auto& [name, a, b] :
-         {std::tuple{"atomic energies", &on_cuda.atomic_energy, &on_cpu.atomic_energy},
-          std::tuple{"forces", &on_cuda.forces, &on_cpu.forces},
-          std::tuple{"per-atom virials", &on_cuda.atom_virial, &on_cpu.atom_virial}}) {
-      const auto [diff, scale] = max_difference(*a, *b);
-      EXPECT_GT(scale, 0.0) << name << " are all zero: nothing was compared";
-      EXPECT_LE(diff, tol * scale) << name << ": largest difference " << diff << ", scale " << scale;
-    }
-    const auto [diff, scale] = max_difference(std::vector<double>(on_cuda.virial.begin(), on_cuda.virial.end()),
-                                              std::vector<double>(on_cpu.virial.begin(), on_cpu.virial.end()));
-    EXPECT_LE(diff, tol * scale) << "virial: largest difference " << diff << ", scale " << scale;
   }
 }
 

@@ -91,11 +91,13 @@ void PairMlip::allocate() {
 
 void PairMlip::settings(int narg, char** arg) {
   const std::string usage =
-      "'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no]'";
+      "'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no] "
+      "[pairs auto|host|device]'";
   if (narg < 1 || narg % 2 == 0)
     fail("expected " + usage + ", got " + std::to_string(narg) + " argument(s)");
   std::string device = "cpu";
   Evaluation evaluation = Evaluation::kAuto;
+  PairBuilding pairs = PairBuilding::kAuto;
   for (int k = 1; k + 1 < narg; k += 2) {
     const std::string key = arg[k], value = arg[k + 1];
     if (key == "device") {
@@ -108,16 +110,21 @@ void PairMlip::settings(int narg, char** arg) {
       if (value == "yes") allow_exchange_ = true;
       else if (value == "no") allow_exchange_ = false;
       else fail("exchange: expected yes or no, got '" + value + "'");
+    } else if (key == "pairs") {
+      if (value == "auto") pairs = PairBuilding::kAuto;
+      else if (value == "host") pairs = PairBuilding::kHost;
+      else if (value == "device") pairs = PairBuilding::kDevice;
+      else fail("pairs: expected auto, host or device, got '" + value + "'");
     } else {
-      fail("expected the keyword 'device', 'evaluation' or 'exchange' after the model file (" + usage + "), got '" +
-           key + "'");
+      fail("expected the keyword 'device', 'evaluation', 'exchange' or 'pairs' after the model file (" + usage +
+           "), got '" + key + "'");
     }
   }
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
   model_path_ = arg[0];
   try {
-    potential_ = std::make_unique<Potential>(model_path_, device, evaluation);
+    potential_ = std::make_unique<Potential>(model_path_, device, evaluation, pairs);
   } catch (const std::exception& e) {
     fail(e.what());
   }

@@ -14,6 +14,7 @@
 #include "archive/model_archive.h"
 #include "data/neighbor_list.h"
 #include "data/overlap.h"
+#include "md/device_graph.h"
 #include "error.h"
 #include "models/capabilities.h"
 #include "models/deploy_source.h"
@@ -183,6 +184,8 @@ struct Potential::Impl {
   // The model's own inference (Evaluation::kAuto on the CPU, where its registry entry has one),
   // else its TorchScript forward (models/torchscript_inference.h).
   std::unique_ptr<models::Inference> inference;
+  // The TorchScript forward's graph built on the device (build_device_graph), not the host.
+  bool device_pairs = false;
   data::NeighborListBuilder<double> builder_double;
   data::NeighborListBuilder<float> builder_float;
   Timings timings;
@@ -193,7 +196,7 @@ struct Potential::Impl {
     else return builder_double;
   }
 
-  void load(const std::string& file, const std::string& device_name, Evaluation wanted);
+  void load(const std::string& file, const std::string& device_name, Evaluation wanted, PairBuilding pairs);
   /// Refuses capabilities that contradict the other metadata or the device asked for.
   void check_capabilities(const models::Capabilities& caps, archive::ExtraFiles& extra) const;
   template <typename Real>
@@ -208,9 +211,13 @@ struct Potential::Impl {
   /// values onto the rows of `atoms`.
   void evaluate_graph(const RankGraph& g, const LocalAtoms& atoms, GhostExchange* exchange, bool atomic_energy,
                       bool atom_virial, Results& out);
+  /// The rank's graph built on the device (docs/lammps.md "Pairs on the device") through the
+  /// TorchScript forward; only forces, energy and virial (and the asked per-atom values) come back.
+  void compute_on_device(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
 };
 
-void Potential::Impl::load(const std::string& file, const std::string& device_name, Evaluation wanted) {
+void Potential::Impl::load(const std::string& file, const std::string& device_name, Evaluation wanted,
+                           PairBuilding pairs) {
   path = file;
   device = parse_device(path, device_name);
   std::error_code ec;
@@ -250,7 +257,10 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
     const models::InferenceEntry* entry = models::find_inference(model_type);
     if (entry != nullptr && entry->inference) inference = entry->inference(record, module);
   }
-  if (!inference) inference = std::make_unique<models::TorchScriptInference>(module, device, dtype, r_max);
+  if (!inference) {
+    inference = std::make_unique<models::TorchScriptInference>(module, device, dtype, r_max);
+    device_pairs = pairs == PairBuilding::kDevice || (pairs == PairBuilding::kAuto && device.is_cuda());
+  }
 }
 
 void Potential::Impl::check_capabilities(const models::Capabilities& caps, archive::ExtraFiles& extra) const {
@@ -421,10 +431,83 @@ void Potential::Impl::evaluate_graph(const RankGraph& g, const LocalAtoms& atoms
   timings.model += seconds_since(t1);
 }
 
-Potential::Potential(const std::string& path, const std::string& device, Evaluation evaluation)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->load(path, device, evaluation);
+void Potential::Impl::compute_on_device(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial,
+                                        Results& out) {
+  const auto t0 = Clock::now();
+  const int64_t n = atoms.natoms;
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const torch::Tensor pos =
+      torch::from_blob(const_cast<double*>(atoms.positions), {n, 3}, torch::kFloat64).to(device);
+  const torch::Tensor ids =
+      atoms.ids != nullptr ? torch::from_blob(const_cast<int64_t*>(atoms.ids), {n}, i64).to(device) : torch::Tensor();
+  std::optional<DeviceOverlap> overlap;
+  const DeviceGraph g = build_device_graph(pos, ids, atoms.nlocal, layers, r_max, overlap);
+  if (overlap) {
+    auto id = [&](int64_t r) { return atoms.ids != nullptr ? atoms.ids[r] : r; };
+    int64_t first = overlap->row_i, second = overlap->row_j;
+    if (id(first) > id(second)) std::swap(first, second);
+    std::ostringstream m;
+    m << "MD atoms: atoms " << atom_name(atoms, first) << " and " << atom_name(atoms, second) << " are "
+      << overlap->distance << " Å apart, expected at least " << data::kOverlapDistance
+      << " Å: atoms on top of each other have no finite energy (check the data file or the previous steps)";
+    throw Error(m.str());
+  }
+  const torch::Tensor types =
+      torch::from_blob(const_cast<int*>(atoms.types), {n}, torch::kInt32).to(device).to(torch::kInt64);
+  const torch::Tensor node_pos = pos.index_select(0, g.row_of_node);
+  const auto t1 = Clock::now();
+  timings.neighbor_list += std::chrono::duration<double>(t1 - t0).count();
+  timings.model_atoms += g.nodes;
+
+  // forward()'s input (docs/deploy.md "Interface"): the shifts are displacements in Å, no cell.
+  c10::Dict<std::string, torch::Tensor> input;
+  input.insert("pos", node_pos.to(dtype));
+  input.insert("atom_types", types.index_select(0, g.row_of_node));
+  input.insert("edge_index", torch::stack({g.centre, g.neighbour}));
+  input.insert("cell", torch::eye(3, torch::TensorOptions().dtype(dtype).device(device)));
+  input.insert("edge_cell_shift", g.shift.to(dtype));
+  if (atoms.nlocal < g.nodes) input.insert("nlocal", torch::tensor(atoms.nlocal, i64));
+  const auto result = module.forward({input}).toGenericDict();
+  auto output = [&](const char* key, int64_t count) {
+    torch::Tensor t = result.at(key).toTensor().to(torch::kFloat64).reshape({-1});
+    if (t.numel() < count)
+      throw Error(std::string("TorchScript forward: output '") + key + "' has " + std::to_string(t.numel()) +
+                  " values, expected " + std::to_string(count));
+    return t.slice(0, 0, count);
+  };
+  auto to_host = [](const torch::Tensor& t, std::vector<double>& v) {
+    const torch::Tensor h = t.to(torch::kCPU).contiguous();
+    v.assign(h.data_ptr<double>(), h.data_ptr<double>() + h.numel());
+  };
+  // Each node's force onto the row standing for it; MD returns a ghost's force to its owner.
+  const torch::Tensor forces = torch::zeros({n, 3}, pos.options())
+                                   .index_copy_(0, g.row_of_node, output("forces", g.nodes * 3).view({g.nodes, 3}));
+  torch::Tensor scalars = torch::cat({output("total_energy", 1), output("virial", 9)});
+  std::vector<double> head;
+  to_host(scalars, head);
+  out.energy = head[0];
+  std::copy(head.begin() + 1, head.end(), out.virial.begin());
+  to_host(forces, out.forces);
+  if (atomic_energy) to_host(output("atomic_energy", atoms.nlocal), out.atomic_energy);
+  if (atom_virial) {
+    // Each pair's virial -d ⊗ dE/dd, half to each of its two atoms' rows.
+    const torch::Tensor gradient = output("edge_gradient", g.npairs * 3).view({g.npairs, 3});
+    const torch::Tensor d = node_pos.index_select(0, g.neighbour) - node_pos.index_select(0, g.centre) + g.shift;
+    const torch::Tensor w = (-0.5 * d.unsqueeze(2) * gradient.unsqueeze(1)).reshape({g.npairs, 9});
+    const torch::Tensor virial = torch::zeros({n, 9}, pos.options())
+                                     .index_add_(0, g.row_of_node.index_select(0, g.centre), w)
+                                     .index_add_(0, g.row_of_node.index_select(0, g.neighbour), w);
+    to_host(virial, out.atom_virial);
+  }
+  timings.model += seconds_since(t1);
 }
+
+Potential::Potential(const std::string& path, const std::string& device, Evaluation evaluation, PairBuilding pairs)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->load(path, device, evaluation, pairs);
+}
+
+bool Potential::pairs_on_device() const { return impl_->device_pairs; }
 
 Potential::~Potential() = default;
 
@@ -444,8 +527,8 @@ std::string Potential::describe() const {
   std::ostringstream o;
   o << impl_->model_type << " (" << impl_->dtype_name << ", r_max " << impl_->r_max << " Å";
   if (impl_->layers > 1) o << ", " << impl_->layers << " layers";
-  o << ") on " << impl_->device.str() << ", "
-    << impl_->inference->describe();
+  o << ") on " << impl_->device.str() << ", " << impl_->inference->describe();
+  if (impl_->inference->inputs().graph) o << (impl_->device_pairs ? ", pairs on the device" : ", pairs on the host");
   return o.str();
 }
 
@@ -463,7 +546,8 @@ void Potential::compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_v
     else impl_->compute_own<double>(atoms, atomic_energy, atom_virial, out);
   } else {
     const bool exchanged = atoms.exchange != nullptr && exchange_width() > 0;
-    if (f32) impl_->compute_graph<float>(atoms, exchanged, atomic_energy, atom_virial, out);
+    if (impl_->device_pairs && !exchanged) impl_->compute_on_device(atoms, atomic_energy, atom_virial, out);
+    else if (f32) impl_->compute_graph<float>(atoms, exchanged, atomic_energy, atom_virial, out);
     else impl_->compute_graph<double>(atoms, exchanged, atomic_energy, atom_virial, out);
   }
   check_finite(atoms, out);

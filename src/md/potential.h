@@ -61,13 +61,23 @@ enum class Evaluation {
   kTorchScript,  ///< the frozen module's forward(data) with autograd (docs/deploy.md), any model, any device
 };
 
+/// Where compute() finds the pairs of a TorchScript evaluation (docs/lammps.md "Pairs on the device").
+enum class PairBuilding {
+  kAuto,    ///< on the device for a CUDA device with the TorchScript forward, else on the host
+  kHost,    ///< the Kokkos neighbour list and the graph on the host, copied to the device
+  kDevice,  ///< the graph built with tensor operations on the model's device (any device; one layer's
+            ///< exchange between ranks, LocalAtoms::exchange, still builds on the host)
+};
+
 /// A model frozen by `mlip freeze`, evaluated on an MD rank's atoms. Loading checks that the file
 /// is a frozen mlip model of a recent enough interface and that the device can run it; every
 /// problem is an mlip::Error naming the file.
 class Potential {
  public:
-  /// path: the frozen model (.pt); device: "cpu", "cuda" or "cuda:K".
-  Potential(const std::string& path, const std::string& device, Evaluation evaluation = Evaluation::kAuto);
+  /// path: the frozen model (.pt); device: "cpu", "cuda" or "cuda:K"; pairs: where the graph of
+  /// the TorchScript forward is built (the model's own inference always takes the host's list).
+  Potential(const std::string& path, const std::string& device, Evaluation evaluation = Evaluation::kAuto,
+            PairBuilding pairs = PairBuilding::kAuto);
   ~Potential();
   Potential(const Potential&) = delete;
   Potential& operator=(const Potential&) = delete;
@@ -90,7 +100,9 @@ class Potential {
   double ghost_cutoff(bool with_exchange = false) const {
     return with_exchange && exchange_width() > 0 ? cutoff() : double(message_layers()) * cutoff();
   }
-  /// One line: model, dtype, device and evaluation path.
+  /// Whether compute() builds the graph on the model's device (PairBuilding; without an exchange).
+  bool pairs_on_device() const;
+  /// One line: model, dtype, device, evaluation path and where the pairs are built.
   std::string describe() const;
   /// What the model's evaluation counts and the MD code reports (Results::counts in this order;
   /// docs/lammps.md "Counters"), each with its report interval; empty for most models.

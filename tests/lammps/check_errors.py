@@ -57,9 +57,11 @@ cases = [
     ("overlap after 3 steps", script(run=f"velocity all create 300 1\nfix nve all nve\nrun 3\nset atom 2 x $(x[1]:%.17g) y $(y[1]:%.17g) z $(z[1]:%.17g)\nrun 1"),
      "step 3: MD atoms: atoms id 1 and id 2 are 0 Å apart"),
     ("no model", script(pair="mlip"),
-     "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no]', got 0"),
+     "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no] "
+     "[pairs auto|host|device]', got 0"),
     ("bad evaluation", script(pair=f"mlip {model} evaluation fast"), "evaluation: expected auto or torchscript, got 'fast'"),
     ("bad exchange", script(pair=f"mlip {model} exchange maybe"), "exchange: expected yes or no, got 'maybe'"),
+    ("bad pairs", script(pair=f"mlip {model} pairs gpu"), "pairs: expected auto, host or device, got 'gpu'"),
     ("keyword without value", script(pair=f"mlip {model} device"), "got 2 argument(s)"),
 ]
 if os.path.exists(equivariant):  # its own inference with features exchanged or not, and the TorchScript forward
@@ -70,6 +72,10 @@ if os.path.exists(equivariant):  # its own inference with features exchanged or 
                   "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
     cases.append(("overlapping atoms, equivariant torchscript",
                   script(pair=f"mlip {equivariant} evaluation torchscript", data=os.path.join(work, "overlap.data")),
+                  "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
+    cases.append(("overlapping atoms, equivariant torchscript, pairs device",
+                  script(pair=f"mlip {equivariant} evaluation torchscript pairs device",
+                         data=os.path.join(work, "overlap.data")),
                   "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
 try:
     import torch
