@@ -5,7 +5,7 @@
 # once into $MLIP_CACHE/gpu-debs (default ~/.cache/mlip/gpu-debs) and .gpu-deps/ is remade only
 # when its inputs changed.
 #
-# usage: tools/gpu_bundle.sh [--force] [--no-hdf5] [--no-ase]
+# usage: tools/gpu_bundle.sh [--force] [--no-hdf5] [--no-ase] [--no-peers]
 #
 # .gpu-deps/ holds
 #   root/      Debian 12's yaml-cpp, Kokkos (Trilinos 13.2), GoogleTest, the HDF5 C library,
@@ -20,6 +20,10 @@
 #              that none shadows a newer system copy
 #   wheels/    ASE's wheel (pure Python; the image has numpy and scipy but not ASE) for the
 #              Python-side tests
+#   peers/     mace-torch and its pure-Python needs (wheels, pinned in PEER_WHEELS below), for
+#              gpu_check.sh's peers stage (bench/mace_gpu_bench.py: MACE's training step on the
+#              same GPU); its compiled needs (pandas, h5py, lmdb, orjson, matscipy) are not
+#              carried: a training step does not call them (the bench script's placeholders)
 #   MANIFEST.txt  packages, versions, sizes; .stamp  what it was made from
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,11 +35,15 @@ FORCE=0
 HDF5=1
 ASE=1
 ASE_VERSION="${MLIP_ASE_VERSION:-3.29.0}"
+PEERS=1
+PEER_WHEELS="mace-torch==0.3.16 e3nn==0.6.0 opt-einsum==3.4.0 opt-einsum-fx==0.1.4 torch-ema==0.3 tqdm==4.70.1
+  prettytable==3.18.0 wcwidth==0.9.4 torchmetrics==1.9.0 lightning-utilities==0.15.3 packaging==26.0"
 while [ $# -gt 0 ]; do
   case "$1" in
     --force) FORCE=1; shift ;;
     --no-hdf5) HDF5=0; shift ;;
     --no-ase) ASE=0; shift ;;
+    --no-peers) PEERS=0; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -84,7 +92,7 @@ for p in "${ALL[@]}"; do
   [ -n "$v" ] && [ "$v" != "(none)" ] || die "no installable version of $p"
   versions+="$p=$v"$'\n'
 done
-stamp_text="$(printf 'script=%s hdf5=%s ase=%s\n%s' "$(sha256sum < "$0" | cut -c1-16)" "$HDF5" "$([ "$ASE" = 1 ] && echo "$ASE_VERSION" || echo no)" "$versions")"
+stamp_text="$(printf 'script=%s hdf5=%s ase=%s peers=%s\n%s' "$(sha256sum < "$0" | cut -c1-16)" "$HDF5" "$([ "$ASE" = 1 ] && echo "$ASE_VERSION" || echo no)" "$PEERS" "$versions")"
 if [ "$FORCE" = 0 ] && [ -f "$DEST/.stamp" ] && [ "$(cat "$DEST/.stamp")" = "$stamp_text" ]; then
   say "$DEST is up to date ($(du -sh "$DEST" | cut -f1)); --force remakes it"
   exit 0
@@ -192,6 +200,25 @@ if [ "$ASE" = 1 ]; then
   cp "$whl" "$DEST/wheels/"
 fi
 
+if [ "$PEERS" = 1 ]; then
+  mkdir -p "$WHEELS/peers" "$DEST/peers"
+  py=""
+  for c in "$MLIP_CACHE"/torch-*/bin/python /usr/bin/python3; do
+    if [ -x "$c" ] && "$c" -m pip --version >/dev/null 2>&1; then py="$c"; break; fi
+  done
+  [ -n "$py" ] || die "no python with pip to download the peers' wheels (or pass --no-peers)"
+  # shellcheck disable=SC2086
+  "$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version 3.12 --implementation py --abi none --platform any -d "$WHEELS/peers" $PEER_WHEELS ||
+    die "could not download the peers' wheels ($PEER_WHEELS)"
+  for spec in $PEER_WHEELS; do
+    name="${spec%%==*}"; version="${spec##*==}"
+    whl="$(ls "$WHEELS"/peers/"${name//-/_}"-"$version"-*.whl 2>/dev/null | head -1 || true)"
+    [ -n "$whl" ] || die "no wheel for $spec in $WHEELS/peers"
+    cp "$whl" "$DEST/peers/"
+  done
+fi
+
 {
   echo "# .gpu-deps made by tools/gpu_bundle.sh on $(date -u +%Y-%m-%dT%H:%MZ) from Debian $(cat /etc/debian_version)"
   echo "# root/ (unpacked, made relocatable):"
@@ -200,9 +227,10 @@ fi
   for p in "${FALLBACK[@]}"; do echo "  $(grep "^$p=" <<<"$versions")"; done
   echo "#   SONAMEs: $(ls "$DEST/fallback" | tr '\n' ' ')"
   [ "$ASE" = 1 ] && echo "# wheels/: $(ls "$DEST/wheels" | tr '\n' ' ')"
+  [ "$PEERS" = 1 ] && echo "# peers/: $(ls "$DEST/peers" | tr '\n' ' ')"
   echo "# sizes:"
-  (cd "$DEST" && du -sh root fallback $([ "$ASE" = 1 ] && echo wheels))
+  (cd "$DEST" && du -sh root fallback $([ "$ASE" = 1 ] && echo wheels) $([ "$PEERS" = 1 ] && echo peers))
 } > "$DEST/MANIFEST.txt"
 printf '%s' "$stamp_text" > "$DEST/.stamp"
 say "made $DEST: $(du -sh "$DEST" | cut -f1) in all ($(du -sb "$DEST" | cut -f1) bytes; the carry limit is 64 MiB)"
-(cd "$DEST" && du -sh root fallback $([ "$ASE" = 1 ] && echo wheels)) | sed 's/^/[gpu_bundle]   /'
+(cd "$DEST" && du -sh root fallback $([ "$ASE" = 1 ] && echo wheels) $([ "$PEERS" = 1 ] && echo peers)) | sed 's/^/[gpu_bundle]   /'

@@ -2,18 +2,19 @@
 # The GPU machine's check (docs/gpu_check.md): builds mlip against the machine's PyTorch
 # (LibTorch with CUDA) and the carried .gpu-deps/ (tools/gpu_bundle.sh: yaml-cpp, Kokkos,
 # GoogleTest, HDF5, CLI11, OpenSSL), runs the GPU tests (ctest -L gpu), the MD benchmark (bench/md_gpu_bench.sh),
-# the rest of the suite, and the training benchmark (bench/gpu_bench.sh), and writes a summary
-# with the logs.
+# the rest of the suite, the training benchmark (bench/gpu_bench.sh) and a peer's training step on
+# the same GPU (bench/mace_gpu_bench.py: MACE), and writes a summary with the logs.
 #
-# usage: bash tools/gpu_check.sh [--stages build,gpu,md,suite,bench] [--dry-run] [--python PATH]
+# usage: bash tools/gpu_check.sh [--stages build,gpu,md,suite,bench,peers] [--dry-run] [--python PATH]
 #          [--out DIR] [--jobs N] [--build-dir DIR] [--skip-suite] [--skip-bench] [--deadline S]
-#          [--bench-args "ARGS"] [--md-args "ARGS"] [--cmake-args "ARGS"] [--ctest-args "ARGS"] [--run-without-gpu]
+#          [--bench-args "ARGS"] [--md-args "ARGS"] [--peer-args "ARGS"] [--cmake-args "ARGS"] [--ctest-args "ARGS"] [--run-without-gpu]
 #          [--suite-on-gpu] [--fallback-libs missing|all] [--no-isolate]
 #
-#   --stages LIST  what to do, in this order (default build,gpu,md,suite,bench): build (configure
+#   --stages LIST  what to do, in this order (default build,gpu,md,suite,bench,peers): build (configure
 #                  and build; incremental), gpu (ctest -L gpu), md (bench/md_gpu_bench.sh: MD
 #                  steps of md::Potential on the GPU and the CPU), suite (ctest -LE gpu, every
-#                  other test, failures recorded without stopping), bench (bench/gpu_bench.sh). The
+#                  other test, failures recorded without stopping), bench (bench/gpu_bench.sh),
+#                  peers (bench/mace_gpu_bench.py with the wheels of .gpu-deps/peers). The
 #                  results of earlier calls on the same build folder are kept, so the stages can
 #                  be spread over several calls (the device tool allows 10 minutes per call).
 #   --dry-run      build and run ctest -L gpu, then stop (also what happens, with a message,
@@ -29,6 +30,7 @@
 #                  reported as not run (use 560 inside a 600 s device call)
 #   --bench-args   extra arguments for bench/gpu_bench.sh (e.g. "--cpu-rows none --steps 100")
 #   --md-args      extra arguments for bench/md_gpu_bench.sh (e.g. "--sizes 1536 --cpu-rows no")
+#   --peer-args    arguments for bench/mace_gpu_bench.py (default "--device cuda --batches 1 4 16")
 #   --cmake-args   extra CMake arguments, split at spaces (e.g. "-DCMAKE_EXE_LINKER_FLAGS=...")
 #   --ctest-args   extra ctest arguments for the suite stage, split at spaces (e.g. "-R dist_")
 #   --gpu-tests RE only the gpu-labelled tests whose name matches RE (ctest -L gpu -R RE)
@@ -48,7 +50,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 START=$(date +%s)
-STAGES="build,gpu,md,suite,bench"
+STAGES="build,gpu,md,suite,bench,peers"
 DRY=0
 PY=""
 OUTDIR=""
@@ -59,6 +61,7 @@ SKIP_BENCH=0
 DEADLINE=0
 BENCH_ARGS=""
 MD_ARGS=""
+PEER_ARGS="--device cuda --batches 1 4 16"
 FALLBACK_MODE=missing
 ISOLATE=auto
 DEPS="$ROOT/.gpu-deps"
@@ -80,6 +83,7 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE="$2"; shift 2 ;;
     --bench-args) BENCH_ARGS="$2"; shift 2 ;;
     --md-args) MD_ARGS="$2"; shift 2 ;;
+    --peer-args) PEER_ARGS="$2"; shift 2 ;;
     --fallback-libs) FALLBACK_MODE="$2"; shift 2 ;;
     --no-isolate) ISOLATE=0; shift ;;
     --deps) DEPS="$2"; shift 2 ;;
@@ -507,6 +511,34 @@ stage_md() {
   [ "$failed" = 0 ]
 }
 
+# The peer: MACE's training step (bench/mace_gpu_bench.py), with the carried wheels of the
+# packages this Python lacks unpacked into <build>/python-peers.
+stage_peers() {
+  local t0=$(date +%s) b rc site="$BUILD/python-peers" used=() whl dist module
+  b=$(budget)
+  if [ "$b" -lt 30 ]; then record peers "not run" 0 "deadline"; return 1; fi
+  rm -rf "$site"; mkdir -p "$site"
+  for whl in "$DEPS"/peers/*.whl; do
+    [ -f "$whl" ] || continue
+    dist="$(basename "$whl" | cut -d- -f1)"
+    module="$dist"; [ "$dist" = mace_torch ] && module=mace
+    if ! "$PY" -c "import $module" >/dev/null 2>&1; then "$PY" -m zipfile -e "$whl" "$site"; used+=("$dist"); fi
+  done
+  say "bench/mace_gpu_bench.py $PEER_ARGS (log: peers.log; wheels unpacked: ${used[*]:-none})"
+  # shellcheck disable=SC2086
+  PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout -k 15 "$b" "$PY" "$ROOT/bench/mace_gpu_bench.py" $PEER_ARGS \
+    2>&1 | tee "$LOG/peers.log"
+  rc=${PIPESTATUS[0]}
+  grep -E '^(MACE|\|)' "$LOG/peers.log" > "$STATE/peers.md"
+  local rows; rows=$(grep -c '^| MACE' "$STATE/peers.md" || true)
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    record peers "CUT (deadline)" $(( $(date +%s) - t0 )) "$rows rows before the cut"; return 1
+  elif [ $rc != 0 ]; then
+    record peers "FAILED (exit $rc)" $(( $(date +%s) - t0 )) "$rows rows; see peers.log"; return 1
+  fi
+  record peers ok $(( $(date +%s) - t0 )) "$rows rows"
+}
+
 write_summary() {
   local s="$OUTDIR/summary.md"
   rm -f "$OUTDIR/summary.md" "$OUTDIR/bench.md" "$OUTDIR/logs.tar.gz"
@@ -521,7 +553,7 @@ write_summary() {
     echo
     echo "| stage | result | s | at (UTC) | details |"
     echo "|---|---|---:|---|---|"
-    for st in build gpu md suite bench; do
+    for st in build gpu md suite bench peers; do
       if [ -f "$STATE/stage_$st.md" ]; then cat "$STATE/stage_$st.md"; else echo "| $st | not run | | | |"; fi
     done
     echo
@@ -538,6 +570,7 @@ write_summary() {
     fi
     if [ -f "$STATE/md.md" ]; then echo "## MD benchmark"; echo; sed 's/^# /### /' "$STATE/md.md"; echo; fi
     if [ -f "$STATE/bench.md" ]; then echo "## Benchmark"; echo; sed 's/^# /### /' "$STATE/bench.md"; echo; fi
+    if [ -f "$STATE/peers.md" ]; then echo "## Peer: MACE's training step (bench/mace_gpu_bench.py)"; echo; cat "$STATE/peers.md"; echo; fi
     echo "Logs: logs.tar.gz (configure, build, ctest and benchmark logs; the full suite table is tests_suite.md in it)."
   } > "$s"
   cp "$STATE"/*.md "$STATE/env.txt" "$LOG/" 2>/dev/null
@@ -556,13 +589,14 @@ for st in "${stage_list[@]}"; do
   [ -n "$st" ] && rm -f "$STATE/stage_$st.md" "$STATE/tests_$st.md" "$STATE/counts_$st.txt"
   [ "$st" = bench ] && rm -f "$STATE/bench.md"
   [ "$st" = md ] && rm -f "$STATE/md.md"
+  [ "$st" = peers ] && rm -f "$STATE/peers.md"
 done
 BUILD_OK=1
 STOPPED=0
 for st in "${stage_list[@]}"; do
   [ -n "$st" ] || continue
   if [ "$BUILD_OK" = 0 ] && [ "$st" != build ]; then record "$st" "not run" 0 "the build failed"; continue; fi
-  if [ "$DRY" = 1 ] && { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ]; }; then
+  if [ "$DRY" = 1 ] && { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ] || [ "$st" = peers ]; }; then
     STOPPED=1; continue
   fi
   case "$st" in
@@ -572,7 +606,8 @@ for st in "${stage_list[@]}"; do
     suite) run_ctest suite -LE gpu -j "$JOBS" --output-on-failure $CTEST_ARGS || EXIT=1 ;;
     bench) stage_bench || EXIT=1 ;;
     md) stage_md || EXIT=1 ;;
-    *) echo "gpu_check.sh: unknown stage '$st' (build, gpu, md, suite, bench)" >&2; exit 2 ;;
+    peers) stage_peers || EXIT=1 ;;
+    *) echo "gpu_check.sh: unknown stage '$st' (build, gpu, md, suite, bench, peers)" >&2; exit 2 ;;
   esac
 done
 if [ "$DRY" = 1 ]; then
@@ -582,7 +617,7 @@ if [ "$DRY" = 1 ]; then
     MSG="--dry-run: stopping here (the GPU tests ran); the rest runs without --dry-run"
   fi
   for st in "${stage_list[@]}"; do
-    { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ]; } && [ "$BUILD_OK" = 1 ] && record "$st" "not run" 0 "$MSG"
+    { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ] || [ "$st" = peers ]; } && [ "$BUILD_OK" = 1 ] && record "$st" "not run" 0 "$MSG"
   done
 fi
 write_summary
