@@ -1,5 +1,9 @@
 #include "potential_test_util.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "archive/model_archive.h"
@@ -79,6 +83,23 @@ RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned, bool ima
         if (images && (a || b || c))
           for (int64_t i = 0; i < f.natoms(); ++i) add(i, a, b, c);
   return r;
+}
+
+std::vector<double> fold(const std::vector<double>& rows, const std::vector<int64_t>& owner, int64_t natoms, int width) {
+  std::vector<double> folded(size_t(natoms * width), 0.0);
+  for (size_t k = 0; k < owner.size() && (k + 1) * size_t(width) <= rows.size(); ++k)
+    for (int c = 0; c < width; ++c) folded[size_t(owner[k] * width + c)] += rows[k * size_t(width) + size_t(c)];
+  return folded;
+}
+
+std::pair<double, double> max_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 0;
+  for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
+    diff = std::max(diff, std::abs(a[k] - b[k]));
+    scale = std::max(scale, std::abs(b[k]));
+  }
+  return {diff, scale};
 }
 
 }  // namespace mlip::test

@@ -3,6 +3,7 @@
 // written as `mlip freeze` would, and an MD rank's view of a periodic frame.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -30,5 +31,13 @@ struct RankAtoms {
 /// The atoms `owned` (indices into f) first, then every other atom of f and, with `images`,
 /// every periodic image of f's atoms (shifts in [-1, 1]^3) as ghosts.
 RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned, bool images = true);
+
+/// Rows of `width` values summed onto the atoms of the frame they image (`owner`): a ghost's
+/// force and virial belong to its owner, and two evaluation paths may leave them on different rows.
+std::vector<double> fold(const std::vector<double>& rows, const std::vector<int64_t>& owner, int64_t natoms, int width);
+
+/// Largest |a - b| over the values, and the largest |b| (the scale a tolerance is relative to);
+/// a size mismatch is a test failure.
+std::pair<double, double> max_difference(const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace mlip::test

@@ -22,6 +22,9 @@
 namespace mlip {
 namespace {
 
+using test::fold;
+using test::max_difference;
+
 /// Runs `f`, which must throw an mlip::Error whose message contains `phrase`.
 template <typename F>
 void expect_error(F f, const std::string &phrase) {
@@ -116,7 +119,9 @@ TEST(DeviceGraph, EqualsTheBruteForceGraph) {
         for (int64_t p = 0; p < g.npairs; ++p) {
           got.insert(make_pair_key(centre.data_ptr<int64_t>()[p], neighbour.data_ptr<int64_t>()[p],
                                    shift.data_ptr<double>() + p * 3));
-          if (p > 0) EXPECT_LE(centre.data_ptr<int64_t>()[p - 1], centre.data_ptr<int64_t>()[p]) << "pair " << p;
+          if (p > 0) {
+            EXPECT_LE(centre.data_ptr<int64_t>()[p - 1], centre.data_ptr<int64_t>()[p]) << "pair " << p;
+          }
         }
         EXPECT_EQ(got, ref.pairs);
       }
@@ -164,26 +169,6 @@ struct DevicePairsTest : ::testing::Test {
 };
 using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(DevicePairsTest, Reals);
-
-/// Largest |a - b| and largest |b|.
-std::pair<double, double> max_difference(const std::vector<double> &a, const std::vector<double> &b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
-    diff = std::max(diff, std::abs(a[k] - b[k]));
-    scale = std::max(scale, std::abs(b[k]));
-  }
-  return {diff, scale};
-}
-
-/// Rows of `width` values summed onto the atoms of the frame they image (`owner`).
-std::vector<double> fold(const std::vector<double> &rows, const std::vector<int64_t> &owner, int64_t natoms,
-                         int width) {
-  std::vector<double> folded(size_t(natoms * width), 0.0);
-  for (size_t k = 0; k < owner.size() && (k + 1) * size_t(width) <= rows.size(); ++k)
-    for (int c = 0; c < width; ++c) folded[size_t(owner[k] * width + c)] += rows[k * size_t(width) + size_t(c)];
-  return folded;
-}
 
 void check_device_pairs_equal_host_pairs(const std::string &model, double tol) {
   md::Potential host(model, "cpu", md::Evaluation::kTorchScript, md::PairBuilding::kHost);

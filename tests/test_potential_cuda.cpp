@@ -18,6 +18,9 @@
 namespace mlip {
 namespace {
 
+using test::fold;
+using test::max_difference;
+
 template <typename T>
 struct PotentialCudaTest : ::testing::Test {
   static constexpr bool kFloat32 = std::is_same_v<T, float>;
@@ -27,26 +30,6 @@ struct PotentialCudaTest : ::testing::Test {
 };
 using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(PotentialCudaTest, Reals);
-
-/// Largest |a - b| over the rows, and the largest |b| (the scale the tolerance is relative to).
-std::pair<double, double> max_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
-    diff = std::max(diff, std::abs(a[k] - b[k]));
-    scale = std::max(scale, std::abs(b[k]));
-  }
-  return {diff, scale};
-}
-
-/// Rows of `width` values summed onto the atoms they image (`owner`): a ghost's force and virial
-/// belong to its owner, and the two evaluation paths may leave them on different rows.
-std::vector<double> fold(const std::vector<double>& rows, const std::vector<int64_t>& owner, int64_t natoms, int width) {
-  std::vector<double> folded(size_t(natoms * width), 0.0);
-  for (size_t k = 0; k < owner.size() && (k + 1) * size_t(width) <= rows.size(); ++k)
-    for (int c = 0; c < width; ++c) folded[size_t(owner[k] * width + c)] += rows[k * size_t(width) + size_t(c)];
-  return folded;
-}
 
 void check_cuda_equals_cpu(const std::string& model_path, double tol) {
   md::Potential cpu(model_path, "cpu");
