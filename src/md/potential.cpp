@@ -14,8 +14,8 @@
 #include "archive/model_archive.h"
 #include "data/neighbor_list.h"
 #include "data/overlap.h"
-#include "md/device_graph.h"
 #include "error.h"
+#include "md/device_graph.h"
 #include "models/capabilities.h"
 #include "models/deploy_source.h"
 #include "models/inference.h"
@@ -37,22 +37,26 @@ std::string atom_name(const LocalAtoms& atoms, int64_t row) {
   return "index " + std::to_string(row);
 }
 
-/// Two MD atoms on top of each other (rows of `atoms`): no model has a finite energy there
-/// (docs/lammps.md "Errors").
+/// Two MD atoms on top of each other (rows `first` and `second` of `atoms`, `distance` Å apart):
+/// no model has a finite energy there (docs/lammps.md "Errors").
+[[noreturn]] void throw_overlap(const LocalAtoms& atoms, int64_t first, int64_t second, double distance) {
+  auto id = [&](int64_t r) { return atoms.ids != nullptr ? atoms.ids[r] : r; };
+  if (id(first) > id(second)) std::swap(first, second);
+  std::ostringstream m;
+  m << "MD atoms: atoms " << atom_name(atoms, first) << " and " << atom_name(atoms, second) << " are " << distance
+    << " Å apart, expected at least " << data::kOverlapDistance
+    << " Å: atoms on top of each other have no finite energy (check the data file or the previous steps)";
+  throw Error(m.str());
+}
+
+/// The host neighbour list's closest pair, when two atoms overlap: throw_overlap.
 template <typename Real>
 void check_no_overlap(const data::NeighborList<Real>& list, const LocalAtoms& atoms,
                       const std::vector<int64_t>* row_of_position) {
   const auto overlap = data::find_overlap(list);
   if (!overlap) return;
   auto row = [&](int64_t k) { return row_of_position ? (*row_of_position)[size_t(k)] : k; };
-  auto id = [&](int64_t r) { return atoms.ids != nullptr ? atoms.ids[r] : r; };
-  int64_t first = row(overlap->i), second = row(overlap->j);
-  if (id(first) > id(second)) std::swap(first, second);
-  std::ostringstream m;
-  m << "MD atoms: atoms " << atom_name(atoms, first) << " and " << atom_name(atoms, second)
-    << " are " << overlap->distance << " Å apart, expected at least " << data::kOverlapDistance
-    << " Å: atoms on top of each other have no finite energy (check the data file or the previous steps)";
-  throw Error(m.str());
+  throw_overlap(atoms, row(overlap->i), row(overlap->j), overlap->distance);
 }
 
 /// A model's energy and forces must be finite (docs/lammps.md "Errors"): an error naming the
@@ -442,16 +446,7 @@ void Potential::Impl::compute_on_device(const LocalAtoms& atoms, bool atomic_ene
       atoms.ids != nullptr ? torch::from_blob(const_cast<int64_t*>(atoms.ids), {n}, i64).to(device) : torch::Tensor();
   std::optional<DeviceOverlap> overlap;
   const DeviceGraph g = build_device_graph(pos, ids, atoms.nlocal, layers, r_max, overlap);
-  if (overlap) {
-    auto id = [&](int64_t r) { return atoms.ids != nullptr ? atoms.ids[r] : r; };
-    int64_t first = overlap->row_i, second = overlap->row_j;
-    if (id(first) > id(second)) std::swap(first, second);
-    std::ostringstream m;
-    m << "MD atoms: atoms " << atom_name(atoms, first) << " and " << atom_name(atoms, second) << " are "
-      << overlap->distance << " Å apart, expected at least " << data::kOverlapDistance
-      << " Å: atoms on top of each other have no finite energy (check the data file or the previous steps)";
-    throw Error(m.str());
-  }
+  if (overlap) throw_overlap(atoms, overlap->row_i, overlap->row_j, overlap->distance);
   const torch::Tensor types =
       torch::from_blob(const_cast<int*>(atoms.types), {n}, torch::kInt32).to(device).to(torch::kInt64);
   const torch::Tensor node_pos = pos.index_select(0, g.row_of_node);
