@@ -27,11 +27,11 @@ using test::max_difference;
 
 /// Runs `f`, which must throw an mlip::Error whose message contains `phrase`.
 template <typename F>
-void expect_error(F f, const std::string &phrase) {
+void expect_error(F f, const std::string& phrase) {
   try {
     f();
     ADD_FAILURE() << "no error; expected one saying \"" << phrase << "\"";
-  } catch (const Error &e) {
+  } catch (const Error& e) {
     EXPECT_TRUE(test::contains(e.what(), phrase)) << e.what();
   }
 }
@@ -39,7 +39,7 @@ void expect_error(F f, const std::string &phrase) {
 /// One pair of a graph: centre node, neighbour node and the shift rounded to 1e-9 Å.
 using Pair = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-Pair make_pair_key(int64_t i, int64_t j, const double *s) {
+Pair make_pair_key(int64_t i, int64_t j, const double* s) {
   return {i, j, std::llround(s[0] * 1e9), std::llround(s[1] * 1e9), std::llround(s[2] * 1e9)};
 }
 
@@ -50,7 +50,7 @@ struct Reference {
   std::set<Pair> pairs;
 };
 
-Reference reference_graph(const test::RankAtoms &r, bool with_ids, int64_t layers, double r_max) {
+Reference reference_graph(const test::RankAtoms& r, bool with_ids, int64_t layers, double r_max) {
   const int64_t n = int64_t(r.types.size());
   auto id = [&](int64_t row) { return with_ids ? r.owner[size_t(row)] : row; };
   std::map<int64_t, int64_t> lowest_row;
@@ -101,9 +101,9 @@ TEST(DeviceGraph, EqualsTheBruteForceGraph) {
         for (int64_t i = 0; i < f.natoms(); i += owned_all ? 1 : 2) owned.push_back(i);
         const test::RankAtoms r = test::rank_atoms(f, owned);
         const int64_t n = int64_t(r.types.size());
-        const torch::Tensor pos = torch::from_blob(const_cast<double *>(r.pos.data()), {n, 3}, torch::kFloat64);
+        const torch::Tensor pos = torch::from_blob(const_cast<double*>(r.pos.data()), {n, 3}, torch::kFloat64);
         const torch::Tensor ids =
-            with_ids ? torch::from_blob(const_cast<int64_t *>(r.owner.data()), {n}, torch::kInt64) : torch::Tensor();
+            with_ids ? torch::from_blob(const_cast<int64_t*>(r.owner.data()), {n}, torch::kInt64) : torch::Tensor();
         std::optional<md::DeviceOverlap> overlap;
         const md::DeviceGraph g = md::build_device_graph(pos, ids, r.nlocal, layers, r_max, overlap);
         EXPECT_FALSE(overlap.has_value());
@@ -170,7 +170,7 @@ struct DevicePairsTest : ::testing::Test {
 using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(DevicePairsTest, Reals);
 
-void check_device_pairs_equal_host_pairs(const std::string &model, double tol) {
+void check_device_pairs_equal_host_pairs(const std::string& model, double tol) {
   md::Potential host(model, "cpu", md::Evaluation::kTorchScript, md::PairBuilding::kHost);
   md::Potential device(model, "cpu", md::Evaluation::kTorchScript, md::PairBuilding::kDevice);
   EXPECT_FALSE(host.pairs_on_device());
@@ -192,13 +192,13 @@ void check_device_pairs_equal_host_pairs(const std::string &model, double tol) {
         // The two paths may stand for a ghost atom by different rows (the host
         // by the first row its search meets, the device by the lowest): compare
         // per atom of the frame.
-        for (md::Results *out : {&a, &b}) {
+        for (md::Results* out : {&a, &b}) {
           out->forces = fold(out->forces, r.owner, f.natoms(), 3);
           out->atom_virial = fold(out->atom_virial, r.owner, f.natoms(), 9);
         }
       }
       EXPECT_NEAR(b.energy, a.energy, tol * std::abs(a.energy));
-      for (const auto &[name, x, y] : {std::tuple{"atomic energies", &b.atomic_energy, &a.atomic_energy},
+      for (const auto& [name, x, y] : {std::tuple{"atomic energies", &b.atomic_energy, &a.atomic_energy},
                                        std::tuple{"forces", &b.forces, &a.forces},
                                        std::tuple{"per-atom virials", &b.atom_virial, &a.atom_virial}}) {
         const auto [diff, scale] = max_difference(*x, *y);

@@ -39,13 +39,13 @@ struct CellGrid {
   int64_t count() const { return dims[0] * dims[1] * dims[2]; }
 };
 
-CellGrid cell_grid(const torch::Tensor &pos, double r_max) {
+CellGrid cell_grid(const torch::Tensor& pos, double r_max) {
   CellGrid grid;
   const int64_t n = pos.size(0);
   if (n == 0) return grid;
   const torch::Tensor box =
       torch::stack({std::get<0>(pos.min(0)), std::get<0>(pos.max(0))}).to(torch::kCPU).contiguous();
-  const double *b = box.data_ptr<double>();
+  const double* b = box.data_ptr<double>();
   double extent[3];
   for (int d = 0; d < 3; ++d) {
     grid.lo[d] = b[d];
@@ -55,21 +55,21 @@ CellGrid cell_grid(const torch::Tensor &pos, double r_max) {
   const double most = std::max(64.0, 4.0 * double(n));
   if (double(grid.count()) > most) {
     const double shrink = std::cbrt(double(grid.count()) / most);
-    for (int64_t &dim : grid.dims) dim = std::max<int64_t>(1, int64_t(double(dim) / shrink));
+    for (int64_t& dim : grid.dims) dim = std::max<int64_t>(1, int64_t(double(dim) / shrink));
   }
   for (int d = 0; d < 3; ++d) grid.width[d] = std::max(extent[d] / double(grid.dims[d]), r_max);
   return grid;
 }
 
 /// The linear cell of integer cell coordinates [..., 3].
-torch::Tensor linear_cell(const torch::Tensor &coord, const CellGrid &grid) {
+torch::Tensor linear_cell(const torch::Tensor& coord, const CellGrid& grid) {
   return (coord.select(-1, 0) * grid.dims[1] + coord.select(-1, 1)) * grid.dims[2] + coord.select(-1, 2);
 }
 
 }  // namespace
 
-DeviceGraph build_device_graph(const torch::Tensor &positions, const torch::Tensor &ids, int64_t nlocal, int64_t layers,
-                               double r_max, std::optional<DeviceOverlap> &overlap) {
+DeviceGraph build_device_graph(const torch::Tensor& positions, const torch::Tensor& ids, int64_t nlocal, int64_t layers,
+                               double r_max, std::optional<DeviceOverlap>& overlap) {
   overlap.reset();
   const torch::Tensor pos = positions.to(torch::kFloat64).contiguous();
   const int64_t n = pos.size(0);
