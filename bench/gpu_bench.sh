@@ -10,13 +10,17 @@
 #   - under torchrun, float32, per-rank batch 1 and 4 (--dist-batches): one rank with
 #     --backend nccl, and two ranks sharing the one GPU with --backend nccl and with
 #     --backend gloo (docs/device.md "Collectives");
+#   - with --cuda-graphs "false true", each single-rank row on the device twice: the usual step
+#     and the step from static buffers captured as CUDA graphs (training.cuda_graphs: true,
+#     docs/device.md "Static shapes"; the device column says "(graphs)");
 # with the peak GPU memory of each run (nvidia-smi's memory.used, polled every 100 ms, minus its
 # value before the run; it includes the CUDA context of each process). Prints a markdown table
 # (also written to --out).
 #
 # usage: bench/gpu_bench.sh [--build-dir DIR] [--device cuda|cpu] [--cpu-rows none|b1|all]
 #          [--models se_e2_a,equivariant] [--precisions float32,float64] [--batches 1,4,16]
-#          [--dist-batches 1,4] [--no-dist] [--steps N] [--quick] [--python PY] [--torchrun PATH]
+#          [--dist-batches 1,4] [--no-dist] [--cuda-graphs "false true"] [--steps N] [--quick]
+#          [--python PY] [--torchrun PATH]
 #          [--run-timeout S] [--out FILE.md] [--logs DIR]
 #   --steps N      timed steps per run (default 200), after a warm-up of the first epoch (every
 #                  frame is made and moved to the device once) plus 20 steps
@@ -33,6 +37,7 @@ PRECISIONS=float32,float64
 BATCHES=1,4,16
 DIST_BATCHES=1,4
 DIST=1
+GRAPHS=false
 STEPS=200
 QUICK=0
 PY=""
@@ -50,6 +55,7 @@ while [ $# -gt 0 ]; do
     --batches) BATCHES="$2"; shift 2 ;;
     --dist-batches) DIST_BATCHES="$2"; shift 2 ;;
     --no-dist) DIST=0; shift ;;
+    --cuda-graphs) GRAPHS="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --python) PY="$2"; shift 2 ;;
@@ -110,10 +116,10 @@ gpu_mem_used() { [ -n "$SMI" ] && "$SMI" --query-gpu=memory.used --format=csv,no
 ROWS=()
 add_row() { ROWS+=("$1"); echo "$1"; }
 
-# run_case <model> <precision> <device> <ranks> <backend|-> <batch>
+# run_case <model> <precision> <device> <ranks> <backend|-> <batch> [graphs: true|false]
 run_case() {
-  local model="$1" prec="$2" dev="$3" ranks="$4" backend="$5" batch="$6"
-  local tag="${model}-${prec}-${dev//:/}-r${ranks}-${backend/#-/none}-b${batch}"
+  local model="$1" prec="$2" dev="$3" ranks="$4" backend="$5" batch="$6" graphs="${7:-false}"
+  local tag="${model}-${prec}-${dev//:/}-r${ranks}-${backend/#-/none}-b${batch}-g${graphs}"
   local dir="$WORK/$tag"
   mkdir -p "$dir"
   local per_step=$(( batch * ranks ))
@@ -121,6 +127,7 @@ run_case() {
   if [ "$QUICK" = 1 ]; then warm=2; else warm=$(( (FRAMES + per_step - 1) / per_step + 20 )); fi
   local n=$(( warm + STEPS ))
   make_input "$model" "$prec" "$batch" "$n" "$dir/input.yaml"
+  [ "$graphs" = true ] && sed -i 's/^training:$/training:\n  cuda_graphs: true/' "$dir/input.yaml"
   local threads="$NCPU"
   [ "$ranks" -gt 1 ] && threads=$(( NCPU / ranks > 0 ? NCPU / ranks : 1 ))
   local base="" peak="n/a"
@@ -157,7 +164,9 @@ run_case() {
   if [ "$backend" != "-" ]; then
     note="$(grep -m1 -E '^ *backend:' "$dir/log" | sed 's/^ *backend: *//' || true)"
   fi
-  local label="$model | $prec | $dev | $rk | $be"
+  local shown="$dev"
+  [ "$graphs" = true ] && shown="$dev (graphs)"
+  local label="$model | $prec | $shown | $rk | $be"
   if [ "$rc" != 0 ] || [ ! -s "$dir/times" ]; then
     local why
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then why="timed out after ${limit} s"; else
@@ -184,6 +193,12 @@ IFS=, read -ra model_list <<<"$MODELS"
 IFS=, read -ra prec_list <<<"$PRECISIONS"
 IFS=, read -ra batch_list <<<"$BATCHES"
 IFS=, read -ra dist_batch_list <<<"$DIST_BATCHES"
+for g in $GRAPHS; do
+  case "$g" in
+    true|false) ;;
+    *) echo "gpu_bench.sh: --cuda-graphs: expected false and/or true, got '$g'" >&2; exit 2 ;;
+  esac
+done
 gpu_name=""
 [ -n "$SMI" ] && gpu_name="$("$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader -i 0 2>/dev/null | head -1 || true)"
 HEADER="# mlip training-step benchmark (bench/gpu_bench.sh)
@@ -202,7 +217,9 @@ TABLE_HEAD="| model | precision | device | ranks x batch | backend | median ms/s
 echo "$TABLE_HEAD"
 for model in "${model_list[@]}"; do
   for prec in "${prec_list[@]}"; do
-    for b in "${batch_list[@]}"; do run_case "$model" "$prec" "$DEVICE" 1 - "$b"; done
+    for b in "${batch_list[@]}"; do
+      for g in $GRAPHS; do run_case "$model" "$prec" "$DEVICE" 1 - "$b" "$g"; done
+    done
   done
 done
 if [ "$DEVICE" != cpu ] && [ "$CPU_ROWS" != none ]; then

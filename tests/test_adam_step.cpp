@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
+
+#include "test_util.h"
 
 namespace {
 
@@ -83,6 +86,60 @@ TYPED_TEST(AdamStep, TensorOperationsEqualTheFusedLoopWithTheAverage) {
   std::vector<torch::Tensor> fresh = make_params(dtype);
   EXPECT_GT((b[0] - fresh[0]).abs().max().item<double>(), 1e-3);
   EXPECT_GT((ema_b.averages()[0] - fresh[0]).abs().max().item<double>(), 1e-4);
+}
+
+
+TYPED_TEST(AdamStep, TwoHalvesWithScalarsInATensorEqualTheStep) {
+  // The replayable form (advance_adam on the host, adam_update_from reading one scalar tensor
+  // that is refilled in place, as a captured graph's buffer) against adam_step's tensor
+  // operations, with a learning rate that changes every step, weight decay and the average.
+  const auto dtype = std::is_same_v<TypeParam, float> ? torch::kFloat32 : torch::kFloat64;
+  const double tol = std::is_same_v<TypeParam, float> ? 2e-6 : 1e-14;
+  std::vector<torch::Tensor> a = make_params(dtype), b = make_params(dtype);
+  const auto options = torch::optim::AdamOptions(1e-3).betas({0.9, 0.999}).weight_decay(1e-4);
+  torch::optim::Adam direct(a, options), halves(b, options);
+  mlip::train::Ema ema_a(a, 0.9), ema_b(b, 0.9);
+  const auto scalars = torch::zeros({3}, torch::kFloat64);
+  const auto before = scalars.data_ptr<double>();
+  for (int step = 0; step < 6; ++step) {
+    const double lr = 1e-3 * std::pow(0.7, step);
+    for (auto* o : {&direct, &halves})
+      static_cast<torch::optim::AdamOptions&>(o->param_groups()[0].options()).lr(lr);
+    for (auto* ps : {&a, &b}) set_grads(*ps, step);
+    mlip::train::adam_step(direct, &ema_a, true);
+    const std::vector<double> values = mlip::train::advance_adam(halves, &ema_b);
+    ASSERT_EQ(values.size(), 3u);
+    EXPECT_NEAR(values[0], lr / (1 - std::pow(0.9, step + 1)), 1e-15);
+    scalars.copy_(torch::tensor(values, torch::kFloat64));
+    mlip::train::adam_update_from(halves, &ema_b, scalars);
+    for (size_t k = 0; k < a.size(); ++k) {
+      const double scale = a[k].abs().max().item<double>();
+      EXPECT_LE((a[k] - b[k]).abs().max().item<double>(), tol * scale) << "step " << step << " param " << k;
+      EXPECT_LE((ema_a.averages()[k] - ema_b.averages()[k]).abs().max().item<double>(), tol * scale)
+          << "average, step " << step << " param " << k;
+    }
+  }
+  EXPECT_EQ(scalars.data_ptr<double>(), before) << "the buffer stays where it was";
+  EXPECT_EQ(ema_a.updates(), ema_b.updates());
+  for (auto& p : b) {
+    const auto& st = static_cast<torch::optim::AdamParamState&>(
+        *halves.state().at(mlip::compat::optimizer_state_key(p)));
+    EXPECT_EQ(st.step(), 6);
+  }
+  std::vector<torch::Tensor> fresh = make_params(dtype);
+  EXPECT_GT((b[0] - fresh[0]).abs().max().item<double>(), 1e-3);
+}
+
+TEST(AdamStepHalves, MissingGradientsAndWrongScalarsAreErrors) {
+  std::vector<torch::Tensor> ps = make_params(torch::kFloat64);
+  torch::optim::Adam adam(ps, torch::optim::AdamOptions(1e-3));
+  const std::string no_grad = mlip::test::error_of([&] { mlip::train::advance_adam(adam); });
+  EXPECT_NE(no_grad.find("every parameter needs a gradient"), std::string::npos) << no_grad;
+  set_grads(ps, 0);
+  EXPECT_EQ(mlip::train::advance_adam(adam).size(), 3u);
+  const std::string wrong =
+      mlip::test::error_of([&] { mlip::train::adam_update_from(adam, nullptr, torch::zeros({5}, torch::kFloat64)); });
+  EXPECT_NE(wrong.find("expected 3 scalars"), std::string::npos) << wrong;
 }
 
 }  // namespace

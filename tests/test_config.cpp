@@ -608,6 +608,18 @@ TEST(TrainConfig, CacheBudgetAndDataWorkers) {
             "input.yaml: training.data_workers: expected an integer in [0, 64] or \"auto\", got 100");
 }
 
+TEST(TrainConfig, CudaGraphs) {
+  auto with = [](const std::string& lines) { return edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n" + lines); };
+  EXPECT_EQ(parse(kMinimal).cuda_graphs, std::optional<bool>(false));  // until verified on a GPU
+  EXPECT_FALSE(parse(with("  cuda_graphs: auto\n")).cuda_graphs.has_value());
+  EXPECT_EQ(parse(with("  cuda_graphs: true\n")).cuda_graphs, std::optional<bool>(true));
+  EXPECT_EQ(parse(with("  cuda_graphs: false\n")).cuda_graphs, std::optional<bool>(false));
+  EXPECT_EQ(parse_error(with("  cuda_graphs: sometimes\n")),
+            "input.yaml: training.cuda_graphs: expected true, false or \"auto\", got sometimes");
+  EXPECT_EQ(parse_error(with("  cuda_graphs: [true]\n")),
+            "input.yaml: training.cuda_graphs: expected true, false or \"auto\", got a list [true]");
+}
+
 TEST(TrainConfigErrors, IntegersMustBeWrittenAsIntegers) {
   EXPECT_EQ(parse_error(edit(kMinimal, "numb_steps: 100", "numb_steps: 1000.5")),
             "input.yaml: training.numb_steps: expected a positive integer, got 1000.5");

@@ -229,4 +229,87 @@ TYPED_TEST(EquivariantTrainingPath, ABatchEqualsItsFramesOneByOne) {
   }
 }
 
+
+// Padded to static shapes (docs/device.md "Static shapes": edges and pairs to bucket sizes, the
+// padded edges joining the last atom to itself with zero geometry): the energies, forces,
+// virials and parameter gradients of a batch equal those of the same model without padding,
+// for one frame and for a batch of frames of different edge counts.
+TYPED_TEST(EquivariantTrainingPath, PaddedToBucketsEqualsUnpadded) {
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  const std::string precision = is_double ? "float64" : "float32";
+  const double tol = is_double ? 1e-12 : 1e-6;
+  for (const Case& k : {Case{true, true, 1, 1, true, 5.0}, Case{true, true, 1, 3, true, 4.0},
+                        Case{false, true, 2, 2, false, 5.0}}) {
+    SCOPED_TRACE("parity " + std::to_string(k.parity) + ", l_max " + std::to_string(k.l_max) + ", correlation " +
+                 std::to_string(k.correlation));
+    const auto s = settings(precision, k);
+    mlip::models::ModelContext padded_context;
+    padded_context.static_shapes = true;
+    auto plain = mlip::models::create_model(s, mlip::models::ModelContext{});
+    auto padded = mlip::models::create_model(s, padded_context);
+    for (auto* m : {plain.get(), padded.get()})
+      m->module().run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64),
+                             torch::tensor({-93.5, -187.2}, torch::kFloat64));
+    const int64_t natoms = 12, nframes = 3;
+    const auto first = mlip::test::random_frame(natoms, k.periodic, 5, k.box, {0.7, -0.4, 0.3}, 0.9, 0.4);
+    mlip::data::System sys;
+    sys.type_map = s.type_map;
+    sys.types = first.types;
+    sys.pbc = first.pbc;
+    sys.nframes = nframes;
+    mlip::models::SystemAtoms atoms;
+    atoms.natoms = natoms;
+    atoms.types = first.types;
+    atoms.atype = torch::tensor(std::vector<int64_t>(first.types.begin(), first.types.end()), torch::kInt64);
+    std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
+    for (int64_t f = 0; f < nframes; ++f) {
+      const auto r = mlip::test::random_frame(natoms, k.periodic, 5 + 7 * f, k.box * (1.0 + 0.15 * f),
+                                              {0.7, -0.4, 0.3}, 0.9, 0.4);
+      mlip::data::Frame frame;
+      frame.coord = r.pos;
+      frame.box = r.cell;
+      inputs.push_back(plain->prepare_frame(sys, frame));
+    }
+    std::vector<const mlip::models::FrameInput*> all;
+    for (const auto& in : inputs) all.push_back(in.get());
+    EXPECT_TRUE(plain->shape_key(atoms, all).empty()) << "no static shapes without the context's flag";
+
+    for (const auto& batch : {std::vector<const mlip::models::FrameInput*>{all[1]}, all}) {
+      const int64_t b = int64_t(batch.size());
+      SCOPED_TRACE(std::to_string(b) + " frame(s)");
+      const auto key = padded->shape_key(atoms, batch);
+      ASSERT_EQ(key.size(), 4u);
+      EXPECT_EQ(key[0], b);
+      EXPECT_EQ(key[1], natoms);
+      auto gen = at::detail::createCPUGenerator(29);
+      const auto grad_energy = at::randn({b}, gen, torch::kFloat64);
+      const auto grad_forces = at::randn({b, natoms, 3}, gen, torch::kFloat64);
+      const auto grad_virial = at::randn({b, 3, 3}, gen, torch::kFloat64);
+
+      zero_grads(plain->module());
+      const Prediction want = plain->predict(atoms, batch, true);
+      plain->backward(grad_energy, grad_forces, grad_virial);
+      const auto want_grads = parameter_grads(plain->module());
+      zero_grads(padded->module());
+      const Prediction got = padded->predict(atoms, batch, true);
+      padded->backward(grad_energy, grad_forces, grad_virial);
+      const auto got_grads = parameter_grads(padded->module());
+
+      ASSERT_EQ(got.energy.sizes(), want.energy.sizes());
+      ASSERT_EQ(got.forces.sizes(), want.forces.sizes());
+      ASSERT_EQ(got.virial.sizes(), want.virial.sizes());
+      EXPECT_LT(relative(got.energy, want.energy), tol) << "energy";
+      EXPECT_LT(relative(got.forces, want.forces), tol) << "forces";
+      EXPECT_LT(relative(got.virial, want.virial), tol) << "virial";
+      EXPECT_GT(want.forces.abs().max().item<double>(), 1e-3);
+      ASSERT_EQ(got_grads.size(), want_grads.size());
+      size_t k_param = 0;
+      for (const auto& p : plain->module().named_parameters()) {
+        EXPECT_LT(relative(got_grads[k_param], want_grads[k_param]), tol) << "d loss / d " << p.name;
+        ++k_param;
+      }
+    }
+  }
+}
+
 }  // namespace

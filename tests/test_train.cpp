@@ -406,6 +406,58 @@ TEST_F(TrainTest, EquivariantModelTrainsRestartsFreezesAndTests) {
   EXPECT_NE(bad.err.find("num_layers"), std::string::npos) << bad.err;
 }
 
+/// The numbers of an lcurve.out, line by line (comment lines left out).
+std::vector<std::vector<double>> lcurve_numbers(const std::string& text) {
+  std::vector<std::vector<double>> rows;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    rows.emplace_back(std::istream_iterator<double>(fields), std::istream_iterator<double>());
+  }
+  return rows;
+}
+
+// training.cuda_graphs: true on the CPU (docs/device.md "Static shapes"): no capture (said once,
+// with the reason), every step from the static buffers (the equivariant model's batches padded
+// to bucket sizes, se_e2_a on its device-generic path), training as the usual step does: the
+// same learning curve and weights to round-off, both models, two systems of batches of 2 and 1.
+TEST_F(TrainTest, CudaGraphsOnTheCpuRunTheStaticStepAndTrainTheSame) {
+  const std::string equivariant = std::regex_replace(
+      input_yaml(20), std::regex("model:\n(  .*\n)+"),
+      "model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 4, l_max: 1, num_layers: 2, "
+      "correlation: 2, radial_width: 8, seed: 4}\n");
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{{"se_e2_a", input_yaml(20)},
+                                                                                 {"equivariant", equivariant}}) {
+    SCOPED_TRACE(name);
+    write_text(dir_ / (name + "-usual.yaml"), text + "  cuda_graphs: false\n");
+    write_text(dir_ / (name + "-static.yaml"), text + "  cuda_graphs: true\n");
+    // se_e2_a's usual step on its device-generic path too, so that both compute the same.
+    auto usual = run_command("cd " + dir_.path() + " && MLIP_SE_E2_A_PATH=generic " + kMlip + " train " + name +
+                             "-usual.yaml -o " + name + "-usual");
+    auto fixed = mlip("train " + name + "-static.yaml -o " + name + "-static");
+    ASSERT_EQ(usual.exit_code, 0) << usual.out << usual.err;
+    ASSERT_EQ(fixed.exit_code, 0) << fixed.out << fixed.err;
+    EXPECT_EQ(usual.out.find("static buffers"), std::string::npos) << usual.out;
+    EXPECT_NE(fixed.out.find("step: from static buffers (training.cuda_graphs), not captured: "), std::string::npos)
+        << fixed.out;
+    const auto a = lcurve_numbers(read(name + "-usual/lcurve.out")), b = lcurve_numbers(read(name + "-static/lcurve.out"));
+    ASSERT_EQ(a.size(), 5u);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+      ASSERT_EQ(a[r].size(), b[r].size());
+      for (size_t c = 0; c < a[r].size(); ++c)
+        EXPECT_NEAR(a[r][c], b[r][c], 1e-3 * std::abs(a[r][c]) + 1e-12) << "lcurve line " << r << " column " << c;
+    }
+    const auto pa = parameters_of(dir_ / (name + "-usual/model.ckpt-20.pt"));
+    const auto pb = parameters_of(dir_ / (name + "-static/model.ckpt-20.pt"));
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t k = 0; k < pa.size(); ++k)
+      EXPECT_LT((pa[k] - pb[k]).abs().max().item<double>(), 1e-8 * (1 + pa[k].abs().max().item<double>()))
+          << "parameter " << k;
+  }
+}
+
 /// The number after `label` in mlip test's output ("Energy RMSE/Natoms : 1.2e-03 eV").
 double printed(const std::string& out, const std::string& label) {
   std::smatch m;

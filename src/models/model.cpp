@@ -2,7 +2,17 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include "error.h"
+
 namespace mlip::models {
+
+std::vector<torch::Tensor> Model::pack(const SystemAtoms&, const std::vector<const FrameInput*>&) {
+  throw Error("model " + settings().type + ": its batches have no static shapes (docs/device.md \"Static shapes\")");
+}
+
+Prediction Model::predict_packed(const SystemAtoms&, const std::vector<torch::Tensor>&, bool) {
+  throw Error("model " + settings().type + ": its batches have no static shapes (docs/device.md \"Static shapes\")");
+}
 
 void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad_energy,
                             const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,

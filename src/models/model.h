@@ -101,6 +101,11 @@ struct ModelContext {
   const std::vector<data::System>* training_systems = nullptr;
   /// Where to print what the model derives (nullptr: nowhere).
   std::ostream* log = nullptr;
+  /// Pad every training batch to bucket sizes (models/bucket.h), so that batches of one system
+  /// share their tensor shapes: what a captured CUDA graph replays (docs/device.md "Static
+  /// shapes"). The padding changes no prediction or gradient. Models whose inputs have fixed
+  /// shapes already (se_e2_a's sel-padded environments) need no padding and ignore it.
+  bool static_shapes = false;
 };
 
 /// A trainable model: one implementation per model type, made by the registry. The trainer,
@@ -147,6 +152,22 @@ class Model {
   /// [B, 3, 3] (undefined: zero).
   virtual void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
                         const torch::Tensor& grad_virial) = 0;
+
+  /// With ModelContext::static_shapes, the sizes that fix every tensor shape of a training step
+  /// on this batch (for the equivariant model: frames, atoms, padded edges, padded pairs):
+  /// batches with equal keys run with equal shapes, so one captured graph serves them all.
+  /// Empty: no such sizes are known (without static_shapes, or a model that does not say).
+  virtual std::vector<int64_t> shape_key(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) const {
+    return {};
+  }
+  /// With static shapes (a non-empty shape_key), the batch's inputs as tensors on the model's
+  /// device, of the shapes the key fixes: what a step replayed as a CUDA graph reads from its
+  /// static buffers (docs/device.md "Static shapes"). Without: mlip::Error.
+  virtual std::vector<torch::Tensor> pack(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames);
+  /// predict() of the batch that pack() gave these tensors for (or copies of them, in buffers of
+  /// the same shapes): it makes no tensor from host data and reads nothing back to the host, so
+  /// that it can be captured. predict() on the frames gives the same numbers.
+  virtual Prediction predict_packed(const SystemAtoms& atoms, const std::vector<torch::Tensor>& packed, bool training);
 };
 
 /// Model::backward for models whose prediction carries an autograd graph: runs autograd's

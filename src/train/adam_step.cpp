@@ -81,7 +81,83 @@ std::vector<size_t> averages_in_order(torch::optim::Adam& optimizer, const Ema& 
   return out;
 }
 
+/// The state of parameter `p` in `optimizer`, made (zero moments, step 0) when missing.
+torch::optim::AdamParamState& state_of(torch::optim::Adam& optimizer, const at::Tensor& p) {
+  const auto key = compat::optimizer_state_key(p);
+  auto& states = optimizer.state();
+  auto it = states.find(key);
+  if (it == states.end()) {
+    auto fresh = std::make_unique<torch::optim::AdamParamState>();
+    fresh->step(0);
+    fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    it = states.emplace(key, std::move(fresh)).first;
+  }
+  return static_cast<torch::optim::AdamParamState&>(*it->second);
+}
+
 }  // namespace
+
+std::vector<double> advance_adam(torch::optim::Adam& optimizer, Ema* ema) {
+  std::vector<double> scalars;
+  size_t group_index = 0;
+  for (auto& group : optimizer.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    if (o.amsgrad()) throw Error("advance_adam: amsgrad is not supported");
+    int64_t step = -1;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined())
+        throw Error("advance_adam: every parameter needs a gradient (group " + std::to_string(group_index) + ")");
+      auto& st = state_of(optimizer, p);
+      if (step >= 0 && st.step() != step)
+        throw Error("advance_adam: the parameters of group " + std::to_string(group_index) +
+                    " are at different step counts (" + std::to_string(step) + " and " + std::to_string(st.step()) +
+                    ")");
+      step = st.step();
+      st.step(step + 1);
+    }
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas()), t = double(step + 1);
+    scalars.push_back(o.lr() / (1 - std::pow(beta1, t)));
+    scalars.push_back(1 / std::sqrt(1 - std::pow(beta2, t)));
+    ++group_index;
+  }
+  scalars.push_back(ema != nullptr ? 1 - ema->next_decay() : 0.0);
+  if (ema != nullptr) ema->advance();
+  return scalars;
+}
+
+void adam_update_from(torch::optim::Adam& optimizer, Ema* ema, const torch::Tensor& scalars) {
+  torch::NoGradGuard no_grad;
+  const std::vector<size_t> order = ema != nullptr ? averages_in_order(optimizer, *ema) : std::vector<size_t>{};
+  const int64_t groups = int64_t(optimizer.param_groups().size());
+  if (scalars.dim() != 1 || scalars.size(0) != 2 * groups + 1)
+    throw Error("adam_update_from: expected " + std::to_string(2 * groups + 1) + " scalars (advance_adam's), got " +
+                std::to_string(scalars.numel()));
+  const at::Tensor avg_weight = scalars[2 * groups];
+  size_t index = 0;
+  int64_t group_index = 0;
+  for (auto& group : optimizer.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    const at::Tensor step_size = scalars[2 * group_index], inv_sqrt_bc2 = scalars[2 * group_index + 1];
+    for (auto& p : group.params()) {
+      const size_t k = index++;
+      auto& st = state_of(optimizer, p);
+      const at::Tensor grad = p.grad();
+      const at::Tensor g = o.weight_decay() != 0 ? grad + o.weight_decay() * p : grad;
+      at::Tensor m = st.exp_avg(), v = st.exp_avg_sq();
+      // As update_with_tensor_ops, each scalar a tensor: p + (-step_size)·(m / denominator).
+      m.mul_(beta1).add_(g, 1 - beta1);
+      v.mul_(beta2).addcmul_(g, g, 1 - beta2);
+      p.detach().sub_(m.div(v.sqrt().mul_(inv_sqrt_bc2).add_(o.eps())).mul_(step_size));
+      if (ema != nullptr) {
+        at::Tensor avg = ema->averages()[order[k]];
+        avg.add_((p.detach() - avg).mul_(avg_weight));
+      }
+    }
+    ++group_index;
+  }
+}
 
 void adam_step(torch::optim::Adam& optimizer, Ema* ema, bool tensor_ops) {
   torch::NoGradGuard no_grad;
@@ -99,17 +175,7 @@ void adam_step(torch::optim::Adam& optimizer, Ema* ema, bool tensor_ops) {
         continue;
       }
       const at::Tensor avg = ema != nullptr ? ema->averages()[order[k]] : at::Tensor();
-      const auto key = compat::optimizer_state_key(p);
-      auto& states = optimizer.state();
-      auto it = states.find(key);
-      if (it == states.end()) {
-        auto fresh = std::make_unique<torch::optim::AdamParamState>();
-        fresh->step(0);
-        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        it = states.emplace(key, std::move(fresh)).first;
-      }
-      auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
+      auto& st = state_of(optimizer, p);
       st.step(st.step() + 1);
       const double bc1 = 1 - std::pow(beta1, double(st.step())), bc2 = 1 - std::pow(beta2, double(st.step()));
       const at::Tensor grad = p.grad().contiguous();

@@ -271,6 +271,13 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
       expected(t.path_of("data_workers"), "an integer in [0, 64] or \"auto\"", node);
     }
   }
+  if (t.has_value("cuda_graphs")) {
+    const YAML::Node node = t.get("cuda_graphs");
+    const std::string value = node.IsScalar() ? node.Scalar() : "";
+    if (value == "auto") c.cuda_graphs.reset();
+    else if (value == "true" || value == "false") c.cuda_graphs = value == "true";
+    else expected(t.path_of("cuda_graphs"), "true, false or \"auto\"", node);
+  }
   t.flag("disp_training", true);
   t.flag("time_training", true);
   t.only_default("profiling", "false", is_false);
@@ -297,7 +304,8 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
   read_training(top.section("training",
                             {"training_data", "validation_data", "numb_steps", "seed", "disp_file",
                              "disp_freq", "save_freq", "save_ckpt", "max_ckpt_keep", "ema_decay", "device",
-                             "cache_mb", "data_workers", "disp_training", "time_training", "profiling", "tensorboard",
+                             "cache_mb", "data_workers", "cuda_graphs", "disp_training", "time_training", "profiling",
+                             "tensorboard",
                              "config_type_weights"},
                             {"stop_batch"}),
                 input_dir, c);

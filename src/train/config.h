@@ -89,6 +89,12 @@ struct TrainConfig {
   /// steps (0: the training thread makes each frame when it needs it); -1 ("auto"): 1, or 0
   /// when training on the CPU with a thread on every CPU (docs/data.md "Worker threads").
   int64_t data_workers = -1;
+  /// training.cuda_graphs: whether each training step runs from static buffers and is replayed
+  /// as a captured CUDA graph (docs/device.md "Static shapes"): unset ("auto"): on a CUDA
+  /// device with one rank; true asks for it anywhere (on the CPU the step runs from the static
+  /// buffers without capture, with a message); false (the default until the capture has been
+  /// verified on a GPU): never.
+  std::optional<bool> cuda_graphs = false;
   // provenance
   std::string input_path;  ///< the file read ("" for parse_train_config without one)
   std::string input_dir;   ///< its folder: relative system paths are taken from here

@@ -60,9 +60,11 @@ void NonFiniteGuard::after_validation(double loss, int64_t step) const {
 }
 
 void NonFiniteGuard::check_pending() {
-  if (!first_bad_step_.defined()) return;
-  const int64_t step = first_bad_step_.to(torch::kCPU).item<int64_t>();
-  if (step != std::numeric_limits<int64_t>::max()) fail("the training loss is not finite (NaN or Inf)", step);
+  for (const torch::Tensor* record : {&first_bad_step_, &watched_}) {
+    if (!record->defined()) continue;
+    const int64_t step = record->to(torch::kCPU).item<int64_t>();
+    if (step != std::numeric_limits<int64_t>::max()) fail("the training loss is not finite (NaN or Inf)", step);
+  }
 }
 
 void NonFiniteGuard::check_parameters(const std::vector<torch::Tensor>& parameters, int64_t step) const {

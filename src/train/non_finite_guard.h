@@ -28,7 +28,10 @@ class NonFiniteGuard {
   void after_loss(const torch::Tensor& loss, int64_t step, const std::function<std::string()>& batch);
   /// The validation loss at step `step` (host number): a non-finite one is an error.
   void after_validation(double loss, int64_t step) const;
-  /// Throws when a recorded loss was not finite (the device's record, read now).
+  /// Also reads `first_bad_step` ([1] int64 on the device, INT64_MAX: none) at check_pending():
+  /// the record of a step that runs without after_loss (train/static_step.h).
+  void watch(const torch::Tensor& first_bad_step) { watched_ = first_bad_step; }
+  /// Throws when a recorded loss was not finite (the device's records, read now).
   void check_pending();
   /// Throws when any parameter holds NaN or Inf: called before a checkpoint is written.
   void check_parameters(const std::vector<torch::Tensor>& parameters, int64_t step) const;
@@ -41,6 +44,7 @@ class NonFiniteGuard {
   bool on_host_;
   /// [1] int64 on the device: the first step whose loss was not finite (INT64_MAX: none).
   torch::Tensor first_bad_step_;
+  torch::Tensor watched_;  ///< watch()'s record, or undefined
   std::string newest_checkpoint_;
 };
 

@@ -25,6 +25,7 @@
 #include "error.h"
 #include "models/registry.h"
 #include "train/adam_step.h"
+#include "train/batch_loss.h"
 #include "train/checkpoint_store.h"
 #include "train/device.h"
 #include "train/ema.h"
@@ -33,6 +34,7 @@
 #include "train/non_finite_guard.h"
 #include "train/rank_agreement.h"
 #include "train/sampler.h"
+#include "train/static_step.h"
 #include "version.h"
 
 namespace fs = std::filesystem;
@@ -159,6 +161,8 @@ class Trainer {
   // Stages of run(), in order.
   void set_up_threads_and_ranks();
   void load_data();
+  /// training.cuda_graphs against the device and the ranks (docs/device.md "Static shapes").
+  void choose_step();
   void build_model();
   void prepare_sets();
   void make_samplers();
@@ -188,6 +192,13 @@ class Trainer {
   /// Several ranks: one all-reduce of the gradients, `trn`'s sums and the stop flag `stop`
   /// (made global in place). Returns whether any rank stops.
   bool synchronise_step(ErrorSums& trn, bool stop);
+  /// train_step's two ways (docs/device.md "Static shapes"): the usual step (forward, backward,
+  /// the all-reduce, Adam; returns the stop flag agreed by the ranks, `stop` being this rank's),
+  /// or the step from static buffers (one rank), captured as a CUDA graph where it can be.
+  bool run_eager_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
+                      LoopProgress& progress, bool stop);
+  void run_static_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
+                       LoopProgress& progress);
   /// After `step` steps: the first-step line, and on displayed steps the validation, the
   /// lcurve line and the progress line or bar.
   void report_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn, LoopProgress& progress);
@@ -209,6 +220,8 @@ class Trainer {
   std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
                                   const std::string& key);
   void compute_statistics();
+  /// The labels and weights of `frames` of system `system` of set `set`.
+  BatchLabels labels_of(int set, size_t system, const std::vector<std::shared_ptr<const PreparedFrame>>& frames) const;
   /// Prediction and loss on one batch; adds to the error sums. When training, also
   /// accumulates the loss gradient into the parameters' grad.
   void evaluate(int set, size_t system, const std::vector<int64_t>& frames, const Prefactors& pref, bool training,
@@ -262,6 +275,9 @@ class Trainer {
   std::unique_ptr<dist::Communicator> own_comm_;  // one rank, when no communicator was given
   dist::Communicator* comm_ = nullptr;
   std::unique_ptr<dist::SimpleDDP> ddp_;
+  /// training.cuda_graphs resolved (choose_step): steps from static buffers (train/static_step.h).
+  bool static_step_on_ = false;
+  std::unique_ptr<StaticStep> static_step_;
   int64_t validation_reduces_ = 0;
   bool has_virial_ = false;
   // Timings of the loop, for the communication line.
@@ -426,6 +442,18 @@ void Trainer::print_data_summary() const {
                    }() << ")\n";
 }
 
+void Trainer::choose_step() {
+  const std::optional<bool>& asked = config_.cuda_graphs;  // unset: auto
+  if (asked.has_value() && !*asked) return;
+  if (comm_->size() > 1) {
+    if (asked.has_value() && root())
+      std::cout << "training.cuda_graphs: true, but each step runs operation by operation: not with "
+                << comm_->size() << " ranks (the gradient all-reduce is not part of the captured step yet)\n";
+    return;
+  }
+  static_step_on_ = asked.has_value() || device_.is_cuda();
+}
+
 void Trainer::build_model() {
   const TrainConfig& c = config_;
   models::ModelContext context;
@@ -433,6 +461,7 @@ void Trainer::build_model() {
   context.training_seed = c.seed;
   context.training_systems = &train_raw_;
   context.log = &std::cout;
+  context.static_shapes = static_step_on_;
   model_ = models::create_model(*c.model, context);
   metadata_["model_type"] = c.model->type;
   metadata_["r_max"] = std::to_string(c.model->cutoff());
@@ -546,52 +575,52 @@ Prefactors Trainer::prefactors(int64_t step) const {
           p(config_.start_pref_v, config_.limit_pref_v)};
 }
 
+BatchLabels Trainer::labels_of(int set, size_t system,
+                               const std::vector<std::shared_ptr<const PreparedFrame>>& frames) const {
+  const SystemData& d = (set == train_set_ ? train_ : valid_)[system];
+  std::vector<torch::Tensor> energies, forces, virials;
+  std::vector<double> weights;  // each frame's: its config type's times its own (docs/training.md "Weights")
+  for (const auto& f : frames) {
+    weights.push_back(d.weight * f->weight);
+    energies.push_back(f->energy);
+    if (d.has_force) forces.push_back(f->force);
+    if (d.has_virial) virials.push_back(f->virial);
+  }
+  BatchLabels labels;
+  labels.energy = torch::cat(energies);
+  if (d.has_force) labels.forces = torch::stack(forces);
+  if (d.has_virial) labels.virial = torch::stack(virials);
+  labels.weights = torch::tensor(weights, torch::kFloat64).to(device_);
+  return labels;
+}
+
 void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frames, const Prefactors& pref,
                        bool training, ErrorSums& sums) {
   const SystemData& d = (set == train_set_ ? train_ : valid_)[system];
   // The batch's frames stay alive while in use, even if the cache lets them go.
   std::vector<std::shared_ptr<const PreparedFrame>> batch;
   std::vector<const models::FrameInput*> inputs;
-  std::vector<torch::Tensor> energies, forces_label, virials;
-  std::vector<double> weights;  // each frame's: its config type's times its own (docs/training.md "Weights")
   for (int64_t f : frames) {
     batch.push_back(store_->get(set, system, f));
     inputs.push_back(batch.back()->input.get());
-    weights.push_back(d.weight * batch.back()->weight);
-    energies.push_back(batch.back()->energy);
-    if (d.has_force) forces_label.push_back(batch.back()->force);
-    if (d.has_virial) virials.push_back(batch.back()->virial);
   }
-  const auto energy_label = torch::cat(energies);
+  const BatchLabels labels = labels_of(set, system, batch);
   const models::Prediction out = model_->predict(d.atoms, inputs, training);
   // The loss of docs/training.md "Loss" on leaf copies of the predictions: autograd gives
   // d loss / d prediction, and the model's backward carries it to the parameters.
-  const auto energy = out.energy.detach().requires_grad_(training);
-  const auto forces = out.forces.detach().requires_grad_(training);
-  const auto virial = out.virial.detach().requires_grad_(training);
-  const double n = double(d.atoms.natoms);
-  const auto zero = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
-  const auto de = energy - energy_label;
-  const auto w = torch::tensor(weights, torch::kFloat64).to(device_);
-  auto loss = pref.e * (w * de * de).mean() / n;
-  const auto e2 = (de * de).sum() / (n * n);
-  auto f2 = zero, v2 = zero;
-  if (d.has_force) {
-    const auto df = forces.to(torch::kFloat64) - torch::stack(forces_label);
-    loss = loss + pref.f * (w * (df * df).sum({1, 2})).mean() / (3 * n);
-    f2 = (df * df).sum();
-    sums.force_components += df.numel();
-  }
-  if (d.has_virial) {
-    const auto dv = virial.to(torch::kFloat64).reshape({-1, 9}) - torch::stack(virials);
-    loss = loss + pref.v * (w * (dv * dv).mean(1)).mean() / n;
-    v2 = (dv * dv).mean(1).sum() / (n * n);
-    sums.virial_frames += int64_t(frames.size());
-  }
-  sums.add(torch::stack({loss.detach() * double(frames.size()), e2.detach(), f2.detach(), v2.detach()}));
+  const models::Prediction leaves{out.energy.detach().requires_grad_(training),
+                                  out.forces.detach().requires_grad_(training),
+                                  out.virial.detach().requires_grad_(training)};
+  // On the host: a zero-dimensional host tensor enters device operations as a number (no copy).
+  const auto prefactors = torch::tensor({pref.e, pref.f, pref.v}, torch::kFloat64);
+  const BatchLoss loss = batch_loss(leaves, labels, prefactors, d.atoms.natoms);
+  sums.add(loss.sums);
   sums.frames += int64_t(frames.size());
+  if (d.has_force) sums.force_components += labels.forces.numel();
+  if (d.has_virial) sums.virial_frames += int64_t(frames.size());
   if (training) {
-    const auto g = torch::autograd::grad({loss}, {energy, forces, virial}, {}, false, false, true);
+    const auto g =
+        torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
     model_->backward(g[0], g[1], g[2]);
   }
 }
@@ -704,6 +733,11 @@ void Trainer::set_up_optimisation() {
   // The average starts from the start weights (a --restart brought its own).
   if (ema_ && options_.restart.empty()) ema_->reset(0);
   ddp_ = std::make_unique<dist::SimpleDDP>(params_, *comm_);
+  if (static_step_on_) {
+    // Capture wherever it can be done; StaticStep says why not elsewhere (the model line).
+    static_step_ = std::make_unique<StaticStep>(*model_, *optimizer_, ema_.get(), params_, device_, true,
+                                                root() ? &std::cout : nullptr);
+  }
 }
 
 void Trainer::print_model_line() const {
@@ -713,6 +747,8 @@ void Trainer::print_model_line() const {
   if (device_.is_cpu()) std::cout << "; " << at::get_num_threads() << " thread(s)";
   else std::cout << "; on " << device_.str();
   std::cout << "\n";
+  if (static_step_)
+    std::cout << "step: from static buffers (training.cuda_graphs), " << static_step_->capture_status() << "\n";
   if (ema_)
     std::cout << "weights: moving average with ema_decay " << config_.ema_decay
               << " for validation, checkpoints and frozen models (training.ema_decay: 0 uses the raw weights)\n";
@@ -774,6 +810,7 @@ LoopProgress Trainer::start_loop() {
   batches_ahead_ = 0;
   if (!valid_.empty()) val_ahead_ = std::make_unique<SystemSampler>(*val_sampler_);
   guard_ = std::make_unique<NonFiniteGuard>(device_.is_cpu());
+  if (static_step_) guard_->watch(static_step_->first_bad_step());
   return progress;
 }
 
@@ -786,24 +823,11 @@ bool Trainer::train_step(int64_t step, double lr, const Prefactors& pref, ErrorS
   if (!valid_.empty() && (next == 1 || next % c.disp_freq == 0 || next == c.numb_steps)) prefetch_validation();
   const auto batch = sampler_->next();
   --batches_ahead_;
+  bool stop = g_interrupted;
   const auto step_start = std::chrono::steady_clock::now();
   const double making_before = store_->make_time().seconds;
-  // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
-  // zero_grad cannot detach).
-  for (auto& p : params_)
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  const int64_t waits_before = store_->waits();
-  evaluate(train_set_, batch.system, sampler_->shard(batch, comm_->rank()), pref, true, trn);
-  if (store_->waits() > waits_before) ++progress.waited_steps;
-  bool stop = g_interrupted;
-  if (comm_->size() > 1) stop = synchronise_step(trn, stop);
-  guard_->after_loss(trn.sums.narrow(0, 0, 1), step + 1, [&] {
-    std::ostringstream b;
-    b << "the batch of system " << train_raw_[batch.system].name << ", frames";
-    for (int64_t f : batch.frames) b << " " << f;
-    return b.str();
-  });
-  adam_step(*optimizer_, ema_.get());
+  if (static_step_) run_static_step(step, pref, batch, trn, progress);
+  else stop = run_eager_step(step, pref, batch, trn, progress, stop);
   step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   if (!options_.step_times.empty()) {
     if (!device_.is_cpu()) trn.host();  // the step's time includes the device's work
@@ -812,6 +836,45 @@ bool Trainer::train_step(int64_t step, double lr, const Prefactors& pref, ErrorS
          1e3 * (store_->make_time().seconds - making_before)});
   }
   return stop;
+}
+
+bool Trainer::run_eager_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
+                             LoopProgress& progress, bool stop) {
+  // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
+  // zero_grad cannot detach).
+  for (auto& p : params_)
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  const int64_t waits_before = store_->waits();
+  evaluate(train_set_, batch.system, sampler_->shard(batch, comm_->rank()), pref, true, trn);
+  if (store_->waits() > waits_before) ++progress.waited_steps;
+  if (comm_->size() > 1) stop = synchronise_step(trn, stop);
+  guard_->after_loss(trn.sums.narrow(0, 0, 1), step + 1, [&] {
+    std::ostringstream b;
+    b << "the batch of system " << train_raw_[batch.system].name << ", frames";
+    for (int64_t f : batch.frames) b << " " << f;
+    return b.str();
+  });
+  adam_step(*optimizer_, ema_.get());
+  return stop;
+}
+
+void Trainer::run_static_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
+                              LoopProgress& progress) {
+  // One rank (choose_step): the batch's frames are all this rank's.
+  const SystemData& d = train_[batch.system];
+  std::vector<std::shared_ptr<const PreparedFrame>> frames;
+  std::vector<const models::FrameInput*> inputs;
+  const int64_t waits_before = store_->waits();
+  for (int64_t f : batch.frames) {
+    frames.push_back(store_->get(train_set_, batch.system, f));
+    inputs.push_back(frames.back()->input.get());
+  }
+  if (store_->waits() > waits_before) ++progress.waited_steps;
+  const BatchLabels labels = labels_of(train_set_, batch.system, frames);
+  trn.add(static_step_->run(d.atoms, inputs, labels, pref.e, pref.f, pref.v, step + 1));
+  trn.frames += int64_t(batch.frames.size());
+  if (d.has_force) trn.force_components += labels.forces.numel();
+  if (d.has_virial) trn.virial_frames += int64_t(batch.frames.size());
 }
 
 bool Trainer::synchronise_step(ErrorSums& trn, bool stop) {
@@ -947,6 +1010,7 @@ int Trainer::run() {
   load_data();
   // Before anything whose shape depends on the input (docs/distributed.md "Ranks that disagree").
   check_ranks_agree(*comm_, agreement_items(config_, train_raw_, valid_raw_), device_);
+  choose_step();
   build_model();
   prepare_sets();
   make_samplers();

@@ -16,6 +16,7 @@
 #include "models/energy_bias.h"
 #include "models/equivariant/edge_forces.h"
 #include "models/equivariant/equivariant_inference.h"
+#include "models/equivariant/frame_batch.h"
 #include "models/equivariant/training_function.h"
 #include "models/module_device.h"
 #include "models/pair_list.h"
@@ -59,28 +60,6 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
   s->seed = m.seed("seed", s->seed);
   return s;
 }
-
-/// What the training path caches of one frame (docs/equivariant.md "The training path"): the
-/// pairs within r_max, their geometry and its derivatives with respect to the pair vectors.
-/// E edges (both directions of every pair), Q = distinct pairs (about E / 2).
-struct EquivariantFrame : FrameInput {
-  torch::Tensor d;               ///< [E, 3] model dtype, d_e = r_j - r_i + shift·cell, Å
-  // Index tables on the host (a batch's are concatenated there and moved to the device once).
-  torch::Tensor i, j;            ///< [E] int64 host, centre and neighbour (centres non-decreasing)
-  torch::Tensor pair;            ///< [E] int64 host, the pair of edge e
-  torch::Tensor pair_edge;       ///< [Q] int64 host, the edge whose vector the pair's basis is taken from
-  torch::Tensor basis;           ///< [Q, num_bessels] Bessel basis times cutoff
-  torch::Tensor basis_jacobian;  ///< [Q, num_bessels, 3] its derivative by d of pair_edge, 1/Å
-  torch::Tensor y;               ///< [E, (l_max+1)^2] edge harmonics
-  torch::Tensor y_jacobian;      ///< [E, (l_max+1)^2, 3] their derivative by d_e, 1/Å
-  std::vector<torch::Tensor> edges;  ///< host, the contraction's edge tables (models/equivariant/message_contraction.h)
-  int64_t bytes() const override {
-    int64_t b = 0;
-    for (const auto* t : {&d, &i, &j, &pair, &pair_edge, &basis, &basis_jacobian, &y, &y_jacobian}) b += tensor_bytes(*t);
-    for (size_t k = 2; k < edges.size(); ++k) b += tensor_bytes(edges[k]);  // edges[0], [1] are i, j
-    return b;
-  }
-};
 
 /// pair[e] and pair_edge[q] of the edges (i, j, shift): an edge and its reverse (j, i, -shift)
 /// are one pair, whose basis is taken from the first of the two.
@@ -152,7 +131,7 @@ EdgeGeometry edge_geometry_with_jacobians(torch::jit::Module& module, const torc
 class EquivariantModel final : public Model {
  public:
   EquivariantModel(const EquivariantSettings& settings, const ModelContext& context)
-      : settings_(settings), device_(context.device) {
+      : settings_(settings), device_(context.device), static_shapes_(context.static_shapes) {
     EquivariantConfig& c = settings_.config;
     c.avg_num_neighbors = settings_.avg_num_neighbors.value_or(1.0);
     c.seed = settings_.seed ? *settings_.seed : context.training_seed.value_or(1);
@@ -232,8 +211,45 @@ class EquivariantModel final : public Model {
     // cached derivatives of the geometry. The batch's frames are evaluated as one graph of
     // frames x atoms (docs/equivariant.md "A batch in one call"): one call of the energy
     // function, whatever the batch, instead of one per frame.
-    const BatchedFrames b = frames.size() == 1 ? single_frame(atoms, *frames[0]) : batch_frames(atoms, frames);
-    const int64_t nframes = int64_t(frames.size()), natoms = atoms.natoms;
+    return predict_batch(batch_of(atoms, frames), atoms.natoms, training);
+  }
+
+  std::vector<torch::Tensor> pack(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) override {
+    if (!static_shapes_) return Model::pack(atoms, frames);
+    return tensors_of(batch_of(atoms, frames));
+  }
+
+  Prediction predict_packed(const SystemAtoms& atoms, const std::vector<torch::Tensor>& packed,
+                            bool training) override {
+    if (!static_shapes_) return Model::predict_packed(atoms, packed, training);
+    return predict_batch(batch_from(packed), atoms.natoms, training);
+  }
+
+  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
+                const torch::Tensor& grad_virial) override {
+    std::vector<torch::Tensor> parameters;
+    for (const auto& p : module_.parameters()) parameters.push_back(p);
+    backward_through_graph(last_, grad_energy, grad_forces, grad_virial, parameters);
+    last_ = Prediction{};
+  }
+
+  std::vector<int64_t> shape_key(const SystemAtoms& atoms,
+                                 const std::vector<const FrameInput*>& frames) const override {
+    if (!static_shapes_) return {};
+    int64_t edges = 0, pairs = 0;
+    for (const FrameInput* f : frames) {
+      const auto& g = static_cast<const EquivariantFrame&>(*f);
+      edges += g.i.size(0);
+      pairs += g.basis.size(0);
+    }
+    const PaddedSizes padded = padded_sizes(edges, pairs);
+    return {int64_t(frames.size()), atoms.natoms, padded.edges, padded.pairs};
+  }
+
+ private:
+  /// predict() of a batch of frames of `natoms` atoms each.
+  Prediction predict_batch(const FrameBatch& b, int64_t natoms, bool training) {
+    const int64_t nframes = b.atype.size(0) / natoms;
     const auto params = training_->parameters(module_, false);
     const double avg = module_.attr("avg_num_neighbors").toDouble();
     const auto basis = b.basis.detach().requires_grad_(true);
@@ -254,96 +270,18 @@ class EquivariantModel final : public Model {
     return p;
   }
 
-  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
-                const torch::Tensor& grad_virial) override {
-    std::vector<torch::Tensor> parameters;
-    for (const auto& p : module_.parameters()) parameters.push_back(p);
-    backward_through_graph(last_, grad_energy, grad_forces, grad_virial, parameters);
-    last_ = Prediction{};
-  }
-
- private:
-  /// A batch's frames as one graph: frame f's atoms are f*N .. f*N+N-1, and its edge, pair and
-  /// table indices are offset by the edges and pairs of the frames before it.
-  struct BatchedFrames {
-    torch::Tensor d, i, j, pair, pair_edge, basis, basis_jacobian, y, y_jacobian, atype;
-    torch::Tensor edge_frame;          ///< [E] int64, the frame of each edge
-    std::vector<torch::Tensor> edges;  ///< the contraction's tables, radial weights by pair (models/equivariant/message_contraction.h)
-  };
-
-  BatchedFrames single_frame(const SystemAtoms& atoms, const FrameInput& input) const {
-    const auto& g = static_cast<const EquivariantFrame&>(input);
-    BatchedFrames b{g.d, g.i.to(device_), g.j.to(device_), g.pair.to(device_), g.pair_edge.to(device_),
-                    g.basis, g.basis_jacobian, g.y, g.y_jacobian, atoms.atype,
-                    torch::zeros({g.i.size(0)}, g.i.options().device(device_)), {}};
-    b.edges = {b.i, b.j};
-    for (size_t k = 2; k < g.edges.size(); ++k) b.edges.push_back(g.edges[k].to(device_));
-    b.edges.push_back(b.pair);
-    b.edges.push_back(b.pair_edge);
-    return b;
-  }
-
-  /// One index table of a batch: the frames' host tables one after the other, frame f's entries
-  /// plus offset[f], its first `skip` entries left out after the first frame (offset tables
-  /// [N+1] start with 0); built on the host and moved to `device` once.
-  static torch::Tensor concatenated(const std::vector<const torch::Tensor*>& tables, const std::vector<int64_t>& offset,
-                                    int64_t skip, torch::Device device) {
-    int64_t total = 0;
-    for (size_t f = 0; f < tables.size(); ++f) total += tables[f]->size(0) - (f > 0 ? skip : 0);
-    auto out = torch::empty({total}, torch::kInt64);
-    int64_t* o = out.data_ptr<int64_t>();
-    for (size_t f = 0; f < tables.size(); ++f) {
-      const auto t = tables[f]->contiguous();
-      const int64_t* v = t.data_ptr<int64_t>();
-      for (int64_t k = f > 0 ? skip : 0; k < t.size(0); ++k) *o++ = v[k] + offset[f];
+  /// The batch as one graph (models/equivariant/frame_batch.h), padded with static_shapes.
+  FrameBatch batch_of(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) {
+    std::vector<const EquivariantFrame*> inputs;
+    for (const FrameInput* f : frames) inputs.push_back(static_cast<const EquivariantFrame*>(f));
+    if (inputs.size() == 1 && !static_shapes_) {
+      FrameBatch b = single_frame_batch(*inputs[0], device_);
+      b.atype = atoms.atype;
+      return b;
     }
-    return out.to(device);
-  }
-
-  BatchedFrames batch_frames(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) {
-    const size_t nframes = frames.size();
-    std::vector<torch::Tensor> d, basis, basis_jacobian, y, y_jacobian;
-    std::vector<const torch::Tensor*> i, j, pair, pair_edge, centre_offsets, by_neighbor, neighbor_offsets;
-    std::vector<int64_t> atom_offset, edge_offset, pair_offset;
-    int64_t edges = 0, pairs = 0;
-    for (size_t f = 0; f < nframes; ++f) {
-      const auto& g = static_cast<const EquivariantFrame&>(*frames[f]);
-      d.push_back(g.d);
-      basis.push_back(g.basis);
-      basis_jacobian.push_back(g.basis_jacobian);
-      y.push_back(g.y);
-      y_jacobian.push_back(g.y_jacobian);
-      i.push_back(&g.i);
-      j.push_back(&g.j);
-      pair.push_back(&g.pair);
-      pair_edge.push_back(&g.pair_edge);
-      centre_offsets.push_back(&g.edges[2]);
-      by_neighbor.push_back(&g.edges[3]);
-      neighbor_offsets.push_back(&g.edges[4]);
-      atom_offset.push_back(int64_t(f) * atoms.natoms);
-      edge_offset.push_back(edges);
-      pair_offset.push_back(pairs);
-      edges += g.i.size(0);
-      pairs += g.basis.size(0);
-    }
-    auto edge_frame = torch::empty({edges}, torch::kInt64);
-    for (size_t f = 0; f < nframes; ++f)
-      edge_frame.narrow(0, edge_offset[f], i[f]->size(0)).fill_(int64_t(f));
-    BatchedFrames b;
-    b.d = torch::cat(d);
-    b.basis = torch::cat(basis);
-    b.basis_jacobian = torch::cat(basis_jacobian);
-    b.y = torch::cat(y);
-    b.y_jacobian = torch::cat(y_jacobian);
-    b.i = concatenated(i, atom_offset, 0, device_);
-    b.j = concatenated(j, atom_offset, 0, device_);
-    b.pair = concatenated(pair, pair_offset, 0, device_);
-    b.pair_edge = concatenated(pair_edge, edge_offset, 0, device_);
-    b.edge_frame = edge_frame.to(device_);
-    b.atype = batch_types(atoms.atype, int64_t(nframes));
-    b.edges = {b.i, b.j, concatenated(centre_offsets, edge_offset, 1, device_),
-               concatenated(by_neighbor, edge_offset, 0, device_), concatenated(neighbor_offsets, edge_offset, 1, device_),
-               b.pair, b.pair_edge};
+    FrameBatch b = frame_batch(inputs, atoms.natoms, device_);
+    b.atype = batch_types(atoms.atype, int64_t(inputs.size()));
+    if (static_shapes_) pad_to_buckets(b, int64_t(inputs.size()), int64_t(inputs.size()) * atoms.natoms);
     return b;
   }
 
@@ -372,6 +310,7 @@ class EquivariantModel final : public Model {
 
   EquivariantSettings settings_;
   torch::Device device_;
+  bool static_shapes_;  // ModelContext::static_shapes: batches padded to buckets
   torch::jit::Module module_;
   std::unique_ptr<TrainingFunction> training_;  // the energy from cached geometry
   Prediction last_;  // the prediction of the last training step, with its graph

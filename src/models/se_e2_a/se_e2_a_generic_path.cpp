@@ -11,6 +11,10 @@ SeAGenericPath::SeAGenericPath(const SeAConfig& config, torch::jit::Module modul
     : config_(config), module_(std::move(module)) {}
 
 SeAEvaluator::Output SeAGenericPath::forward(const PackedEnv& batch, const std::vector<int>& types, bool training) {
+  return forward_dense(dense(batch, types), training);
+}
+
+std::vector<torch::Tensor> SeAGenericPath::dense(const PackedEnv& batch, const std::vector<int>& types) {
   const int64_t nb = batch.nframes, n = batch.natoms, nc = config_.nslots();
   if (batch.nslots != nc)
     throw Error("SeAGenericPath: the batch has " + std::to_string(batch.nslots) + " slots per atom, the model " +
@@ -37,10 +41,14 @@ SeAEvaluator::Output SeAGenericPath::forward(const PackedEnv& batch, const std::
     vec.index_copy_(0, g.slot, g.vec);
     nlist.index_copy_(0, g.slot, g.neighbor_in_frame);
   }
-  auto out = module_
-                 .run_method("energy_force_env", rij.view({nb, n, nc, 4}), drij.view({nb, n, nc, 4, 3}),
-                             vec.view({nb, n, nc, 3}), nlist.view({nb, n, nc}), atype_, training)
-                 .toTuple();
+  return {rij.view({nb, n, nc, 4}), drij.view({nb, n, nc, 4, 3}), vec.view({nb, n, nc, 3}), nlist.view({nb, n, nc}),
+          atype_};
+}
+
+SeAEvaluator::Output SeAGenericPath::forward_dense(const std::vector<torch::Tensor>& d, bool training) {
+  if (d.size() != 5)
+    throw Error("SeAGenericPath: expected the 5 dense tensors of a batch, got " + std::to_string(d.size()));
+  auto out = module_.run_method("energy_force_env", d[0], d[1], d[2], d[3], d[4], training).toTuple();
   SeAEvaluator::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
                                  out->elements()[2].toTensor(), out->elements()[3].toTensor()};
   last_ = training ? result : SeAEvaluator::Output{};

@@ -26,6 +26,14 @@ class SeAGenericPath {
   /// backward() differentiates (create_graph); without, keeps nothing.
   SeAEvaluator::Output forward(const PackedEnv& batch, const std::vector<int>& types, bool training = true);
 
+  /// The batch as the dense tensors `energy_force_env` reads, on the module's device: rij [B, N,
+  /// C, 4], drij [B, N, C, 4, 3], vec [B, N, C, 3] (model dtype; empty slots zero), nlist [B, N,
+  /// C] int64 (-1: empty), atype [N] int64 (C = the slots of sel). Their shapes depend on B and
+  /// N only: the static shapes of a captured step (docs/device.md "Static shapes").
+  std::vector<torch::Tensor> dense(const PackedEnv& batch, const std::vector<int>& types);
+  /// forward() from dense()'s tensors (or copies of them): no tensor made from host data.
+  SeAEvaluator::Output forward_dense(const std::vector<torch::Tensor>& dense, bool training = true);
+
   /// After forward(..., true): adds d loss / d parameter to every parameter's grad, given
   /// d loss / d energy [B], d loss / d forces [B, N, 3] and d loss / d virial [B, 3, 3] (any
   /// floating dtype; undefined counts as zero).

@@ -131,7 +131,8 @@ struct SeAFrame : FrameInput {
 
 class SeAModel final : public Model {
  public:
-  SeAModel(const SeASettings& settings, const ModelContext& context) : settings_(settings), device_(context.device) {
+  SeAModel(const SeASettings& settings, const ModelContext& context)
+      : settings_(settings), device_(context.device), static_shapes_(context.static_shapes) {
     SeAConfig& c = settings_.config;
     const uint64_t fallback = context.training_seed.value_or(1);
     c.seed = settings_.descriptor_seed.value_or(fallback);
@@ -141,7 +142,9 @@ class SeAModel final : public Model {
     c.isolated_energy_is_bias = settings_.e0s.kind != ReferenceEnergies::Kind::kFit;
     module_ = build_se_e2_a(c);
     move_module(module_, device_);
-    kind_ = se_e2_a_path_kind(device_);
+    // Static shapes need the dense matrices of the device-generic path (docs/device.md "Static
+    // shapes"); the hand-written path works on the real pairs only.
+    kind_ = static_shapes_ ? SeAPathKind::kGeneric : se_e2_a_path_kind(device_);
     if (kind_ == SeAPathKind::kHandWritten) {
       if (!device_.is_cpu())
         throw Error("MLIP_SE_E2_A_PATH=hand-written: the hand-written path runs on the CPU only, the model is on " +
@@ -199,15 +202,27 @@ class SeAModel final : public Model {
   }
 
   Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames, bool training) override {
-    const PackedEnv* batch = &static_cast<const SeAFrame*>(frames[0])->packed;
-    if (frames.size() > 1) {
-      std::vector<const PackedEnv*> parts;
-      for (const FrameInput* f : frames) parts.push_back(&static_cast<const SeAFrame*>(f)->packed);
-      batch_ = PackedEnv::concat(parts, generic_ != nullptr);
-      batch = &batch_;
-    }
+    const PackedEnv& batch = batch_of(frames);
     const SeAEvaluator::Output out =
-        generic_ ? generic_->forward(*batch, atoms.types, training) : hand_written_->forward(*batch, atoms.types);
+        generic_ ? generic_->forward(batch, atoms.types, training) : hand_written_->forward(batch, atoms.types);
+    return {out.energy, out.forces, out.virial};
+  }
+
+  std::vector<int64_t> shape_key(const SystemAtoms& atoms,
+                                 const std::vector<const FrameInput*>& frames) const override {
+    if (!static_shapes_) return {};
+    return {int64_t(frames.size()), atoms.natoms};
+  }
+
+  std::vector<torch::Tensor> pack(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) override {
+    if (!static_shapes_) return Model::pack(atoms, frames);
+    return generic_->dense(batch_of(frames), atoms.types);
+  }
+
+  Prediction predict_packed(const SystemAtoms& atoms, const std::vector<torch::Tensor>& packed,
+                            bool training) override {
+    if (!static_shapes_) return Model::predict_packed(atoms, packed, training);
+    const SeAEvaluator::Output out = generic_->forward_dense(packed, training);
     return {out.energy, out.forces, out.virial};
   }
 
@@ -218,6 +233,15 @@ class SeAModel final : public Model {
   }
 
  private:
+  /// The frames' real pairs as one batch (kept in batch_ when there are several).
+  const PackedEnv& batch_of(const std::vector<const FrameInput*>& frames) {
+    if (frames.size() == 1) return static_cast<const SeAFrame*>(frames[0])->packed;
+    std::vector<const PackedEnv*> parts;
+    for (const FrameInput* f : frames) parts.push_back(&static_cast<const SeAFrame*>(f)->packed);
+    batch_ = PackedEnv::concat(parts, generic_ != nullptr);
+    return batch_;
+  }
+
   /// The environment matrix of one frame (host), in the model's Real type.
   template <typename Real>
   EnvMatrix environment(const data::System& system, const data::Frame& frame) {
@@ -253,6 +277,7 @@ class SeAModel final : public Model {
 
   SeASettings settings_;
   torch::Device device_;
+  bool static_shapes_;  // ModelContext::static_shapes: the device-generic path, pack() and predict_packed()
   torch::jit::Module module_;
   SeAPathKind kind_ = SeAPathKind::kHandWritten;
   std::unique_ptr<SeAEvaluator> hand_written_;

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+
+#include "models/model.h"
+
+namespace mlip::train {
+
+/// A batch's labels on the model's device, float64 (docs/training.md "Loss").
+struct BatchLabels {
+  torch::Tensor energy;   ///< [B] eV
+  torch::Tensor forces;   ///< [B, N, 3] eV/Å; undefined: the system has no force labels
+  torch::Tensor virial;   ///< [B, 9] eV; undefined: the system has no virial labels
+  torch::Tensor weights;  ///< [B] each frame's weight in the loss (docs/training.md "Weights")
+};
+
+/// The loss of a batch and the error sums behind the displayed RMSEs.
+struct BatchLoss {
+  /// [] float64: docs/training.md "Loss" with the step's prefactors; differentiable with
+  /// respect to the prediction.
+  torch::Tensor loss;
+  /// [4] float64, detached: the loss times B, the sum of dE^2 / N^2, the sum of dF^2 over
+  /// components, the sum of mean_9(dW^2) / N^2.
+  torch::Tensor sums;
+};
+
+/// The loss of `prediction` (energy [B] float64, forces [B, N, 3] and virial [B, 3, 3] in the
+/// model's dtype) against `labels`, with `prefactors` [3] float64 {energy, forces, virial} on
+/// the same device (a tensor, so that a step replayed as a CUDA graph reads the step's values)
+/// or on the host (each then enters as a number), for frames of `natoms` atoms. The terms of labels that are undefined
+/// are left out.
+BatchLoss batch_loss(const models::Prediction& prediction, const BatchLabels& labels, const torch::Tensor& prefactors,
+                     int64_t natoms);
+
+}  // namespace mlip::train

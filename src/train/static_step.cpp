@@ -1,0 +1,206 @@
+#include "train/static_step.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include <limits>
+
+#include "error.h"
+#include "train/adam_step.h"
+
+#ifdef MLIP_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace mlip::train {
+
+/// The buffers of one shape (and, once captured, its graph).
+struct StaticStep::Slot {
+  std::vector<torch::Tensor> inputs;  ///< Model::pack's tensors, owned
+  BatchLabels labels;                 ///< owned copies
+  torch::Tensor sums;                 ///< [4] float64, the step's error sums (written by the step)
+  int64_t runs = 0;                   ///< steps run on this slot so far
+#ifdef MLIP_HAVE_CUDA
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+#endif
+};
+
+namespace {
+
+/// Copies `from` into the buffer `to`, which must have its shape and dtype.
+void refill(torch::Tensor& to, const torch::Tensor& from, const char* what) {
+  if (to.defined() != from.defined() || (to.defined() && (to.sizes() != from.sizes() || to.dtype() != from.dtype())))
+    throw Error(std::string("static training step: the batch's ") + what +
+                " does not fit the buffers of its shape key (a model whose shape_key misses a size)");
+  if (to.defined()) to.copy_(from);
+}
+
+torch::Tensor owned(const torch::Tensor& t) { return t.defined() ? t.clone() : t; }
+
+}  // namespace
+
+StaticStep::StaticStep(models::Model& model, torch::optim::Adam& optimizer, Ema* ema,
+                       std::vector<torch::Tensor> parameters, torch::Device device, bool capture, std::ostream* log,
+                       int warmup)
+    : model_(model),
+      optimizer_(optimizer),
+      ema_(ema),
+      parameters_(std::move(parameters)),
+      device_(device),
+      capture_(capture),
+      log_(log),
+      warmup_(std::max(warmup, 1)) {
+  // Every parameter has a gradient from the start (zeros), so that the step's numbers can be
+  // worked out before its first backward pass (advance_adam).
+  for (auto& p : parameters_)
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  first_bad_step_ = torch::full({1}, std::numeric_limits<int64_t>::max(),
+                                torch::TensorOptions().dtype(torch::kInt64).device(device_));
+  step_index_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
+#ifdef MLIP_HAVE_CUDA
+  if (capture_ && !device_.is_cuda()) {
+    capture_ = false;
+    capture_status_ = "not captured: the model trains on " + device_.str() + ", CUDA graphs need a CUDA device";
+  }
+#else
+  if (capture_) {
+    capture_ = false;
+    capture_status_ = "not captured: this build's LibTorch has no CUDA";
+  }
+#endif
+  if (capture_) capture_status_ = "captured as CUDA graphs, one per shape";
+  if (capture_status_.empty()) capture_status_ = "not captured (not asked for)";
+}
+
+StaticStep::~StaticStep() = default;
+
+int64_t StaticStep::captures() const {
+  int64_t n = 0;
+#ifdef MLIP_HAVE_CUDA
+  for (const auto& [key, slot] : slots_) n += slot->graph ? 1 : 0;
+#endif
+  return n;
+}
+
+StaticStep::Slot& StaticStep::slot_for(const models::SystemAtoms& atoms,
+                                       const std::vector<const models::FrameInput*>& frames,
+                                       const BatchLabels& labels) {
+  std::vector<int64_t> key = model_.shape_key(atoms, frames);
+  if (key.empty())
+    throw Error("static training step: model " + model_.settings().type +
+                " gives no static shapes (it must be built with ModelContext::static_shapes)");
+  key.push_back(labels.forces.defined() ? 1 : 0);
+  key.push_back(labels.virial.defined() ? 1 : 0);
+  const std::vector<torch::Tensor> packed = model_.pack(atoms, frames);
+  auto it = slots_.find(key);
+  if (it == slots_.end()) {
+    auto slot = std::make_unique<Slot>();
+    for (const auto& t : packed) slot->inputs.push_back(owned(t));
+    slot->labels = {owned(labels.energy), owned(labels.forces), owned(labels.virial), owned(labels.weights)};
+    slot->sums = torch::zeros({4}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    return *slots_.emplace(std::move(key), std::move(slot)).first->second;
+  }
+  Slot& slot = *it->second;
+  if (packed.size() != slot.inputs.size())
+    throw Error("static training step: the model packed " + std::to_string(packed.size()) +
+                " tensors, its buffers hold " + std::to_string(slot.inputs.size()));
+  for (size_t k = 0; k < packed.size(); ++k) refill(slot.inputs[k], packed[k], "inputs");
+  refill(slot.labels.energy, labels.energy, "energy labels");
+  refill(slot.labels.forces, labels.forces, "force labels");
+  refill(slot.labels.virial, labels.virial, "virial labels");
+  refill(slot.labels.weights, labels.weights, "weights");
+  return slot;
+}
+
+torch::Tensor StaticStep::body(Slot& slot, const models::SystemAtoms& atoms) {
+  for (auto& p : parameters_) p.mutable_grad().zero_();
+  const models::Prediction out = model_.predict_packed(atoms, slot.inputs, true);
+  // The loss on leaf copies of the prediction; the model's backward carries its gradient to
+  // the parameters (as Trainer::evaluate).
+  const models::Prediction leaves{out.energy.detach().requires_grad_(true), out.forces.detach().requires_grad_(true),
+                                  out.virial.detach().requires_grad_(true)};
+  const int64_t adam_scalars = scalars_.size(0) - 3;
+  const BatchLoss loss = batch_loss(leaves, slot.labels, scalars_.narrow(0, adam_scalars, 3), atoms.natoms);
+  const auto g =
+      torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
+  model_.backward(g[0], g[1], g[2]);
+  // The non-finite record (train/non_finite_guard.h, on the device): min(first, finite ? max : step).
+  const auto finite = torch::isfinite(loss.loss.detach().reshape({1}));
+  first_bad_step_.copy_(torch::minimum(
+      first_bad_step_,
+      torch::where(finite, torch::full_like(step_index_, std::numeric_limits<int64_t>::max()), step_index_)));
+  adam_update_from(optimizer_, ema_, scalars_.narrow(0, 0, adam_scalars));
+  slot.sums.copy_(loss.sums);
+  return slot.sums;
+}
+
+torch::Tensor StaticStep::run(const models::SystemAtoms& atoms, const std::vector<const models::FrameInput*>& frames,
+                              const BatchLabels& labels, double prefactor_e, double prefactor_f, double prefactor_v,
+                              int64_t step) {
+  Slot& slot = slot_for(atoms, frames, labels);
+  std::vector<double> numbers = advance_adam(optimizer_, ema_);
+  numbers.insert(numbers.end(), {prefactor_e, prefactor_f, prefactor_v});
+  const auto host = torch::tensor(numbers, torch::kFloat64);
+  if (!scalars_.defined()) scalars_ = torch::empty({host.size(0)}, host.options().device(device_));
+  if (scalars_.size(0) != host.size(0))
+    throw Error("static training step: the optimiser's parameter groups changed during training");
+  scalars_.copy_(host);
+  step_index_.fill_(step);
+#ifdef MLIP_HAVE_CUDA
+  if (capture_ && !slot.graph && slot.runs >= warmup_) capture(slot, atoms);
+  if (slot.graph) {
+    slot.graph->replay();
+    ++replays_;
+  } else {
+    body(slot, atoms);
+  }
+#else
+  body(slot, atoms);
+#endif
+  ++slot.runs;
+  return slot.sums.clone();
+}
+
+void StaticStep::capture(Slot& slot, const models::SystemAtoms& atoms) {
+#ifdef MLIP_HAVE_CUDA
+  // Capture on a side stream (CUDA graphs cannot capture the default stream), after the warm-up
+  // steps have run eagerly on these buffers (cuBLAS handles, the autograd engine's threads).
+  // Capturing records and does not run: the replay that follows takes the step. Thread-local
+  // capture mode: the data workers may copy frames to the device meanwhile.
+  const auto main_stream = c10::cuda::getCurrentCUDAStream(device_.index());
+  auto stream = c10::cuda::getStreamFromPool(false, device_.index());
+  at::cuda::CUDAEvent buffers_filled;
+  buffers_filled.record(main_stream);
+  buffers_filled.block(stream);
+  try {
+    c10::cuda::CUDAStreamGuard guard(stream);
+    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      body(slot, atoms);
+    } catch (...) {
+      try {
+        graph->capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    graph->capture_end();
+    slot.graph = std::move(graph);
+  } catch (const c10::Error& e) {
+    capture_ = false;
+    capture_status_ = std::string("not captured: the capture failed (") + e.what_without_backtrace() + ")";
+    if (log_ != nullptr) *log_ << "training.cuda_graphs: " << capture_status_ << "; steps run from static buffers\n";
+  }
+  at::cuda::CUDAEvent captured;
+  captured.record(stream);
+  captured.block(main_stream);
+#else
+  (void)slot;
+  (void)atoms;
+#endif
+}
+
+}  // namespace mlip::train

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <torch/optim/adam.h>
+#include <torch/script.h>
+
+#include <cstdint>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "train/batch_loss.h"
+#include "train/ema.h"
+
+namespace mlip::train {
+
+/// A training step that reads everything that changes from step to step out of buffers of
+/// fixed shapes and addresses, so that a CUDA graph can capture it once per shape and replay it
+/// (docs/device.md "Static shapes"): the model's packed inputs (Model::pack, which needs a model
+/// built with ModelContext::static_shapes), the labels, and one float64 buffer of the step's
+/// numbers (Adam's step size and bias correction, the moving average's weight, the loss
+/// prefactors) plus the step's index for the non-finite record. Inside the step nothing is read
+/// back to the host and no tensor is made from host data.
+///
+/// One step: zero the gradients, predict_packed, the loss (train/batch_loss.h), its gradient,
+/// Model::backward, the non-finite record, adam_update_from (train/adam_step.h) with the moving
+/// average. Without capture (the CPU, or a build without CUDA) the same step runs operation by
+/// operation from the same buffers, which is how the CPU tests check it against the usual step.
+/// One rank only: the gradient all-reduce is not part of it.
+class StaticStep {
+ public:
+  /// `capture`: capture each shape's step as a CUDA graph once it has run `warmup` times (CUDA
+  /// devices in CUDA builds only: otherwise the constructor records why not, capture_status()).
+  /// A capture that fails is said once on `log` (if not null), and the steps run uncaptured.
+  StaticStep(models::Model& model, torch::optim::Adam& optimizer, Ema* ema, std::vector<torch::Tensor> parameters,
+             torch::Device device, bool capture, std::ostream* log = nullptr, int warmup = 2);
+  ~StaticStep();
+  StaticStep(const StaticStep&) = delete;
+  StaticStep& operator=(const StaticStep&) = delete;
+
+  /// Step `step` (1-based) on a batch of `frames` of the system `atoms` with their `labels`:
+  /// copies the inputs, labels and the step's numbers into the buffers of the batch's shape,
+  /// then runs (or replays) the step. Returns the error sums [4] float64 of the step
+  /// (BatchLoss::sums), a tensor of its own on the device.
+  torch::Tensor run(const models::SystemAtoms& atoms, const std::vector<const models::FrameInput*>& frames,
+                    const BatchLabels& labels, double prefactor_e, double prefactor_f, double prefactor_v,
+                    int64_t step);
+
+  /// [1] int64 on the device: the first step whose loss was not finite (INT64_MAX: none).
+  const torch::Tensor& first_bad_step() const { return first_bad_step_; }
+  /// Whether steps are captured, or why not: "captured as CUDA graphs", or "not captured: ...".
+  const std::string& capture_status() const { return capture_status_; }
+  /// Steps replayed from a captured graph, and graphs captured, so far.
+  int64_t replays() const { return replays_; }
+  int64_t captures() const;
+
+ private:
+  struct Slot;
+  Slot& slot_for(const models::SystemAtoms& atoms, const std::vector<const models::FrameInput*>& frames,
+                 const BatchLabels& labels);
+  torch::Tensor body(Slot& slot, const models::SystemAtoms& atoms);
+  /// Captures slot's step as a CUDA graph (CUDA builds); on failure, turns capture off.
+  void capture(Slot& slot, const models::SystemAtoms& atoms);
+
+  models::Model& model_;
+  torch::optim::Adam& optimizer_;
+  Ema* ema_;
+  std::vector<torch::Tensor> parameters_;
+  torch::Device device_;
+  bool capture_;
+  std::ostream* log_;
+  int warmup_;
+  std::string capture_status_;
+  int64_t replays_ = 0;
+  /// The step's numbers: advance_adam's [2·G + 1], then the prefactors {e, f, v}: float64 on the
+  /// device, refilled before each step; step_index_ [1] int64 likewise.
+  torch::Tensor scalars_, step_index_;
+  torch::Tensor first_bad_step_;
+  std::map<std::vector<int64_t>, std::unique_ptr<Slot>> slots_;
+};
+
+}  // namespace mlip::train

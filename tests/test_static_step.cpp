@@ -1,0 +1,210 @@
+// The training step from static buffers (src/train/static_step.h), on the CPU, where it runs
+// without capture from the same buffers a CUDA graph would replay: step after step it equals
+// the usual step (predict, the loss, its gradient, the model's backward, Adam's tensor
+// operations with the moving average) in the parameters, the averages and the error sums, for
+// both models, float64 and float32, with batches of two shapes interleaved, a learning rate and
+// loss prefactors that change every step, and a non-finite loss recorded at its step; on a GPU
+// (label gpu) the same with each shape's step captured as a CUDA graph and replayed.
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/cuda.h>
+
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <type_traits>
+
+#include "data/load.h"
+#include "models/registry.h"
+#include "test_util.h"
+#include "train/adam_step.h"
+#include "train/batch_loss.h"
+#include "train/config.h"
+#include "train/ema.h"
+#include "train/static_step.h"
+
+namespace {
+
+using mlip::test::TempDir;
+
+std::string input_of(const std::string& model, const std::string& precision) {
+  const std::string head = "model:\n  type_map: [O, H]\n";
+  const std::string tail = "training:\n  training_data: {systems: [sys]}\n  numb_steps: 1\n";
+  if (model == "se_e2_a")
+    return head +
+           "  descriptor: {type: se_e2_a, sel: [8, 16], rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8], axis_neuron: 4, "
+           "seed: 3, precision: " +
+           precision + "}\n  fitting_net: {neuron: [8, 8], seed: 3, precision: " + precision + "}\n" + tail;
+  return head +
+         "  type: equivariant\n  r_max: 3.5\n  num_features: 4\n  l_max: 1\n  num_layers: 2\n"
+         "  correlation: 3\n  num_bessels: 4\n  radial_width: 8\n  avg_num_neighbors: 6\n  seed: 3\n"
+         "  precision: " +
+         precision + "\n" + tail;
+}
+
+/// A model of the input, built with or without static shapes, and its optimiser and average.
+struct Trained {
+  std::unique_ptr<mlip::models::Model> model;
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<torch::optim::Adam> adam;
+  std::unique_ptr<mlip::train::Ema> ema;
+  Trained(const mlip::train::TrainConfig& config, const std::vector<mlip::data::System>& systems, bool static_shapes,
+          torch::Device device = torch::kCPU) {
+    mlip::models::ModelContext context;
+    context.device = device;
+    context.training_systems = &systems;
+    context.static_shapes = static_shapes;
+    model = mlip::models::create_model(*config.model, context);
+    if (config.model->type == "equivariant")
+      model->module().run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64).to(device),
+                                 torch::tensor({-93.5, -187.2}, torch::kFloat64).to(device));
+    for (const auto& p : model->module().parameters()) params.push_back(p);
+    adam = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3).betas({0.9, 0.999}));
+    ema = std::make_unique<mlip::train::Ema>(params, 0.9);
+  }
+};
+
+double relative(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = b.to(torch::kFloat64).abs().max().item<double>();
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+/// Trains `model` (its input in `precision`) for seven steps twice, the usual way and through a
+/// StaticStep on `device` (capturing where `capture` and it can), on batches of two frames and
+/// of one, and compares the error sums, the parameters and the averages after every step within
+/// `tol`; then records a non-finite loss. Returns the StaticStep's replays (0 without capture).
+int64_t train_both_ways(const std::string& model, const std::string& precision, torch::Device device, bool capture,
+                        double tol) {
+  TempDir dir;
+  mlip::test::write_system(dir / "sys", 4, 8, 6, 11);
+  std::vector<std::string> type_map{"O", "H"};
+  const auto systems = mlip::data::load_systems({dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
+  const auto& sys = systems[0];
+  mlip::models::SystemAtoms atoms;
+  atoms.natoms = sys.natoms();
+  atoms.types = sys.types;
+  atoms.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64).to(device);
+  auto config = mlip::train::parse_train_config(input_of(model, precision), "test", dir.path());
+  // The usual step: se_e2_a's device-generic path (the one with static shapes), the equivariant
+  // model without padding.
+  Trained usual(config, systems, model == "se_e2_a", device);
+  Trained fixed(config, systems, true, device);
+  mlip::train::StaticStep step(*fixed.model, *fixed.adam, fixed.ema.get(), fixed.params, device, capture, &std::cout);
+  if (device.is_cpu())
+    EXPECT_NE(step.capture_status().find("not captured: "), std::string::npos) << step.capture_status();
+
+  std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
+  std::vector<mlip::data::Frame> frames;
+  for (int64_t f = 0; f < sys.nframes; ++f) {
+    frames.push_back(sys.frame(f));
+    inputs.push_back(usual.model->prepare_frame(sys, frames.back()));
+  }
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  for (int64_t s = 1; s <= 7; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    // Batches of two frames and of one, interleaved (two shapes; the equivariant model's padded
+    // sizes may differ within a shape's frames).
+    std::vector<int64_t> picked = s % 3 == 0 ? std::vector<int64_t>{s % 6} : std::vector<int64_t>{s % 6, (s + 2) % 6};
+    std::vector<const mlip::models::FrameInput*> batch;
+    std::vector<torch::Tensor> energy, forces;
+    for (int64_t f : picked) {
+      batch.push_back(inputs[size_t(f)].get());
+      energy.push_back(torch::tensor(frames[size_t(f)].energy, torch::kFloat64));
+      forces.push_back(torch::tensor(frames[size_t(f)].force, torch::kFloat64).reshape({-1, 3}));
+    }
+    mlip::train::BatchLabels labels;
+    labels.energy = torch::cat(energy).to(device);
+    labels.forces = torch::stack(forces).to(device);
+    auto weights = torch::full({int64_t(picked.size())}, 1.0, torch::kFloat64);
+    weights[0] = 0.5 + 0.1 * double(s);
+    labels.weights = weights.to(device);
+    const double lr = 2e-3 * std::pow(0.8, double(s)), pe = 0.02 * double(s), pf = 100.0 / double(s), pv = 0.0;
+    for (auto* t : {&usual, &fixed})
+      static_cast<torch::optim::AdamOptions&>(t->adam->param_groups()[0].options()).lr(lr);
+
+    for (auto& p : usual.params)
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    const auto out = usual.model->predict(atoms, batch, true);
+    const mlip::models::Prediction leaves{out.energy.detach().requires_grad_(true),
+                                          out.forces.detach().requires_grad_(true),
+                                          out.virial.detach().requires_grad_(true)};
+    const auto loss = mlip::train::batch_loss(leaves, labels, torch::tensor({pe, pf, pv}, f64), atoms.natoms);
+    const auto g =
+        torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
+    usual.model->backward(g[0], g[1], g[2]);
+    mlip::train::adam_step(*usual.adam, usual.ema.get(), true);
+
+    const auto sums = step.run(atoms, batch, labels, pe, pf, pv, s);
+    EXPECT_LT(relative(sums, loss.sums), tol) << "error sums";
+    for (size_t k = 0; k < usual.params.size(); ++k) {
+      EXPECT_LT(relative(fixed.params[k], usual.params[k]), tol) << "parameter " << k;
+      EXPECT_LT(relative(fixed.ema->averages()[k], usual.ema->averages()[k]), tol) << "average " << k;
+    }
+  }
+  EXPECT_EQ(step.first_bad_step().item<int64_t>(), std::numeric_limits<int64_t>::max());
+  // The weights moved.
+  Trained fresh(config, systems, true, device);
+  double moved = 0;
+  for (size_t k = 0; k < fresh.params.size(); ++k) moved = std::max(moved, relative(fixed.params[k], fresh.params[k]));
+  EXPECT_GT(moved, 1e-4);
+
+  // A NaN label makes the loss non-finite: recorded at its step, read by the trainer later.
+  mlip::train::BatchLabels bad;
+  bad.energy = torch::full({1}, std::nan(""), f64);
+  bad.forces = torch::zeros({1, atoms.natoms, 3}, f64);
+  bad.weights = torch::ones({1}, f64);
+  step.run(atoms, {inputs[0].get()}, bad, 1.0, 1.0, 0.0, 8);
+  EXPECT_EQ(step.first_bad_step().item<int64_t>(), 8);
+  return step.replays();
+}
+
+template <typename T>
+class StaticStepTest : public ::testing::Test {};
+using Dtypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(StaticStepTest, Dtypes);
+
+TYPED_TEST(StaticStepTest, EqualsTheUsualStepStepAfterStep) {
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  for (const std::string model : {"se_e2_a", "equivariant"}) {
+    SCOPED_TRACE(model);
+    EXPECT_EQ(train_both_ways(model, is_double ? "float64" : "float32", torch::kCPU, true, is_double ? 1e-11 : 2e-5), 0)
+        << "nothing is captured on the CPU";
+  }
+}
+
+// On a GPU (label gpu): each shape's step is captured as a CUDA graph after its warm-up and
+// replayed, and still equals the usual step (atomics in the scatter-adds: round-off only).
+TYPED_TEST(StaticStepTest, CapturedOnCudaEqualsTheUsualStep) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible: the captured step is not checked here";
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  for (const std::string model : {"se_e2_a", "equivariant"}) {
+    SCOPED_TRACE(model);
+    EXPECT_GT(train_both_ways(model, is_double ? "float64" : "float32", torch::Device(torch::kCUDA, 0), true,
+                              is_double ? 1e-10 : 1e-4),
+              0)
+        << "some steps were replayed";
+  }
+}
+
+TEST(StaticStep, AModelWithoutStaticShapesIsAnError) {
+  TempDir dir;
+  mlip::test::write_system(dir / "sys", 2, 4, 2, 5);
+  std::vector<std::string> type_map{"O", "H"};
+  const auto systems = mlip::data::load_systems({dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
+  const auto config = mlip::train::parse_train_config(input_of("equivariant", "float64"), "test", dir.path());
+  Trained plain(config, systems, false);
+  mlip::train::StaticStep step(*plain.model, *plain.adam, plain.ema.get(), plain.params, torch::kCPU, false);
+  const auto input = plain.model->prepare_frame(systems[0], systems[0].frame(0));
+  mlip::models::SystemAtoms atoms;
+  atoms.natoms = systems[0].natoms();
+  atoms.types = systems[0].types;
+  atoms.atype = torch::tensor(std::vector<int64_t>(atoms.types.begin(), atoms.types.end()), torch::kInt64);
+  mlip::train::BatchLabels labels{torch::zeros({1}, torch::kFloat64),
+                                  torch::zeros({1, atoms.natoms, 3}, torch::kFloat64),
+                                  {},
+                                  torch::ones({1}, torch::kFloat64)};
+  const std::string message = mlip::test::error_of([&] { step.run(atoms, {input.get()}, labels, 1.0, 1.0, 0.0, 1); });
+  EXPECT_NE(message.find("gives no static shapes"), std::string::npos) << message;
+}
+
+}  // namespace
