@@ -79,6 +79,41 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
+/// `nframes` frames of the same `natoms` atoms (types and system from the first of them), with
+/// other positions and boxes (so other edge counts), made by `model`.
+struct FrameSet {
+  mlip::data::System sys;
+  mlip::models::SystemAtoms atoms;
+  std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
+  std::vector<const mlip::models::FrameInput*> all() const {
+    std::vector<const mlip::models::FrameInput*> out;
+    for (const auto& in : inputs) out.push_back(in.get());
+    return out;
+  }
+};
+
+FrameSet frame_set(mlip::models::Model& model, const EquivariantSettings& s, const Case& k, int64_t natoms,
+                   int64_t nframes) {
+  FrameSet set;
+  const auto first = mlip::test::random_frame(int(natoms), k.periodic, 5, k.box, {0.7, -0.4, 0.3}, 0.9, 0.4);
+  set.sys.type_map = s.type_map;
+  set.sys.types = first.types;
+  set.sys.pbc = first.pbc;
+  set.sys.nframes = nframes;
+  set.atoms.natoms = natoms;
+  set.atoms.types = first.types;
+  set.atoms.atype = torch::tensor(std::vector<int64_t>(first.types.begin(), first.types.end()), torch::kInt64);
+  for (int64_t f = 0; f < nframes; ++f) {
+    const auto r = mlip::test::random_frame(int(natoms), k.periodic, unsigned(5 + 7 * f),
+                                            k.box * (1.0 + 0.15 * double(f)), {0.7, -0.4, 0.3}, 0.9, 0.4);
+    mlip::data::Frame frame;
+    frame.coord = r.pos;
+    frame.box = r.cell;
+    set.inputs.push_back(model.prepare_frame(set.sys, frame));
+  }
+  return set;
+}
+
 template <typename T>
 class EquivariantTrainingPath : public ::testing::Test {};
 using Dtypes = ::testing::Types<float, double>;
@@ -167,32 +202,10 @@ TYPED_TEST(EquivariantTrainingPath, ABatchEqualsItsFramesOneByOne) {
     module.run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64),
                       torch::tensor({-93.5, -187.2}, torch::kFloat64));
     const int64_t natoms = 12, nframes = 3;
-    const auto first = mlip::test::random_frame(natoms, k.periodic, 5, k.box, {0.7, -0.4, 0.3}, 0.9, 0.4);
-    mlip::data::System sys;
-    sys.type_map = s.type_map;
-    sys.types = first.types;
-    sys.pbc = first.pbc;
-    sys.nframes = nframes;
-    mlip::models::SystemAtoms atoms;
-    atoms.natoms = natoms;
-    atoms.types = first.types;
-    atoms.atype = torch::tensor(std::vector<int64_t>(first.types.begin(), first.types.end()), torch::kInt64);
-    std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
-    std::vector<int64_t> edge_counts;
-    for (int64_t f = 0; f < nframes; ++f) {
-      // The same atoms and types, other positions and boxes (so other edge counts).
-      const auto r = mlip::test::random_frame(natoms, k.periodic, 5 + 7 * f, k.box * (1.0 + 0.15 * f),
-                                              {0.7, -0.4, 0.3}, 0.9, 0.4);
-      mlip::data::Frame frame;
-      frame.coord = r.pos;
-      frame.box = r.cell;
-      auto input = model->prepare_frame(sys, frame);
-      edge_counts.push_back(input->bytes());
-      inputs.push_back(std::move(input));
-    }
-    ASSERT_NE(edge_counts[0], edge_counts[2]) << "the frames should differ in their edges";
-    std::vector<const mlip::models::FrameInput*> batch;
-    for (const auto& in : inputs) batch.push_back(in.get());
+    const FrameSet set = frame_set(*model, s, k, natoms, nframes);
+    const auto& atoms = set.atoms;
+    ASSERT_NE(set.inputs[0]->bytes(), set.inputs[2]->bytes()) << "the frames should differ in their edges";
+    const std::vector<const mlip::models::FrameInput*> batch = set.all();
 
     auto gen = at::detail::createCPUGenerator(23);
     const auto grad_energy = at::randn({nframes}, gen, torch::kFloat64);
@@ -251,27 +264,9 @@ TYPED_TEST(EquivariantTrainingPath, PaddedToBucketsEqualsUnpadded) {
       m->module().run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64),
                              torch::tensor({-93.5, -187.2}, torch::kFloat64));
     const int64_t natoms = 12, nframes = 3;
-    const auto first = mlip::test::random_frame(natoms, k.periodic, 5, k.box, {0.7, -0.4, 0.3}, 0.9, 0.4);
-    mlip::data::System sys;
-    sys.type_map = s.type_map;
-    sys.types = first.types;
-    sys.pbc = first.pbc;
-    sys.nframes = nframes;
-    mlip::models::SystemAtoms atoms;
-    atoms.natoms = natoms;
-    atoms.types = first.types;
-    atoms.atype = torch::tensor(std::vector<int64_t>(first.types.begin(), first.types.end()), torch::kInt64);
-    std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
-    for (int64_t f = 0; f < nframes; ++f) {
-      const auto r = mlip::test::random_frame(natoms, k.periodic, 5 + 7 * f, k.box * (1.0 + 0.15 * f),
-                                              {0.7, -0.4, 0.3}, 0.9, 0.4);
-      mlip::data::Frame frame;
-      frame.coord = r.pos;
-      frame.box = r.cell;
-      inputs.push_back(plain->prepare_frame(sys, frame));
-    }
-    std::vector<const mlip::models::FrameInput*> all;
-    for (const auto& in : inputs) all.push_back(in.get());
+    const FrameSet set = frame_set(*plain, s, k, natoms, nframes);
+    const auto& atoms = set.atoms;
+    const std::vector<const mlip::models::FrameInput*> all = set.all();
     EXPECT_TRUE(plain->shape_key(atoms, all).empty()) << "no static shapes without the context's flag";
 
     for (const auto& batch : {std::vector<const mlip::models::FrameInput*>{all[1]}, all}) {
