@@ -27,10 +27,12 @@ struct BatchLoss {
 };
 
 /// The loss of `prediction` (energy [B] float64, forces [B, N, 3] and virial [B, 3, 3] in the
-/// model's dtype) against `labels`, with `prefactors` [3] float64 {energy, forces, virial} on
-/// the same device (a tensor, so that a step replayed as a CUDA graph reads the step's values)
-/// or on the host (each then enters as a number), for frames of `natoms` atoms. The terms of labels that are undefined
-/// are left out.
+/// model's dtype) against `labels`, with the prefactors of energy, forces and virial, for frames
+/// of `natoms` atoms. The terms of labels that are undefined are left out.
+BatchLoss batch_loss(const models::Prediction& prediction, const BatchLabels& labels, double prefactor_e,
+                     double prefactor_f, double prefactor_v, int64_t natoms);
+/// The same with the prefactors read from `prefactors` [3] float64 on the labels' device, so
+/// that a step replayed as a CUDA graph reads each step's values (train/static_step.h).
 BatchLoss batch_loss(const models::Prediction& prediction, const BatchLabels& labels, const torch::Tensor& prefactors,
                      int64_t natoms);
 

@@ -611,9 +611,7 @@ void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frame
   const models::Prediction leaves{out.energy.detach().requires_grad_(training),
                                   out.forces.detach().requires_grad_(training),
                                   out.virial.detach().requires_grad_(training)};
-  // On the host: a zero-dimensional host tensor enters device operations as a number (no copy).
-  const auto prefactors = torch::tensor({pref.e, pref.f, pref.v}, torch::kFloat64);
-  const BatchLoss loss = batch_loss(leaves, labels, prefactors, d.atoms.natoms);
+  const BatchLoss loss = batch_loss(leaves, labels, pref.e, pref.f, pref.v, d.atoms.natoms);
   sums.add(loss.sums);
   sums.frames += int64_t(frames.size());
   if (d.has_force) sums.force_components += labels.forces.numel();
