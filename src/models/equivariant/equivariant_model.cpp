@@ -138,6 +138,7 @@ class EquivariantModel final : public Model {
     module_ = build_equivariant(c);
     move_module(module_, device_);  // scale and shift are plain attributes: Module::to leaves them
     training_ = std::make_unique<TrainingFunction>(c);
+    training_->to(device_);
   }
 
   torch::jit::Module& module() override { return module_; }

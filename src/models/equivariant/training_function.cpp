@@ -87,6 +87,12 @@ std::pair<torch::Tensor, std::vector<torch::Tensor>> TrainingFunction::layer(
   return {out->elements()[0].toTensor(), out->elements()[1].toTensorVector()};
 }
 
+void TrainingFunction::to(torch::Device device) {
+  for (auto& c : couplings_) c.terms = c.terms.to(device), c.coefficients = c.coefficients.to(device);
+  for (auto& p : products_)
+    p.coupling.terms = p.coupling.terms.to(device), p.coupling.coefficients = p.coupling.coefficients.to(device);
+}
+
 std::vector<torch::Tensor> TrainingFunction::edge_tables(const torch::Tensor& i, const torch::Tensor& j,
                                                          int64_t natoms) {
   const auto counts = torch::bincount(i, {}, natoms);

@@ -44,6 +44,10 @@ class TrainingFunction {
                                                              const std::vector<torch::Tensor>& edges, int64_t nlocal,
                                                              const std::vector<torch::Tensor>& x) const;
 
+  /// Moves the couplings to `device`: the device-generic kernels read them there, and a step
+  /// captured as a CUDA graph may not copy from the host (docs/device.md "Static shapes").
+  void to(torch::Device device);
+
   /// The message contraction's edge tables of edges (i, j) over `natoms` atoms, i non-decreasing:
   /// {i, j, centre_offsets [N+1], by_neighbor [E], neighbor_offsets [N+1]}
   /// (models/equivariant/message_contraction.h), on i's device.

@@ -149,7 +149,10 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
   for (int64_t t = 0; t < ntypes; ++t) emit_net(o, "fit_" + std::to_string(t), "fit_" + std::to_string(t), fit_layers, true);
 
   // Atomic energies from raw environment rows.
-  o << "  def atomic_energy(self, rij: Tensor, atype: Tensor) -> Tensor:\n"
+  // type_atoms (the training step from static buffers, docs/device.md "Static shapes"): each
+  // type's atoms given, and every slot through the embedding net, so that nothing depends on
+  // the data's values (no nonzero, no item): a CUDA graph can capture it.
+  o << "  def atomic_energy(self, rij: Tensor, atype: Tensor, type_atoms: Optional[List[Tensor]] = None) -> Tensor:\n"
        "    nb = rij.size(0)\n"
        "    n = rij.size(1)\n"
        "    davg = self.davg.index_select(0, atype).unsqueeze(1)\n"
@@ -157,7 +160,10 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
        "    rhat = (rij - davg) / dstd\n"
        "    e = torch.zeros([nb, n], dtype=rij.dtype, device=rij.device)\n";
   for (int64_t ti = 0; ti < ntypes; ++ti) {
-    o << "    idx = torch.nonzero(atype == " << ti << ").squeeze(1)\n"
+    o << "    if type_atoms is None:\n"
+      << "      idx = torch.nonzero(atype == " << ti << ").squeeze(1)\n"
+      << "    else:\n"
+      << "      idx = type_atoms[" << ti << "]\n"
       << "    if idx.numel() > 0:\n"
       << "      r = rhat.index_select(1, idx)\n"
       << "      raw = rij.index_select(1, idx)\n"
@@ -172,7 +178,9 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
       if (s > 0) {
         const std::string name = c.type_one_side ? "emb_" + std::to_string(t)
                                                  : "emb_" + std::to_string(ti) + "_" + std::to_string(t);
-        o << "      used = int((raw[:, :, " << off << ":" << off + s << ", 0] != 0.0).sum(2).max().item())\n"
+        o << "      used = " << s << "\n"
+          << "      if type_atoms is None:\n"
+          << "        used = int((raw[:, :, " << off << ":" << off + s << ", 0] != 0.0).sum(2).max().item())\n"
           << "      if used > 0:\n"
           << "        rb = r[:, :, " << off << ":" << off << " + used, :]\n"
           << "        tm = tm + torch.matmul(rb.transpose(2, 3), self." << name << "(rb[:, :, :, 0:1]))\n"
@@ -209,10 +217,11 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
 
   // Training path: precomputed rows and derivatives, forces by the chain rule.
   o << "  def energy_force_env(self, rij: Tensor, drij: Tensor, vec: Tensor, nlist: Tensor, atype: Tensor,\n"
-       "                       create_graph: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:\n"
+       "                       create_graph: bool, type_atoms: Optional[List[Tensor]] = None)"
+       " -> Tuple[Tensor, Tensor, Tensor, Tensor]:\n"
        "    if not rij.requires_grad:\n"
        "      rij = rij.detach().requires_grad_(True)\n"
-       "    e = self.atomic_energy(rij, atype)\n"
+       "    e = self.atomic_energy(rij, atype, type_atoms)\n"
        "    energy = e.double().sum(1)\n"
        "    grads = torch.autograd.grad([e.sum()], [rij], create_graph=create_graph, allow_unused=True)\n"
        "    g = grads[0]\n"

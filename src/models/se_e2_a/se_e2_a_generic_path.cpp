@@ -45,10 +45,22 @@ std::vector<torch::Tensor> SeAGenericPath::dense(const PackedEnv& batch, const s
           atype_};
 }
 
+std::vector<torch::Tensor> SeAGenericPath::dense_with_types(const PackedEnv& batch, const std::vector<int>& types) {
+  std::vector<torch::Tensor> out = dense(batch, types);
+  std::vector<std::vector<int64_t>> atoms(config_.type_map.size());
+  for (size_t a = 0; a < types.size(); ++a) atoms.at(size_t(types[a])).push_back(int64_t(a));
+  for (const auto& list : atoms) out.push_back(torch::tensor(list, torch::kInt64).to(atype_.device()));
+  return out;
+}
+
 SeAEvaluator::Output SeAGenericPath::forward_dense(const std::vector<torch::Tensor>& d, bool training) {
-  if (d.size() != 5)
-    throw Error("SeAGenericPath: expected the 5 dense tensors of a batch, got " + std::to_string(d.size()));
-  auto out = module_.run_method("energy_force_env", d[0], d[1], d[2], d[3], d[4], training).toTuple();
+  const size_t ntypes = config_.type_map.size();
+  if (d.size() != 5 && d.size() != 5 + ntypes)
+    throw Error("SeAGenericPath: expected the 5 dense tensors of a batch (and " + std::to_string(ntypes) +
+                " of its types' atoms), got " + std::to_string(d.size()));
+  std::vector<c10::IValue> args{d[0], d[1], d[2], d[3], d[4], training};
+  if (d.size() > 5) args.emplace_back(c10::List<torch::Tensor>(std::vector<torch::Tensor>(d.begin() + 5, d.end())));
+  auto out = module_.get_method("energy_force_env")(args).toTuple();
   SeAEvaluator::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
                                  out->elements()[2].toTensor(), out->elements()[3].toTensor()};
   last_ = training ? result : SeAEvaluator::Output{};

@@ -31,7 +31,12 @@ class SeAGenericPath {
   /// C] int64 (-1: empty), atype [N] int64 (C = the slots of sel). Their shapes depend on B and
   /// N only: the static shapes of a captured step (docs/device.md "Static shapes").
   std::vector<torch::Tensor> dense(const PackedEnv& batch, const std::vector<int>& types);
-  /// forward() from dense()'s tensors (or copies of them): no tensor made from host data.
+  /// The batch as dense() gives it, then each type's atoms [n_t] int64 (one tensor per type of
+  /// the type map, on the module's device): the inputs of the step from static buffers, for
+  /// which the module evaluates every slot and finds nothing from the data's values.
+  std::vector<torch::Tensor> dense_with_types(const PackedEnv& batch, const std::vector<int>& types);
+  /// forward() from dense()'s or dense_with_types()'s tensors (or copies of them): no tensor made
+  /// from host data; with the types' atoms, nothing read back to the host either.
   SeAEvaluator::Output forward_dense(const std::vector<torch::Tensor>& dense, bool training = true);
 
   /// After forward(..., true): adds d loss / d parameter to every parameter's grad, given

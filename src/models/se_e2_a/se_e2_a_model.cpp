@@ -216,7 +216,7 @@ class SeAModel final : public Model {
 
   std::vector<torch::Tensor> pack(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) override {
     if (!static_shapes_) return Model::pack(atoms, frames);
-    return generic_->dense(batch_of(frames), atoms.types);
+    return generic_->dense_with_types(batch_of(frames), atoms.types);
   }
 
   Prediction predict_packed(const SystemAtoms& atoms, const std::vector<torch::Tensor>& packed,
