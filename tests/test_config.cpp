@@ -609,7 +609,9 @@ TEST(TrainConfig, CacheBudgetAndDataWorkers) {
 }
 
 TEST(TrainConfig, CudaGraphs) {
-  auto with = [](const std::string& lines) { return edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n" + lines); };
+  auto with = [](const std::string& lines) {
+    return edit(kMinimal, "  numb_steps: 100\n", "  numb_steps: 100\n" + lines);
+  };
   EXPECT_EQ(parse(kMinimal).cuda_graphs, std::optional<bool>(false));  // until verified on a GPU
   EXPECT_FALSE(parse(with("  cuda_graphs: auto\n")).cuda_graphs.has_value());
   EXPECT_EQ(parse(with("  cuda_graphs: true\n")).cuda_graphs, std::optional<bool>(true));

@@ -441,7 +441,8 @@ TEST_F(TrainTest, CudaGraphsOnTheCpuRunTheStaticStepAndTrainTheSame) {
     EXPECT_EQ(usual.out.find("static buffers"), std::string::npos) << usual.out;
     EXPECT_NE(fixed.out.find("step: from static buffers (training.cuda_graphs), not captured: "), std::string::npos)
         << fixed.out;
-    const auto a = lcurve_numbers(read(name + "-usual/lcurve.out")), b = lcurve_numbers(read(name + "-static/lcurve.out"));
+    const auto a = lcurve_numbers(read(name + "-usual/lcurve.out"));
+    const auto b = lcurve_numbers(read(name + "-static/lcurve.out"));
     ASSERT_EQ(a.size(), 5u);
     ASSERT_EQ(a.size(), b.size());
     for (size_t r = 0; r < a.size(); ++r) {

@@ -103,8 +103,8 @@ struct ModelContext {
   std::ostream* log = nullptr;
   /// Pad every training batch to bucket sizes (models/bucket.h), so that batches of one system
   /// share their tensor shapes: what a captured CUDA graph replays (docs/device.md "Static
-  /// shapes"). The padding changes no prediction or gradient. Models whose inputs have fixed
-  /// shapes already (se_e2_a's sel-padded environments) need no padding and ignore it.
+  /// shapes"). The padding changes no prediction or gradient. se_e2_a's inputs have fixed shapes
+  /// on its device-generic path (sel-padded matrices), which it then takes.
   bool static_shapes = false;
 };
 
