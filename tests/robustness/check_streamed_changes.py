@@ -124,8 +124,10 @@ def more_frames(coord):
 
 
 def fifo(coord):
-    os.remove(coord)
-    os.mkfifo(coord)
+    # Made beside it and renamed over it: one atomic step, so that a read in between cannot find
+    # the file missing instead (a removal then mkfifo left that gap, and a run once fell into it).
+    os.mkfifo(coord + ".fifo")
+    os.replace(coord + ".fifo", coord)
 
 
 case("same_shape", same_shape, ["changed since it was opened at start (replaced by another file",
