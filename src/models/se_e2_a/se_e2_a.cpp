@@ -121,34 +121,12 @@ int64_t embedding_net_count(const SeAConfig& c) {
   return c.type_one_side ? ntypes : ntypes * ntypes;
 }
 
-std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression) {
-  c.validate();
-  if (compression != nullptr && int64_t(compression->grids.size()) != embedding_net_count(c))
-    throw Error("se_e2_a: " + std::to_string(compression->grids.size()) + " table grids for " +
-                std::to_string(embedding_net_count(c)) + " embedding nets");
+namespace {
+
+/// The module's atomic_energy(rij, atype, type_atoms): per-atom energies from raw environment rows.
+void emit_atomic_energy(std::ostringstream& o, const SeAConfig& c) {
   const int64_t ntypes = int64_t(c.type_map.size());
   const int64_t nc = c.nslots(), m = c.neuron.back(), msub = c.axis_neuron;
-  std::vector<int64_t> emb_widths = {1};
-  emb_widths.insert(emb_widths.end(), c.neuron.begin(), c.neuron.end());
-  std::vector<int64_t> fit_widths = {m * msub};
-  fit_widths.insert(fit_widths.end(), c.fitting_neuron.begin(), c.fitting_neuron.end());
-  const auto emb_layers = layers_of(emb_widths, c.resnet_dt);
-  const auto fit_layers = layers_of(fit_widths, c.fitting_resnet_dt);
-
-  std::ostringstream o;
-  // Embedding and fitting nets, unrolled per type.
-  for (int64_t g = 0; g < embedding_net_count(c); ++g) {
-    const std::string name = embedding_net_name(c, g);
-    if (compression != nullptr && compression->grids.at(size_t(g)).intervals() > 0) {
-      emit_net(o, name + "_exact", name, emb_layers, false);
-      emit_table_lookup(o, name, compression->grids[size_t(g)], m);
-    } else {
-      emit_net(o, name, name, emb_layers, false);
-    }
-  }
-  for (int64_t t = 0; t < ntypes; ++t) emit_net(o, "fit_" + std::to_string(t), "fit_" + std::to_string(t), fit_layers, true);
-
-  // Atomic energies from raw environment rows.
   // type_atoms (the training step from static buffers, docs/device.md "Static shapes"): each
   // type's atoms given, and every slot through the embedding net, so that nothing depends on
   // the data's values (no nonzero, no item): a CUDA graph can capture it.
@@ -214,8 +192,10 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
     }
   }
   o << "    return e\n\n";
+}
 
-  // Training path: precomputed rows and derivatives, forces by the chain rule.
+/// The module's energy_force_env: the training path's energies, forces and virial by the chain rule.
+void emit_energy_force_env(std::ostringstream& o) {
   o << "  def energy_force_env(self, rij: Tensor, drij: Tensor, vec: Tensor, nlist: Tensor, atype: Tensor,\n"
        "                       create_graph: bool, type_atoms: Optional[List[Tensor]] = None)"
        " -> Tuple[Tensor, Tensor, Tensor, Tensor]:\n"
@@ -235,7 +215,12 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
        "    virial = -torch.matmul(vec.reshape(nb, -1, 3).transpose(1, 2), gd.reshape(nb, -1, 3))\n"
        "    return energy, e, f, virial\n\n";
 
-  // Deploy path: everything from positions and the edge list.
+}
+
+/// The module's forward(data): the deploy path, everything from positions and the edge list.
+void emit_deploy_forward(std::ostringstream& o, const SeAConfig& c) {
+  const int64_t ntypes = int64_t(c.type_map.size());
+  const int64_t nc = c.nslots();
   const double rc = c.rcut, rs = c.rcut_smth;
   o << deploy_interface_source("  ");
   o << "  def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
@@ -275,6 +260,40 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
        "    rij = torch.zeros([n * " << nc << ", 4], dtype=pos.dtype, device=pos.device).index_copy(0, slot, rows)\n"
        "    e = self.atomic_energy(rij.reshape(1, n, " << nc << ", 4), atype)[0]\n"
     << deploy_outputs_source("  ");
+}
+
+}  // namespace
+
+std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression) {
+  c.validate();
+  if (compression != nullptr && int64_t(compression->grids.size()) != embedding_net_count(c))
+    throw Error("se_e2_a: " + std::to_string(compression->grids.size()) + " table grids for " +
+                std::to_string(embedding_net_count(c)) + " embedding nets");
+  const int64_t ntypes = int64_t(c.type_map.size());
+  const int64_t m = c.neuron.back(), msub = c.axis_neuron;
+  std::vector<int64_t> emb_widths = {1};
+  emb_widths.insert(emb_widths.end(), c.neuron.begin(), c.neuron.end());
+  std::vector<int64_t> fit_widths = {m * msub};
+  fit_widths.insert(fit_widths.end(), c.fitting_neuron.begin(), c.fitting_neuron.end());
+  const auto emb_layers = layers_of(emb_widths, c.resnet_dt);
+  const auto fit_layers = layers_of(fit_widths, c.fitting_resnet_dt);
+
+  std::ostringstream o;
+  // Embedding and fitting nets, unrolled per type.
+  for (int64_t g = 0; g < embedding_net_count(c); ++g) {
+    const std::string name = embedding_net_name(c, g);
+    if (compression != nullptr && compression->grids.at(size_t(g)).intervals() > 0) {
+      emit_net(o, name + "_exact", name, emb_layers, false);
+      emit_table_lookup(o, name, compression->grids[size_t(g)], m);
+    } else {
+      emit_net(o, name, name, emb_layers, false);
+    }
+  }
+  for (int64_t t = 0; t < ntypes; ++t) emit_net(o, "fit_" + std::to_string(t), "fit_" + std::to_string(t), fit_layers, true);
+
+  emit_atomic_energy(o, c);
+  emit_energy_force_env(o);
+  emit_deploy_forward(o, c);
   return o.str();
 }
 
