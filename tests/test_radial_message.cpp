@@ -1,8 +1,9 @@
 // models::radial_message (the radial MLP and the message contraction fused for MD inference)
 // against its definition: radial_mlp() then contract() (each tested against plain autograd in
 // test_radial_mlp.cpp and test_message_contraction.cpp). Messages and the gradients by the basis,
-// the features and the harmonics, float32 and float64, with more edges than one block of the
-// fused kernel, a pair whose two edges are far apart, atoms without edges and 1 or 2 threads;
+// the features and the harmonics, float32 and float64, with more pairs than one block of the
+// fused kernel (its MLP runs once a pair), a pair whose two edges are far apart, atoms without
+// edges and 1 or 2 threads;
 // a second derivative and trainable weights are refused.
 #include "models/equivariant/radial_message.h"
 
@@ -25,8 +26,9 @@ using mlip::models::ContractionTables;
 constexpr int64_t kAtoms = 23, kPairs = 170, kChannels = 6, kBessels = 5, kWidth = 7;
 constexpr int64_t kH = 4, kD = 5, kS = 7, kP = 3, kTerms = 21;
 
-/// Random pairs (i, j), i != j except a few self-images, each as its two edges (i -> j, j -> i),
-/// the edges sorted by centre; atoms kAtoms - 2 and kAtoms - 1 have no edges.
+/// Random pairs (i, j), i != j except a few self-images, each as its two edges (i -> j, j -> i)
+/// except a few with one edge only (as a ghost centre's edge in MD), the edges sorted by centre;
+/// atoms kAtoms - 2 and kAtoms - 1 have no edges.
 ContractionTables random_tables(unsigned seed) {
   std::mt19937 rng(seed);
   struct Edge {
@@ -37,7 +39,7 @@ ContractionTables random_tables(unsigned seed) {
     const int64_t i = int64_t(rng() % (kAtoms - 2));
     const int64_t j = q % 29 == 0 ? i : int64_t(rng() % (kAtoms - 2));
     edges.push_back({i, j, q});
-    edges.push_back({j, i, q});
+    if (q % 13 != 5) edges.push_back({j, i, q});
   }
   std::stable_sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.i < b.i; });
   std::vector<int64_t> centre, neighbor, pair, pair_edge(kPairs, -1);
@@ -122,24 +124,30 @@ TYPED_TEST_SUITE(RadialMessage, Dtypes);
 TYPED_TEST(RadialMessage, EqualsTheMlpThenTheContractionAndTheirGradients) {
   const auto tables = random_tables(1);
   const int64_t nedges = tables.centre.size(0);
-  ASSERT_GT(nedges, 2 * 64) << "more edges than two of the fused kernel's blocks";
+  ASSERT_GT(kPairs, 2 * 64) << "more pairs than two of the fused kernel's blocks";
   const auto op = random_operands(this->dtype(), 2, nedges);
   auto gen = at::detail::createCPUGenerator(3);
   const auto seed = at::randn({kAtoms, kS, kChannels}, gen, torch::TensorOptions().dtype(torch::kFloat64)).to(this->dtype());
   const auto reference = evaluate(op, tables, seed, false);
   const char* names[] = {"messages", "d/d basis", "d/d features", "d/d harmonics"};
-  for (int threads : {1, 2}) {
-    at::set_num_threads(threads);
-    const auto fused = evaluate(op, tables, seed, true);
-    for (size_t k = 0; k < 4; ++k) {
-      EXPECT_EQ(fused[k].sizes(), reference[k].sizes()) << names[k];
-      EXPECT_EQ(fused[k].scalar_type(), this->dtype()) << names[k];
-      EXPECT_LT(relative(fused[k], reference[k]), this->tolerance()) << names[k] << ", " << threads << " thread(s)";
+  // The radial weights kept between the backward pass's two passes, or recomputed in the second.
+  for (bool keep : {true, false}) {
+    mlip::models::radial_message_keep_weights(keep);
+    for (int threads : {1, 2}) {
+      at::set_num_threads(threads);
+      const auto fused = evaluate(op, tables, seed, true);
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(fused[k].sizes(), reference[k].sizes()) << names[k];
+        EXPECT_EQ(fused[k].scalar_type(), this->dtype()) << names[k];
+        EXPECT_LT(relative(fused[k], reference[k]), this->tolerance())
+            << names[k] << ", " << threads << " thread(s), weights " << (keep ? "kept" : "recomputed");
+      }
+      // Atoms without edges get no messages and no feature gradient.
+      EXPECT_EQ(fused[0][kAtoms - 1].abs().max().template item<double>(), 0.0);
+      EXPECT_EQ(fused[2][kAtoms - 1].abs().max().template item<double>(), 0.0);
     }
-    // Atoms without edges get no messages and no feature gradient.
-    EXPECT_EQ(fused[0][kAtoms - 1].abs().max().template item<double>(), 0.0);
-    EXPECT_EQ(fused[2][kAtoms - 1].abs().max().template item<double>(), 0.0);
   }
+  mlip::models::radial_message_keep_weights(std::nullopt);
   at::set_num_threads(1);
 }
 
@@ -147,12 +155,17 @@ TYPED_TEST(RadialMessage, IsBitIdenticalForOneAndTwoThreads) {
   const auto tables = random_tables(5);
   const auto op = random_operands(this->dtype(), 6, tables.centre.size(0));
   const auto seed = torch::ones({kAtoms, kS, kChannels}, torch::TensorOptions().dtype(this->dtype()));
-  at::set_num_threads(1);
-  const auto one = evaluate(op, tables, seed, true);
-  at::set_num_threads(2);
-  const auto two = evaluate(op, tables, seed, true);
-  at::set_num_threads(1);
-  for (size_t k = 0; k < 4; ++k) EXPECT_TRUE(torch::equal(one[k], two[k])) << "output " << k;
+  for (bool keep : {true, false}) {
+    mlip::models::radial_message_keep_weights(keep);
+    at::set_num_threads(1);
+    const auto one = evaluate(op, tables, seed, true);
+    at::set_num_threads(2);
+    const auto two = evaluate(op, tables, seed, true);
+    at::set_num_threads(1);
+    for (size_t k = 0; k < 4; ++k)
+      EXPECT_TRUE(torch::equal(one[k], two[k])) << "output " << k << ", weights " << (keep ? "kept" : "recomputed");
+  }
+  mlip::models::radial_message_keep_weights(std::nullopt);
 }
 
 TEST(RadialMessageErrors, RefusesSecondDerivativesTrainableWeightsAndMissingPairs) {
