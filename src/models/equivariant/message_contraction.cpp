@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "error.h"
 #include "models/equivariant/host_coupling.h"
+#include "models/kernels/channel_chunk.h"
 #include "models/kernels/target_clones.h"
 
 namespace mlip::models {
@@ -31,15 +33,18 @@ std::vector<int64_t> shape_of(int64_t slot, const ContractionTables& t, int64_t 
 }
 
 // The CPU kernels: each output element is written by one thread in a fixed order (the
-// contraction is deterministic for any thread count); the channel loop is innermost. Each kernel
-// zeroes the output rows it owns before adding into them, so the output is allocated, not
-// zero-filled, by the caller. The range
-// functions are inlined into target_clones wrappers (below), so each clone vectorises the channel
-// loops for its instruction set.
+// contraction is deterministic for any thread count); the channel loop is innermost. The terms
+// are grouped by the output slot's row (TermGroups, stable: each row's terms in table order), and
+// each output row is summed over its edges and terms in registers (ChunkSum,
+// models/kernels/channel_chunk.h), then written once: no zero-fill of the output and no load and
+// store of it per term, with the additions in the order of the term-by-term loop (the same
+// bits). The range functions are inlined into target_clones wrappers (below), so each clone
+// vectorises the channel loops for its instruction set.
 
 template <typename T>
 struct KernelArgs {
-  const Term* terms;
+  const Term* terms;  // grouped by the output slot's row: row r's are [group[r], group[r + 1])
+  const int64_t* group;
   int64_t nterms, H, D, S, P, f;
   const int64_t *centre, *neighbor, *centre_offsets, *by_neighbor, *neighbor_offsets;
   const int64_t* pair;  // W's row of each edge, or nullptr: row e
@@ -49,87 +54,101 @@ struct KernelArgs {
   T* out;
 };
 
-/// out[n, s] = Σ c Y[e, m] W[e, p] X[j_e, d] over the edges e of centres n in [n0, n1).
+/// out[n, s, c0 .. c0 + width) = Σ c Y[e, m] W[e, p] X[j_e, d] over the edges e of centre n.
+template <typename T, int64_t Width>
+MLIP_INLINE void messages_row(const KernelArgs<T>& a, int64_t n, int64_t s, int64_t c0, int64_t width) {
+  const int64_t f = a.f;
+  ChunkSum<T, Width> acc(width);
+  for (int64_t e = a.centre_offsets[n]; e < a.centre_offsets[n + 1]; ++e) {
+    const T* x = a.X + a.neighbor[e] * a.D * f + c0;
+    const T* w = a.W + (a.pair ? a.pair[e] : e) * a.P * f + c0;
+    for (int64_t t = a.group[s]; t < a.group[s + 1]; ++t) {
+      const Term& q = a.terms[t];
+      acc.add_product(T(q.c) * a.Y[e * a.H + q.m], w + q.p * f, x + q.d * f);
+    }
+  }
+  acc.store(a.out + (n * a.S + s) * f + c0);
+}
+
+/// The messages of the centres in [n0, n1).
 template <typename T>
 MLIP_INLINE void messages_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
-  const int64_t f = a.f;
-  std::fill(a.out + n0 * a.S * f, a.out + n1 * a.S * f, T(0));
   for (int64_t n = n0; n < n1; ++n)
-    for (int64_t e = a.centre_offsets[n]; e < a.centre_offsets[n + 1]; ++e) {
-      const T* x = a.X + a.neighbor[e] * a.D * f;
-      const T* w = a.W + (a.pair ? a.pair[e] : e) * a.P * f;
-      for (int64_t t = 0; t < a.nterms; ++t) {
-        const Term& q = a.terms[t];
-        const T cy = T(q.c) * a.Y[e * a.H + q.m];
-        T* __restrict__ ov = a.out + (n * a.S + q.s) * f;
-        const T* __restrict__ xv = x + q.d * f;
-        const T* __restrict__ wv = w + q.p * f;
-        for (int64_t k = 0; k < f; ++k) ov[k] += cy * wv[k] * xv[k];
-      }
-    }
+    for (int64_t s = 0; s < a.S; ++s) MLIP_OVER_CHUNKS(T, a.f, messages_row, a, n, s);
 }
 
-/// out[a, d] = Σ c Y[e, m] W[e, p] A[i_e, s] over the edges e of neighbours a in [a0, a1).
+/// out[atom, d, c0 .. c0 + width) = Σ c Y[e, m] W[e, p] A[i_e, s] over the edges e whose
+/// neighbour is atom.
+template <typename T, int64_t Width>
+MLIP_INLINE void features_row(const KernelArgs<T>& a, int64_t atom, int64_t d, int64_t c0, int64_t width) {
+  const int64_t f = a.f;
+  ChunkSum<T, Width> acc(width);
+  for (int64_t k = a.neighbor_offsets[atom]; k < a.neighbor_offsets[atom + 1]; ++k) {
+    const int64_t e = a.by_neighbor[k];
+    const T* am = a.A + a.centre[e] * a.S * f + c0;
+    const T* w = a.W + (a.pair ? a.pair[e] : e) * a.P * f + c0;
+    for (int64_t t = a.group[d]; t < a.group[d + 1]; ++t) {
+      const Term& q = a.terms[t];
+      acc.add_product(T(q.c) * a.Y[e * a.H + q.m], w + q.p * f, am + q.s * f);
+    }
+  }
+  acc.store(a.out + (atom * a.D + d) * f + c0);
+}
+
+/// The partial by the features of the atoms in [a0, a1).
 template <typename T>
 MLIP_INLINE void features_range(const KernelArgs<T>& a, int64_t a0, int64_t a1) {
-  const int64_t f = a.f;
-  std::fill(a.out + a0 * a.D * f, a.out + a1 * a.D * f, T(0));
   for (int64_t atom = a0; atom < a1; ++atom)
-    for (int64_t k = a.neighbor_offsets[atom]; k < a.neighbor_offsets[atom + 1]; ++k) {
-      const int64_t e = a.by_neighbor[k];
-      const T* am = a.A + a.centre[e] * a.S * f;
-      const T* w = a.W + (a.pair ? a.pair[e] : e) * a.P * f;
-      for (int64_t t = 0; t < a.nterms; ++t) {
-        const Term& q = a.terms[t];
-        const T cy = T(q.c) * a.Y[e * a.H + q.m];
-        T* __restrict__ ov = a.out + (atom * a.D + q.d) * f;
-        const T* __restrict__ av = am + q.s * f;
-        const T* __restrict__ wv = w + q.p * f;
-        for (int64_t c = 0; c < f; ++c) ov[c] += cy * wv[c] * av[c];
-      }
-    }
+    for (int64_t d = 0; d < a.D; ++d) MLIP_OVER_CHUNKS(T, a.f, features_row, a, atom, d);
 }
 
-/// row[p] += Σ c Y[e, m] A[i_e, s] X[j_e, d] over the terms: edge e's part of the partial by
-/// the radial weights.
-template <typename T>
-MLIP_INLINE void radial_edge(const KernelArgs<T>& a, int64_t e, T* __restrict__ row) {
+/// acc += Σ c Y[e, m] A[i_e, s] X[j_e, d] over the terms of path p (channels [c0, c0 + width)):
+/// edge e's part of the partial by the radial weights.
+template <typename T, int64_t Width>
+MLIP_INLINE void radial_edge(const KernelArgs<T>& a, int64_t e, int64_t p, int64_t c0, ChunkSum<T, Width>& acc) {
   const int64_t f = a.f;
-  const T* am = a.A + a.centre[e] * a.S * f;
-  const T* x = a.X + a.neighbor[e] * a.D * f;
-  for (int64_t t = 0; t < a.nterms; ++t) {
+  const T* am = a.A + a.centre[e] * a.S * f + c0;
+  const T* x = a.X + a.neighbor[e] * a.D * f + c0;
+  for (int64_t t = a.group[p]; t < a.group[p + 1]; ++t) {
     const Term& q = a.terms[t];
-    const T cy = T(q.c) * a.Y[e * a.H + q.m];
-    T* __restrict__ ov = row + q.p * f;
-    const T* __restrict__ av = am + q.s * f;
-    const T* __restrict__ xv = x + q.d * f;
-    for (int64_t c = 0; c < f; ++c) ov[c] += cy * av[c] * xv[c];
+    acc.add_product(T(q.c) * a.Y[e * a.H + q.m], am + q.s * f, x + q.d * f);
   }
 }
 
-/// out[e] = edge e's part (radial_edge) for the edges in [e0, e1).
+/// out[e, p, c0 .. c0 + width) = edge e's part (radial_edge).
+template <typename T, int64_t Width>
+MLIP_INLINE void radial_row(const KernelArgs<T>& a, int64_t e, int64_t p, int64_t c0, int64_t width) {
+  ChunkSum<T, Width> acc(width);
+  radial_edge(a, e, p, c0, acc);
+  acc.store(a.out + (e * a.P + p) * a.f + c0);
+}
+
+/// The partial by the radial weights of the edges in [e0, e1).
 template <typename T>
 MLIP_INLINE void radial_range(const KernelArgs<T>& a, int64_t e0, int64_t e1) {
-  const int64_t row = a.P * a.f;
-  std::fill(a.out + e0 * row, a.out + e1 * row, T(0));
-  for (int64_t e = e0; e < e1; ++e) radial_edge(a, e, a.out + e * row);
+  for (int64_t e = e0; e < e1; ++e)
+    for (int64_t p = 0; p < a.P; ++p) MLIP_OVER_CHUNKS(T, a.f, radial_row, a, e, p);
 }
 
-/// out[q] = the sum over the edges e of pair q, in edge order, of edge e's part (radial_edge),
-/// for the pairs in [q0, q1): each edge's part formed in `edge` [P·f] first, so that the result
-/// is the per-edge partial summed by pair (bit for bit, index_add's order).
-template <typename T>
-MLIP_INLINE void radial_pairs_range(const KernelArgs<T>& a, int64_t q0, int64_t q1, T* __restrict__ edge) {
-  const int64_t row = a.P * a.f;
-  for (int64_t q = q0; q < q1; ++q) {
-    T* __restrict__ oq = a.out + q * row;
-    std::fill(oq, oq + row, T(0));
-    for (int64_t k = a.pair_offsets[q]; k < a.pair_offsets[q + 1]; ++k) {
-      std::fill(edge, edge + row, T(0));
-      radial_edge(a, a.by_pair[k], edge);
-      for (int64_t c = 0; c < row; ++c) oq[c] += edge[c];
-    }
+/// out[q, p, c0 .. c0 + width) = the sum over the edges e of pair q, in edge order, of edge e's
+/// part (radial_edge), each edge's part summed on its own first: the per-edge partial summed by
+/// pair, bit for bit (index_add's order).
+template <typename T, int64_t Width>
+MLIP_INLINE void radial_pair_row(const KernelArgs<T>& a, int64_t q, int64_t p, int64_t c0, int64_t width) {
+  ChunkSum<T, Width> acc(width);
+  for (int64_t k = a.pair_offsets[q]; k < a.pair_offsets[q + 1]; ++k) {
+    ChunkSum<T, Width> edge(width);
+    radial_edge(a, a.by_pair[k], p, c0, edge);
+    acc.add(edge);
   }
+  acc.store(a.out + (q * a.P + p) * a.f + c0);
+}
+
+/// The partial by the radial weights of the pairs in [q0, q1).
+template <typename T>
+MLIP_INLINE void radial_pairs_range(const KernelArgs<T>& a, int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; ++q)
+    for (int64_t p = 0; p < a.P; ++p) MLIP_OVER_CHUNKS(T, a.f, radial_pair_row, a, q, p);
 }
 
 /// out[e, m] = Σ_terms c Σ_c A[i_e, s, c] W[e, p, c] X[j_e, d, c] for the edges in [e0, e1). The
@@ -165,19 +184,47 @@ MLIP_INLINE void harmonics_range(const KernelArgs<T>& a, int64_t e0, int64_t e1)
   MLIP_CLONES void messages_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { messages_range(a, b0, b1); }   \
   MLIP_CLONES void features_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { features_range(a, b0, b1); }   \
   MLIP_CLONES void radial_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { radial_range(a, b0, b1); }       \
-  MLIP_CLONES void radial_pairs_of(const KernelArgs<T>& a, int64_t b0, int64_t b1, T* edge) {                   \
-    radial_pairs_range(a, b0, b1, edge);                                                                       \
-  }                                                                                                            \
+  MLIP_CLONES void radial_pairs_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { radial_pairs_range(a, b0, b1); } \
   MLIP_CLONES void harmonics_of(const KernelArgs<T>& a, int64_t b0, int64_t b1) { harmonics_range(a, b0, b1); }
 MLIP_RANGE_CLONES(double)
 MLIP_RANGE_CLONES(float)
 
+/// The terms grouped by the row of the output slot they write (s, d, p; m for the harmonics,
+/// which keep table order), each row's in table order: terms[group[r] .. group[r + 1]).
+struct TermGroups {
+  std::vector<Term> terms;
+  std::vector<int64_t> group;
+};
+
+TermGroups grouped(const std::vector<Term>& terms, int64_t slot, int64_t rows) {
+  auto row_of = [slot](const Term& q) {
+    return slot == kMessages ? q.s : slot == kFeatures ? q.d : slot == kRadial ? q.p : q.m;
+  };
+  TermGroups g;
+  g.group.assign(size_t(rows + 1), 0);
+  for (const Term& q : terms) {
+    const int64_t r = row_of(q);
+    if (r < 0 || r >= rows)
+      throw Error("message contraction: a term's row " + std::to_string(r) + " of slot " + std::to_string(slot) +
+                  ", expected 0 to " + std::to_string(rows - 1));
+    ++g.group[size_t(r + 1)];
+  }
+  for (int64_t r = 0; r < rows; ++r) g.group[size_t(r + 1)] += g.group[size_t(r)];
+  g.terms.resize(terms.size());
+  std::vector<int64_t> next(g.group.begin(), g.group.end() - 1);
+  for (const Term& q : terms) g.terms[size_t(next[size_t(row_of(q))]++)] = q;
+  return g;
+}
+
 template <typename T>
 void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, torch::Tensor& out,
                 int64_t f) {
-  const std::vector<Term> terms = contraction_terms(t);
+  const std::vector<int64_t> rows_of_slot = {t.sizes[2], t.sizes[1], t.sizes[3], t.sizes[0]};
+  const TermGroups groups = slot == kHarmonics ? TermGroups{contraction_terms(t), {}}
+                                               : grouped(contraction_terms(t), slot, rows_of_slot[size_t(slot)]);
   auto ptr = [&](int64_t k) -> const T* { return k == slot ? nullptr : op[size_t(k)].template data_ptr<T>(); };
-  const KernelArgs<T> a{terms.data(), int64_t(terms.size()), t.sizes[0], t.sizes[1], t.sizes[2], t.sizes[3], f,
+  const KernelArgs<T> a{groups.terms.data(), groups.group.data(), int64_t(groups.terms.size()), t.sizes[0],
+                        t.sizes[1], t.sizes[2], t.sizes[3], f,
                         t.centre.data_ptr<int64_t>(), t.neighbor.data_ptr<int64_t>(),
                         t.centre_offsets.data_ptr<int64_t>(), t.by_neighbor.data_ptr<int64_t>(),
                         t.neighbor_offsets.data_ptr<int64_t>(), t.pair.defined() ? t.pair.data_ptr<int64_t>() : nullptr,
@@ -207,10 +254,7 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Contra
       for (int64_t e = 0; e < nedges; ++e) by_pair[size_t(next[size_t(a.pair[e])]++)] = e;
       KernelArgs<T> b = a;
       b.pair_offsets = pair_offsets.data(), b.by_pair = by_pair.data();
-      at::parallel_for(0, npairs, 32, [&](int64_t q0, int64_t q1) {
-        std::vector<T> edge(size_t(t.sizes[3] * f));
-        radial_pairs_of(b, q0, q1, edge.data());
-      });
+      at::parallel_for(0, npairs, 32, [&](int64_t q0, int64_t q1) { radial_pairs_of(b, q0, q1); });
       break;
     }
     default: at::parallel_for(0, nedges, 64, [&](int64_t b0, int64_t b1) { harmonics_of(a, b0, b1); });

@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "models/equivariant/host_coupling.h"
+#include "models/kernels/channel_chunk.h"
 #include "models/kernels/target_clones.h"
 
 namespace mlip::models {
@@ -74,47 +75,53 @@ int64_t reference_slot(int64_t slot, const std::array<bool, kSlots>& present) {
 }
 
 /// One call of the CPU kernel: the output slot's rows and the NV other present operands
-/// (pointer, rows per node), with each term's row offsets (row · f) precomputed.
+/// (pointer, rows per node), with the terms grouped by their output row (stable: each row's
+/// terms in table order) and each term's row offsets (row · f) precomputed.
 template <typename T>
 struct KernelArgs {
-  int64_t nterms, f;
+  int64_t f;
+  int64_t ngroups;
+  const int64_t* group;             // [G + 1]: group g's terms are [group[g], group[g + 1])
+  const int64_t* group_offset;      // [G]: group g's output row, times f
   const T* coefficient;             // [T]
-  const int64_t* out_offset;        // [T]: the output row of each term, times f
   const int64_t* in_offset;         // [T, NV]: the input rows of each term, times f
   std::array<const T*, kSlots - 1> in;
   std::array<int64_t, kSlots - 1> in_stride;  // rows · f per node
   int64_t out_stride;
   T* out;
-  // overwrite: out's values are not read (it was allocated, not zeroed): each output row's
-  // first term (first[t] != 0) writes it, and the rows no term writes (untouched, times f) are
-  // zeroed.
+  // overwrite: out's values are not read (it was allocated, not zeroed): each written row's sum
+  // starts from zero, and the rows no term writes (untouched, times f) are zeroed.
   bool overwrite;
-  const char* first;                // [T]
   const int64_t* untouched;         // [U]
   int64_t nuntouched;
 };
 
-/// o[k] (= or +=) c · v0[k] · ... · v_{NV-1}[k] for the f channels.
-template <typename T, int NV, bool Assign>
-MLIP_INLINE void term_product(T* __restrict__ o, T c, const T* const* v, int64_t f) {
-  const T* __restrict__ v0 = v[0];
-  const T* __restrict__ v1 = NV > 1 ? v[1] : nullptr;
-  const T* __restrict__ v2 = NV > 2 ? v[2] : nullptr;
-  const T* __restrict__ v3 = NV > 3 ? v[3] : nullptr;
-  for (int64_t k = 0; k < f; ++k) {
-    T p;
-    if constexpr (NV == 1) p = c * v0[k];
-    else if constexpr (NV == 2) p = c * v0[k] * v1[k];
-    else if constexpr (NV == 3) p = c * v0[k] * v1[k] * v2[k];
-    else p = c * v0[k] * v1[k] * v2[k] * v3[k];
-    if constexpr (Assign) o[k] = p;
-    else o[k] += p;
+/// Output row g of node n (o: the node's output, base: its operands' rows), channels
+/// [c0, c0 + width): its value (unless overwrite) plus c · Π (the NV other operands' rows) over
+/// its terms, in registers (ChunkSum, models/kernels/channel_chunk.h), written once; the
+/// additions in term order (the bits of adding term by term into the row).
+template <typename T, int NV, int64_t Width>
+MLIP_INLINE void product_row(const KernelArgs<T>& a, const T* const* base, T* o, int64_t g, int64_t c0,
+                             int64_t width) {
+  T* row = o + a.group_offset[g] + c0;
+  ChunkSum<T, Width> acc(width);
+  if (!a.overwrite) acc.load(row);
+  for (int64_t t = a.group[g]; t < a.group[g + 1]; ++t) {
+    const int64_t* off = a.in_offset + t * NV;
+    const T c = a.coefficient[t];
+    if constexpr (NV == 1) acc.add_product(c, base[0] + off[0] + c0);
+    else if constexpr (NV == 2) acc.add_product(c, base[0] + off[0] + c0, base[1] + off[1] + c0);
+    else if constexpr (NV == 3)
+      acc.add_product(c, base[0] + off[0] + c0, base[1] + off[1] + c0, base[2] + off[2] + c0);
+    else
+      acc.add_product(c, base[0] + off[0] + c0, base[1] + off[1] + c0, base[2] + off[2] + c0, base[3] + off[3] + c0);
   }
+  acc.store(row);
 }
 
-/// For the nodes in [n0, n1): out[n, row_out] += c · Π (the NV other operands' rows), term by
-/// term in order (with a.overwrite, the first term of each row writes it and the rows without a
-/// term are zeroed); the channel loop innermost (vectorised by the clones below).
+/// For the nodes in [n0, n1): each output row that some term writes is its value (zero with
+/// a.overwrite) plus c · Π (the NV other operands' rows) over its terms (product_row); with
+/// a.overwrite the rows without a term are zeroed.
 template <typename T, int NV>
 MLIP_INLINE void product_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
   const int64_t f = a.f;
@@ -124,12 +131,10 @@ MLIP_INLINE void product_range(const KernelArgs<T>& a, int64_t n0, int64_t n1) {
     T* out = a.out + n * a.out_stride;
     if (a.overwrite)
       for (int64_t u = 0; u < a.nuntouched; ++u) std::fill(out + a.untouched[u], out + a.untouched[u] + f, T(0));
-    for (int64_t t = 0; t < a.nterms; ++t) {
-      const int64_t* off = a.in_offset + t * NV;
-      const T* v[NV];
-      for (int k = 0; k < NV; ++k) v[k] = base[k] + off[k];
-      if (a.overwrite && a.first[t]) term_product<T, NV, true>(out + a.out_offset[t], a.coefficient[t], v, f);
-      else term_product<T, NV, false>(out + a.out_offset[t], a.coefficient[t], v, f);
+    for (int64_t g = 0; g < a.ngroups; ++g) {
+      int64_t c0 = 0;  // full chunks of channels, then the rest (models/kernels/channel_chunk.h)
+      for (; c0 + kChunk<T> <= f; c0 += kChunk<T>) product_row<T, NV, kChunk<T>>(a, base, out, g, c0, kChunk<T>);
+      if (c0 < f) product_row<T, NV, 0>(a, base, out, g, c0, f - c0);
     }
   }
 }
@@ -152,25 +157,32 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Produc
   for (int64_t s = 0; s < kSlots; ++s)
     if (s != slot && present[size_t(s)]) inputs.push_back(s);
   const int64_t nv = int64_t(inputs.size()), nterms = int64_t(terms.size());
+  // The terms grouped by output row (a counting sort, stable), the groups in row order.
+  const int64_t out_rows = rows[size_t(slot)];
+  std::vector<int64_t> row_start(size_t(out_rows + 1), 0);
+  for (const Term<T>& q : terms) ++row_start[size_t(q.row[size_t(slot)] + 1)];
+  for (int64_t r = 0; r < out_rows; ++r) row_start[size_t(r + 1)] += row_start[size_t(r)];
+  std::vector<int64_t> order(static_cast<size_t>(nterms)), next(row_start.begin(), row_start.end() - 1);
+  for (int64_t t = 0; t < nterms; ++t) order[size_t(next[size_t(terms[size_t(t)].row[size_t(slot)])]++)] = t;
+  std::vector<int64_t> group = {0}, group_offset, untouched;
+  for (int64_t r = 0; r < out_rows; ++r) {
+    if (row_start[size_t(r + 1)] == row_start[size_t(r)]) {
+      untouched.push_back(r * f);
+      continue;
+    }
+    group.push_back(row_start[size_t(r + 1)]);
+    group_offset.push_back(r * f);
+  }
   std::vector<T> coefficient(static_cast<size_t>(nterms));
-  std::vector<int64_t> out_offset(static_cast<size_t>(nterms)), in_offset(static_cast<size_t>(nterms * nv));
-  for (int64_t t = 0; t < nterms; ++t) {
-    coefficient[size_t(t)] = terms[size_t(t)].c;
-    out_offset[size_t(t)] = terms[size_t(t)].row[size_t(slot)] * f;
-    for (int64_t v = 0; v < nv; ++v) in_offset[size_t(t * nv + v)] = terms[size_t(t)].row[size_t(inputs[size_t(v)])] * f;
+  std::vector<int64_t> in_offset(static_cast<size_t>(nterms * nv));
+  for (int64_t k = 0; k < nterms; ++k) {
+    const Term<T>& q = terms[size_t(order[size_t(k)])];
+    coefficient[size_t(k)] = q.c;
+    for (int64_t v = 0; v < nv; ++v) in_offset[size_t(k * nv + v)] = q.row[size_t(inputs[size_t(v)])] * f;
   }
-  // Each output row's first term, and the rows no term writes (overwrite).
-  std::vector<char> first(static_cast<size_t>(nterms), 0), written(size_t(rows[size_t(slot)]), 0);
-  for (int64_t t = 0; t < nterms; ++t) {
-    const size_t row = size_t(terms[size_t(t)].row[size_t(slot)]);
-    first[size_t(t)] = !written[row];
-    written[row] = 1;
-  }
-  std::vector<int64_t> untouched;
-  for (size_t row = 0; row < written.size(); ++row)
-    if (!written[row]) untouched.push_back(int64_t(row) * f);
-  KernelArgs<T> a{nterms, f, coefficient.data(), out_offset.data(), in_offset.data(), {}, {}, rows[size_t(slot)] * f,
-                  out.data_ptr<T>(), overwrite, first.data(), untouched.data(), int64_t(untouched.size())};
+  KernelArgs<T> a{f, int64_t(group_offset.size()), group.data(), group_offset.data(), coefficient.data(),
+                  in_offset.data(), {}, {}, out_rows * f, out.data_ptr<T>(), overwrite, untouched.data(),
+                  int64_t(untouched.size())};
   for (int64_t v = 0; v < nv; ++v) {
     a.in[size_t(v)] = op[size_t(inputs[size_t(v)])].template data_ptr<T>();
     a.in_stride[size_t(v)] = rows[size_t(inputs[size_t(v)])] * f;
