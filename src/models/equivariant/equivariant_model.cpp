@@ -15,6 +15,7 @@
 #include "error.h"
 #include "models/energy_bias.h"
 #include "models/equivariant/edge_forces.h"
+#include "models/equivariant/edge_geometry.h"
 #include "models/equivariant/equivariant_inference.h"
 #include "models/equivariant/frame_batch.h"
 #include "models/equivariant/training_function.h"
@@ -89,45 +90,6 @@ void pair_edges(const PairList& pairs, torch::Tensor& pair, torch::Tensor& pair_
   pair_edge = torch::tensor(edge, torch::kInt64);
 }
 
-/// The saved model's edge_geometry of the edge vectors d [E, 3] with its derivatives by d:
-/// basis [E, B] and y [E, Y] with basis_jacobian [E, B, 3] and y_jacobian [E, Y, 3]. Each row
-/// depends on its own edge only, so the B + Y columns' Jacobians come from one forward and one
-/// backward pass over B + Y copies of the edges, copy k carrying column k (docs/equivariant.md
-/// "The training path"); edges in chunks, so that the copies stay small.
-struct EdgeGeometry {
-  torch::Tensor basis, basis_jacobian, y, y_jacobian;
-};
-
-EdgeGeometry edge_geometry_with_jacobians(torch::jit::Module& module, const torch::Tensor& d, int64_t num_basis,
-                                          int64_t num_harmonics) {
-  constexpr int64_t chunk = 2048;
-  const int64_t edges = d.size(0), copies = num_basis + num_harmonics;
-  std::vector<torch::Tensor> basis, basis_jacobian, y, y_jacobian;
-  torch::AutoGradMode grad_mode(true);
-  for (int64_t e0 = 0; e0 < std::max<int64_t>(edges, 1); e0 += chunk) {
-    const int64_t n = std::min(chunk, edges - e0);
-    const auto repeated = d.narrow(0, e0, n).detach().unsqueeze(0).expand({copies, n, 3}).contiguous();
-    repeated.requires_grad_(true);
-    const auto geometry = module.get_method("edge_geometry")({repeated.reshape({copies * n, 3})}).toTuple();
-    const auto b = geometry->elements()[0].toTensor().reshape({copies, n, num_basis});
-    const auto h = geometry->elements()[1].toTensor().reshape({copies, n, num_harmonics});
-    // Copy k < B carries basis column k; copy B + k carries harmonic k.
-    const auto carried = b.narrow(0, 0, num_basis).diagonal(0, 0, 2).sum() +
-                         h.narrow(0, num_basis, num_harmonics).diagonal(0, 0, 2).sum();
-    const auto jacobian = torch::autograd::grad({carried}, {repeated}, {}, false, false, true)[0];
-    basis.push_back(b.select(0, 0).detach());
-    y.push_back(h.select(0, 0).detach());
-    if (jacobian.defined()) {
-      basis_jacobian.push_back(jacobian.narrow(0, 0, num_basis).permute({1, 0, 2}));
-      y_jacobian.push_back(jacobian.narrow(0, num_basis, num_harmonics).permute({1, 0, 2}));
-    } else {  // no edges
-      basis_jacobian.push_back(torch::zeros({n, num_basis, 3}, d.options()));
-      y_jacobian.push_back(torch::zeros({n, num_harmonics, 3}, d.options()));
-    }
-  }
-  return {torch::cat(basis), torch::cat(basis_jacobian), torch::cat(y), torch::cat(y_jacobian)};
-}
-
 class EquivariantModel final : public Model {
  public:
   EquivariantModel(const EquivariantSettings& settings, const ModelContext& context)
@@ -165,11 +127,13 @@ class EquivariantModel final : public Model {
     out->j = pairs.neighbor;
     pair_edges(pairs, out->pair, out->pair_edge);
     {
-      // The geometry by the saved model's own edge_geometry, its derivatives by autograd: the
-      // training path then never differentiates it (docs/equivariant.md "The training path").
+      // The geometry and its derivatives, computed directly on the host, by the saved model's
+      // own edge_geometry and autograd elsewhere: the training path then never differentiates
+      // it (docs/equivariant.md "The training path").
       const int64_t num_harmonics = (settings_.config.l_max + 1) * (settings_.config.l_max + 1);
-      const EdgeGeometry g =
-          edge_geometry_with_jacobians(module_, out->d, settings_.config.num_bessels, num_harmonics);
+      const EdgeGeometry g = out->d.device().is_cpu()
+                                 ? edge_geometry_direct(settings_.config, out->d)
+                                 : edge_geometry_by_autograd(module_, out->d, settings_.config.num_bessels, num_harmonics);
       const auto pair_edge = out->pair_edge.to(device_);
       out->basis = g.basis.index_select(0, pair_edge);
       out->basis_jacobian = g.basis_jacobian.index_select(0, pair_edge);
