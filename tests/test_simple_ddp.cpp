@@ -38,6 +38,12 @@ int free_port() {
 /// Runs `body(comm)` on `world` ranks: threads of this process joined by a real Gloo process
 /// group over a TCPStore rendezvous on localhost (the torchrun protocol).
 void on_ranks(int world, const std::function<void(Communicator&)>& body) {
+  // LibTorch 2.x records every Gloo collective in a process-wide flight recorder whose map of
+  // process groups is written outside its lock: several groups in one process (these threads)
+  // racing on a first collective corrupted it (a segfault in CI, reproduced here about once in
+  // 170 runs beside a CPU burner). A real run has one group per process; the recorder (a
+  // debugging aid) is off for the tests. Read when the first group is made; 1.13 has none.
+  ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
   const int port = free_port();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(static_cast<size_t>(world));
