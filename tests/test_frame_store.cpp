@@ -124,6 +124,35 @@ TEST(FrameStore, CachedFramesAreNotWaitedForAndTheLeastRecentlyUsedGoFirst) {
   EXPECT_EQ(store.waits(), 5);
 }
 
+TEST(FrameStore, FramesMadeIntoTheCacheAreNotWaitedForAndNeverPushOthersOut) {
+  // make_into_cache (the trainer's frames made before the first step): a frame made this way is
+  // a hit for get() and equals one made on demand; once the budget is reached it caches nothing
+  // and keeps what is cached.
+  Fixture fx;
+  const auto& sys = fx.systems[0];
+  mlip::train::FrameStore probe(*fx.model, torch::kCPU, {-1, 0, nullptr});
+  const int probe_set = probe.add_set(fx.systems);
+  const int64_t frame_bytes = probe.get(probe_set, 0, 0)->bytes;
+  mlip::train::FrameStore store(*fx.model, torch::kCPU, {2 * frame_bytes + frame_bytes / 2, 0, nullptr});
+  const int set = store.add_set(fx.systems);
+  EXPECT_TRUE(store.make_into_cache(set, 0, 2));
+  EXPECT_TRUE(store.make_into_cache(set, 0, 0));
+  EXPECT_TRUE(store.make_into_cache(set, 0, 2)) << "cached already";
+  const int64_t cached = store.cached_bytes();
+  EXPECT_EQ(cached, 2 * frame_bytes);
+  EXPECT_FALSE(store.make_into_cache(set, 0, 1)) << "a third frame does not fit";
+  EXPECT_EQ(store.cached_bytes(), cached);
+  EXPECT_EQ(store.make_time().frames, 3);
+  for (int64_t f : {0, 2}) {
+    const auto made_first = prediction_of(*fx.model, sys, *store.get(set, 0, f));
+    const auto made_on_demand = prediction_of(*fx.model, sys, *probe.get(probe_set, 0, f));
+    EXPECT_TRUE(torch::equal(made_first, made_on_demand)) << "frame " << f;
+  }
+  EXPECT_EQ(store.waits(), 0);
+  store.get(set, 0, 1);
+  EXPECT_EQ(store.waits(), 1);
+}
+
 TEST(FrameStore, AWorkersErrorReachesTheCaller) {
   Fixture fx;
   // Frame 1 holds a NaN coordinate; the streamed system reads only the headers at open, so the

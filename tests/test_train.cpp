@@ -151,7 +151,9 @@ TEST_F(TrainTest, CacheBudgetAndWorkersDoNotChangeTheTraining) {
            "  numb_steps: 40\n  seed: 5\n  disp_freq: 5\n  save_freq: 40\n"
            "  cache_mb: " + cache + "\n  data_workers: " + std::to_string(workers) + "\n";
   };
-  const std::vector<std::pair<std::string, int>> runs = {{"all", 0}, {"0", 2}, {"1", 1}};
+  // Without workers the frames are made before the first step, all of them (cache_mb: all) or
+  // until the cache is full (1 MB, 0 workers; docs/data.md "Frames made before the first step").
+  const std::vector<std::pair<std::string, int>> runs = {{"all", 0}, {"0", 2}, {"1", 1}, {"1", 0}};
   for (size_t k = 0; k < runs.size(); ++k) {
     write_text(dir_ / ("in" + std::to_string(k) + ".yaml"), text(runs[k].first, runs[k].second));
     auto r = mlip("train in" + std::to_string(k) + ".yaml -o run" + std::to_string(k));
@@ -166,6 +168,14 @@ TEST_F(TrainTest, CacheBudgetAndWorkersDoNotChangeTheTraining) {
       EXPECT_EQ(first, std::string::npos) << r.out;
     }
     EXPECT_NE(r.out.find("waited for data in "), std::string::npos) << r.out;
+    const bool made_first = r.out.find("training frames made before the first step") != std::string::npos;
+    EXPECT_EQ(made_first, runs[k].second == 0) << r.out;
+    if (runs[k].first == "all") {
+      EXPECT_NE(r.out.find("waited for data in 0 of 40 steps"), std::string::npos) << r.out;
+    }
+    if (made_first && runs[k].first == "1") {
+      EXPECT_NE(r.out.find("the cache is full"), std::string::npos) << r.out;
+    }
   }
   const std::string lcurve = read("run0/lcurve.out");
   EXPECT_EQ(std::count(lcurve.begin(), lcurve.end(), '\n'), 10) << lcurve;

@@ -156,6 +156,21 @@ std::shared_ptr<const PreparedFrame> FrameStore::get(int set, size_t system, int
   return made;
 }
 
+bool FrameStore::make_into_cache(int set, size_t system, int64_t frame) {
+  const Key key{set, system, frame};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_.count(key) != 0) return true;
+  }
+  auto made = make(key);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cached_.count(key) != 0) return true;
+  const int64_t budget = options_.budget_bytes;
+  if (budget >= 0 && cached_bytes_ + made->bytes > budget) return false;
+  insert_into_cache(key, made);
+  return true;
+}
+
 void FrameStore::work() {
   // Below the training threads: on a machine whose cores all train, a worker that competed with
   // them at equal priority would stall the step's parallel regions more than its frame costs;

@@ -65,7 +65,14 @@ class FrameStore {
   /// (then, or when a worker is still making it, the call counts as a wait). Rethrows a
   /// worker's error for this frame.
   std::shared_ptr<const PreparedFrame> get(int set, size_t system, int64_t frame);
+  /// Makes the frame now, on the calling thread, and caches it (nothing to do when it is cached
+  /// already). Returns false, and caches nothing, when the frame would not fit in the budget
+  /// beside the frames cached: the cache never lets a frame go for one made this way. Used
+  /// before the first step (docs/data.md "Frames made before the first step").
+  bool make_into_cache(int set, size_t system, int64_t frame);
 
+  /// The worker threads (FrameStoreOptions::workers).
+  int workers() const { return int(workers_.size()); }
   /// get() calls that found the frame neither cached nor prefetched and ready.
   int64_t waits() const;
   /// Bytes held by the cache now.

@@ -21,6 +21,7 @@
 
 #include "archive/output_file.h"
 #include "data/load.h"
+#include "dist/host_ranks.h"
 #include "dist/simple_ddp.h"
 #include "error.h"
 #include "models/registry.h"
@@ -169,6 +170,9 @@ class Trainer {
   void set_up_optimisation();
   void print_model_line() const;
   void open_lcurve();
+  /// Without worker threads: the frames this rank's steps will use, made in the order of their
+  /// first use while they fit in the cache (docs/data.md "Frames made before the first step").
+  void make_frames_first();
   int train_loop();
   void print_communication() const;
 
@@ -509,7 +513,10 @@ void Trainer::prepare_sets() {
   if (config_.data_workers < 0) {
     // auto: on the CPU with a training thread on every CPU a worker has no core of its own and
     // slows the steps more than making the frames in them costs (bench/README.md "Data at scale").
-    const bool all_cores = device_.is_cpu() && at::get_num_threads() >= std::max(cpus_allowed(), 1);
+    // The threads of every rank on this host count (mpirun -np 2 with one thread each on 2 CPUs).
+    const int host_ranks = device_.is_cpu() ? dist::ranks_on_this_host(*comm_) : 1;
+    const bool all_cores =
+        device_.is_cpu() && int64_t(at::get_num_threads()) * host_ranks >= std::max(cpus_allowed(), 1);
     options.workers = all_cores ? 0 : 1;
     why = all_cores ? " (auto: the training threads use every CPU)" : " (auto)";
   }
@@ -765,6 +772,39 @@ void Trainer::open_lcurve() {
   lcurve_ = std::make_unique<LearningCurve>(path, columns, continue_after_step);
 }
 
+void Trainer::make_frames_first() {
+  // With workers the frames are made beside the steps; without, the training thread would make
+  // each one inside the first step that uses it, so here it makes the same frames, only earlier:
+  // the steps then run at their steady speed from the first one, and no rank waits at the
+  // all-reduce for another that is still making frames.
+  if (store_->workers() > 0) return;
+  const auto start = std::chrono::steady_clock::now();
+  SystemSampler draws(*sampler_);  // the sampler's state at the first step (a restart's too)
+  std::vector<std::vector<bool>> seen;
+  int64_t unseen = 0;
+  for (const auto& d : train_) {
+    seen.emplace_back(size_t(d.nframes), false);
+    unseen += d.nframes;
+  }
+  int64_t made = 0;
+  bool fits = true;
+  for (int64_t step = start_step_; step < config_.numb_steps && unseen > 0 && fits; ++step) {
+    const auto batch = draws.next();
+    for (int64_t f : draws.shard(batch, comm_->rank())) {
+      if (seen[batch.system][size_t(f)]) continue;
+      seen[batch.system][size_t(f)] = true;
+      --unseen;
+      fits = store_->make_into_cache(train_set_, batch.system, f);
+      if (!fits) break;
+      ++made;
+    }
+  }
+  if (root() && (made > 0 || !fits))
+    std::printf("frames: %ld training frames made before the first step in %.2f s%s\n", long(made),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                fits ? "" : " (the cache is full: the others are made when first used)");
+}
+
 /// Batches asked for ahead of the current one (docs/data.md "Prefetch").
 constexpr int64_t kPrefetchBatches = 2;
 
@@ -1015,6 +1055,7 @@ int Trainer::run() {
   set_up_optimisation();
   print_model_line();
   open_lcurve();
+  make_frames_first();
   const int exit_code = train_loop();
   print_communication();
   return exit_code;

@@ -22,7 +22,18 @@ case "$2" in
       { cat mpi.log; fail "mpirun (MLIP_SHM_ALLREDUCE=0) exited non-zero"; }
     grep -q "backend:      mpi (all-reduce: MPI)" mpi.log || { cat mpi.log; fail "MLIP_SHM_ALLREDUCE=0: expected MPI"; }
     same_lcurve torchrun/lcurve.out mpi/lcurve.out
-    same_weights torchrun/model.ckpt-6.pt mpi/model.ckpt-6.pt 1e-10 ;;
+    same_weights torchrun/model.ckpt-6.pt mpi/model.ckpt-6.pt 1e-10
+    # data_workers auto counts the threads of both ranks on this host (docs/data.md "Worker
+    # threads, prefetch and the cache"): half the CPUs each leaves no core for a worker, and
+    # the frames are then made before the first step.
+    half=$(( ($(nproc) + 1) / 2 ))
+    OMP_NUM_THREADS=$half "${MPIRUN[@]}" --bind-to none -x OMP_NUM_THREADS -np 2 "$MLIP" train input.yaml -o workers \
+      > workers.log 2>&1 || { cat workers.log; fail "mpirun (OMP_NUM_THREADS=$half) exited non-zero"; }
+    grep -q "0 data worker thread(s) (auto: the training threads use every CPU)" workers.log ||
+      { cat workers.log; fail "2 ranks x $half threads on $(nproc) CPUs: expected no data worker"; }
+    grep -q "training frames made before the first step" workers.log ||
+      { cat workers.log; fail "expected the frames made before the first step"; }
+    grep -q "waited for data in 0 of 6 steps" workers.log || { cat workers.log; fail "expected no step to wait"; } ;;
   srun)
     CLUSTER="$WORK/slurm"
     rc=0; bash "$DIST_DIR/slurm_cluster.sh" start "$CLUSTER" > slurm.log 2>&1 || rc=$?
