@@ -777,7 +777,7 @@ void Trainer::make_frames_first() {
   // each one inside the first step that uses it, so here it makes the same frames, only earlier:
   // the steps then run at their steady speed from the first one, and no rank waits at the
   // all-reduce for another that is still making frames.
-  if (store_->workers() > 0) return;
+  if (store_->workers() > 0 || config_.cache_mb == 0) return;  // cache_mb 0: nothing would stay
   const auto start = std::chrono::steady_clock::now();
   SystemSampler draws(*sampler_);  // the sampler's state at the first step (a restart's too)
   std::vector<std::vector<bool>> seen;
