@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "compat/blas_kernels.h"
 #include "data/deepmd_system.h"
 #include "error.h"
 #include "md/potential.h"
@@ -140,6 +141,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mlip::compat::use_the_cpus_blas_kernels();  // as mlip's main() (docs/device.md)
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

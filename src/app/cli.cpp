@@ -23,6 +23,7 @@
 #include "app/command_line.h"
 #include "app/command_paths.h"
 #include "app/plot_command.h"
+#include "compat/blas_kernels.h"
 #include "compat/libtorch.h"
 #include "data/kokkos_runtime.h"
 #include "data/load.h"
@@ -648,7 +649,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (cmd == "-V" || cmd == "--version") {
       std::cout << "mlip " << MLIP_VERSION << " (LibTorch " << compat::libtorch_version()
                 << (train::build_has_cuda() ? " with CUDA" : "") << ", Kokkos " << data::kokkos_execution_space_name()
-                << ")\n";
+                << ")\nBLAS: " << compat::blas_kernels_note() << "\n";
       return kExitOk;
     }
     if (cmd == "neighbor-stat") return neighbor_stat_command(rest);

@@ -7,11 +7,11 @@
 
 // LAMMPS
 #include "atom.h"
+#include "compat/blas_kernels.h"
 #include "comm.h"
 #include "force.h"
 #include <lammps/error.h>  // by its folder: "error.h" is mlip's own (src/error.h)
 #include "memory.h"
-#include "update.h"
 #include "update.h"
 #include "utils.h"
 
@@ -123,6 +123,12 @@ void PairMlip::settings(int narg, char** arg) {
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
   model_path_ = arg[0];
+  // Once per process, before the model's first matrix product (docs/device.md "The BLAS kernels
+  // on a CPU OpenBLAS does not know").
+  static const compat::BlasKernelChoice blas = compat::use_the_cpus_blas_kernels();
+  const std::string blas_note = compat::blas_kernels_note();  // also what `mlip lammps`'s main() did
+  if (comm->me == 0 && (blas_note.find("switched from") != std::string::npos || compat::core_lacks_avx2(blas.after)))
+    utils::logmesg(lmp, "pair_style mlip: BLAS: " + blas_note + "\n");
   try {
     potential_ = std::make_unique<Potential>(model_path_, device, evaluation, pairs);
   } catch (const std::exception& e) {

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "archive/output_file.h"
+#include "compat/blas_kernels.h"
 #include "data/load.h"
 #include "dist/host_ranks.h"
 #include "dist/simple_ddp.h"
@@ -306,7 +307,9 @@ void Trainer::print_summary() const {
   std::cout << "  host:         " << host << "\n  device:       " << describe_device(device_)
             << "\n  backend:      " << comm_->backend()
             << (w > 1 ? " (all-reduce: " + comm_->all_reduce_transport() + ")" : std::string()) << "\n";
-  if (device_.is_cpu()) std::cout << "  threads:      " << at::get_num_threads() << " per rank\n";
+  if (device_.is_cpu())
+    std::cout << "  threads:      " << at::get_num_threads() << " per rank\n"
+              << "  BLAS:         " << compat::blas_kernels_note() << "\n";
   std::cout << "---------------------------------\n";
 }
 
