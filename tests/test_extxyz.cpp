@@ -390,3 +390,38 @@ TEST(Extxyz, LabelsUnderTheirOwnKeys) {
   EXPECT_TRUE(contains(no_forces, "(frame 0): no forces: expected a column 'DFT_forces' (forces_key)")) << no_forces;
   EXPECT_TRUE(contains(no_forces, "the columns are species, pos, REF_forces")) << no_forces;
 }
+
+namespace {
+
+/// Frames to predict on (`mlip model-devi`, LabelKeys::labels_optional): read without energy or
+/// forces, which stay required for training data; a frame that has them keeps them.
+TEST(Extxyz, LabelsOptionalReadsFramesWithoutThem) {
+  TempDir tmp;
+  const std::string path = tmp / "traj.xyz";
+  const std::string bare = "3\nLattice=\"5 0 0 0 5 0 0 0 5\" Properties=species:S:1:pos:R:3 pbc=\"T T T\"\n"
+                           "O 0.0 0.5 0.12\nH 0.76 0.5 -0.47\nH -0.76 0.5 -0.47\n";
+  write_text(path, bare + bare);
+  EXPECT_TRUE(contains(error_of([&] { read_extxyz(path, {"O", "H"}); }), "no energy and no forces")) << "training data";
+  mlip::data::LabelKeys keys;
+  keys.labels_optional = true;
+  for (auto loading : {mlip::data::Loading::kInMemory, mlip::data::Loading::kStreamed}) {
+    std::vector<std::string> names = {"O", "H"};
+    const auto systems = load_systems({path}, names, "", loading, keys);
+    ASSERT_EQ(systems.size(), 1u);
+    EXPECT_FALSE(systems[0].has_energy);
+    EXPECT_FALSE(systems[0].has_force);
+    const auto frame = systems[0].frame(1);
+    EXPECT_TRUE(frame.energy.empty());
+    EXPECT_TRUE(frame.force.empty());
+    ASSERT_EQ(frame.coord.size(), 9u);
+    EXPECT_DOUBLE_EQ(frame.coord[3], 0.76) << "the first H after the O";
+  }
+  write_text(path, water_frame(0) + water_frame(1));
+  std::vector<std::string> names = {"O", "H"};
+  const auto labelled = load_systems({path}, names, "", mlip::data::Loading::kStreamed, keys);
+  EXPECT_TRUE(labelled[0].has_energy && labelled[0].has_force);
+  EXPECT_DOUBLE_EQ(labelled[0].frame(1).energy.at(0), -15.0);
+  EXPECT_EQ(labelled[0].frame(1).force.size(), 9u);
+}
+
+}  // namespace

@@ -38,6 +38,7 @@
 #include "train/config.h"
 #include "train/device.h"
 #include "archive/output_file.h"
+#include "frozen/model_deviation.h"
 #include "frozen/tester.h"
 #include "train/trainer.h"
 #include "version.h"
@@ -59,6 +60,7 @@ const char* kMainUsage =
     "  freeze          turn a checkpoint into one self-contained TorchScript file\n"
     "  compress        a faster frozen se_e2_a model for MD: its embedding nets as tables\n"
     "  test            errors of a model (frozen or checkpoint) on labelled systems\n"
+    "  model-devi      how much a committee of models disagrees on each frame (DeePMD-kit's model_devi.out)\n"
     "  neighbor-stat   minimum neighbour distance and maximum neighbour counts of a data set\n"
     "  plot            PNG pictures: the learning curve, parity plots of mlip test's results\n"
     "  lammps          run LAMMPS with pair_style mlip (every argument as lmp takes it: -in in.lammps ...)\n"
@@ -214,6 +216,28 @@ const char* kTestUsage =
     "  -d, --detail <prefix>    write <prefix>.e.out, .e_peratom.out, .f.out (and .v.out)\n"
     "  --xyz <file>             write the frames with the predictions (mlip_energy, mlip_forces,\n"
     "                           mlip_stress) as extended XYZ, for ASE\n"
+    "  --energy-key <key>       where the files keep the energy (default energy; docs/data.md)\n"
+    "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
+    "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
+    "  --virial-key <key>       ... the virial, eV (default virial)\n"
+    "  -h, --help               show this help\n";
+
+const char* kModelDeviUsage =
+    "usage: mlip model-devi -m <model> <model>... -s <system>... [-o <file>] [-f <steps>] [--atomic]\n"
+    "                       [--relative <L>] [--relative_v <L>]\n"
+    "\n"
+    "The deviation of two or more models' predictions on every frame of the systems, in\n"
+    "DeePMD-kit's model_devi.out layout (docs/active_learning.md): per system a header, then per\n"
+    "frame the step, max/min/avg_devi_v, max/min/avg_devi_f and devi_e. Labels are not needed.\n"
+    "\n"
+    "options:\n"
+    "  -m, --models <path> ...  frozen models, checkpoints or training folders (two or more, one type map)\n"
+    "  -s, --system <path> ...  systems (DeePMD npy folders, extended XYZ, HDF5)\n"
+    "  -o, --output <file>      the deviation file (default model_devi.out; replaced when complete)\n"
+    "  -f, --frequency <N>      steps between two frames: frame k is step k * N (default 1)\n"
+    "  --atomic                 one atm_devi_f column per atom after devi_e\n"
+    "  --relative <L>           each atom's force deviation / (|its mean force| + L), L in eV/Å\n"
+    "  --relative_v <L>         the virial's deviations / (|the mean virial per atom| + L), L in eV\n"
     "  --energy-key <key>       where the files keep the energy (default energy; docs/data.md)\n"
     "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
     "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
@@ -596,6 +620,46 @@ int test_command(const std::vector<std::string>& args) {
   return frozen::run_test(options);
 }
 
+/// What is wrong with `value` as a level of a relative deviation (a finite number >= 0), or "".
+std::string parse_relative_level(const std::string& value, std::optional<double>& level) {
+  std::size_t used = 0;
+  double v = -1.0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || !(v >= 0.0) || !std::isfinite(v))
+    return "expected a number >= 0 (eV/Å for forces, eV for the virial), got '" + value + "'";
+  level = v;
+  return "";
+}
+
+int model_deviation_command(const std::vector<std::string>& args) {
+  // One process: under a launcher, the other ranks leave at once.
+  if (dist::detect_launch([](const char* name) { return std::getenv(name); }).rank > 0) return kExitOk;
+  frozen::DeviationOptions options;
+  CommandLine line("model-devi", kModelDeviUsage);
+  line.add_list("-m,--models", options.models, "expected two or more model paths");
+  line.add_list("-s,--system", options.systems, "expected at least one system path");
+  line.add_value("-o,--output", options.output);
+  line.add_parsed("-f,--frequency", options.frequency, parse_frame_count);
+  line.add_flag("--atomic", options.atomic);
+  line.add_parsed("--relative", options.relative, parse_relative_level);
+  line.add_parsed("--relative_v,--relative-v", options.relative_v, parse_relative_level);
+  add_label_key_options(line, options.keys);
+  if (!line.read(args)) return kExitOk;
+  if (options.models.size() < 2)
+    throw line.error("model-devi: -m: expected two or more models, got " + std::to_string(options.models.size()));
+  if (options.systems.empty()) throw line.error("model-devi: -s <system> is required");
+  for (const auto& model : options.models) check_checkpoint_path(model, "the model");
+  for (const auto& system : options.systems) check_input_path(system, "the system");
+  archive::check_output_target(options.output, archive::SpecialTarget::kStream, "-o " + options.output,
+                               "the model deviation file");
+  g_doing = "computing the model deviation";
+  return frozen::run_model_deviation(options);
+}
+
 int plot_command(const std::vector<std::string>& args) {
   std::string lcurve, test, output;
   CommandLine line("plot", kPlotUsage);
@@ -657,6 +721,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (cmd == "freeze") return freeze_command(rest);
     if (cmd == "compress") return compress_command(rest);
     if (cmd == "test") return test_command(rest);
+    if (cmd == "model-devi") return model_deviation_command(rest);
     if (cmd == "lammps") return lammps_command(rest);
     if (cmd == "plot") return plot_command(rest);
     if (!cmd.empty() && cmd[0] == '-') throw UsageError{"unknown option '" + cmd + "'", kMainUsage};

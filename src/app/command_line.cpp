@@ -59,6 +59,8 @@ CLI::Option* CommandLine::add_list(const std::string& names, std::vector<std::st
   return option;
 }
 
+CLI::Option* CommandLine::add_flag(const std::string& names, bool& target) { return app_.add_flag(names, target); }
+
 CLI::Option* CommandLine::add_positional(const std::string& name, std::string& target,
                                          std::function<std::string(const std::string&, const std::string&)> second) {
   positional_ = &target;

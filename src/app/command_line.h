@@ -59,6 +59,9 @@ class CommandLine {
   /// (the end of the line, or an option next), "<name as typed>: <missing>".
   CLI::Option* add_list(const std::string& names, std::vector<std::string>& target, std::string missing);
 
+  /// An option without a value ("--atomic"): `target` becomes true when it is given.
+  CLI::Option* add_flag(const std::string& names, bool& target);
+
   /// The command's one positional argument; `second(first, other)` is the message for another one.
   CLI::Option* add_positional(const std::string& name, std::string& target,
                               std::function<std::string(const std::string&, const std::string&)> second);

@@ -183,6 +183,7 @@ struct XyzFrame {
   std::array<double, 9> cell{};
   std::array<bool, 3> pbc{{false, false, false}};
   double energy = 0;
+  bool has_energy = true, has_force = true;  ///< false only with LabelKeys::labels_optional
   bool has_virial = false;
   std::array<double, 9> virial{};
   std::string config_type = "Default";  ///< the `config_type` key
@@ -486,8 +487,15 @@ XyzFrame read_frame(std::istream& in, const std::string& path, int64_t& line_no,
   // they are zero (a lone atom's energy does not change when it moves, periodic or not).
   const bool isolated =
       natoms == 1 || (kv.count("config_type") != 0 && trim(kv.at("config_type").value) == "IsolatedAtom");
-  fr.energy = read_energy(kv, keys, columns, !columns.force && !isolated, where, which);
-  check_forces(columns, isolated, keys, where, which);
+  if (keys.labels_optional) {
+    // Frames to predict on: labels are read where they are, never required.
+    fr.has_energy = kv.count(keys.energy_name()) != 0 || (keys.energy.empty() && kv.count("free_energy") != 0);
+    if (fr.has_energy) fr.energy = read_energy(kv, keys, columns, false, where, which);
+    fr.has_force = columns.force != nullptr;
+  } else {
+    fr.energy = read_energy(kv, keys, columns, !columns.force && !isolated, where, which);
+    check_forces(columns, isolated, keys, where, which);
+  }
   read_cell_and_pbc(kv, where, fr);
   read_virial(kv, keys, where, fr);
   read_config_type_and_weight(kv, keys, where, fr);
@@ -589,14 +597,14 @@ class ExtxyzFrameReader : public FrameReader {
     data::Frame out;
     const size_t n = order.size();
     out.coord.resize(3 * n);
-    out.force.resize(3 * n);
+    if (f.has_force) out.force.resize(3 * n);
     for (size_t a = 0; a < n; ++a)
       for (size_t d = 0; d < 3; ++d) {
         out.coord[3 * a + d] = f.pos[3 * size_t(order[a]) + d];
-        out.force[3 * a + d] = f.force[3 * size_t(order[a]) + d];
+        if (f.has_force) out.force[3 * a + d] = f.force[3 * size_t(order[a]) + d];
       }
     if (f.has_cell) out.box.assign(f.cell.begin(), f.cell.end());
-    out.energy = {f.energy};
+    if (f.has_energy) out.energy = {f.energy};
     if (virial_) out.virial.assign(f.virial.begin(), f.virial.end());
     out.weight = f.weight;
     return out;
@@ -620,6 +628,7 @@ struct FrameSummary {
   std::map<std::string, int64_t> counts;  ///< atoms per element
   std::array<bool, 3> pbc{};
   bool has_cell = false, has_virial = false;
+  bool has_energy = true, has_force = true;
   std::string config_type;
 };
 
@@ -666,6 +675,7 @@ std::vector<FrameSummary> scan_frames(std::istream& in, const std::string& path,
     s.pbc = f.pbc;
     s.has_cell = f.has_cell;
     s.has_virial = f.has_virial;
+    s.has_energy = f.has_energy, s.has_force = f.has_force;
     s.config_type = f.config_type;
     seen.push_back(std::move(s));
   }
@@ -759,6 +769,7 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
                   "; label every frame of a composition or none");
     }
     s.has_cell = s.has_cell || f.has_cell;
+    s.has_energy = s.has_energy && f.has_energy, s.has_force = s.has_force && f.has_force;
     places[g->second].push_back(f.place);
     ++s.nframes;
   }

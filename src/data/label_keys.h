@@ -25,6 +25,10 @@ struct LabelKeys {
   /// Per-frame weight in the loss, >= 0 (MACE's `config_weight`). Extended XYZ only: a comment
   /// key (default `config_weight`); a frame without it has weight 1.
   std::string weight;
+  /// Extended XYZ: frames without an energy or forces are read without them (Frame::energy and
+  /// Frame::force empty; System::has_energy / has_force false when any frame lacks them), for
+  /// commands that only predict (`mlip model-devi`). False: training data, labels required.
+  bool labels_optional = false;
 
   /// The comment-line or dataset name of each label.
   std::string energy_name() const { return energy.empty() ? "energy" : energy; }

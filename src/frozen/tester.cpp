@@ -15,8 +15,8 @@
 #include "data/load.h"
 #include "data/neighbor_list.h"
 #include "error.h"
+#include "frozen/frame_graph.h"
 #include "models/inference.h"
-#include "models/pair_list.h"
 #include "models/torchscript_inference.h"
 #include "archive/model_archive.h"
 #include "archive/output_file.h"
@@ -70,33 +70,6 @@ void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
     std::printf("Virial MAE/Natoms  : %e eV\n", m.v_atom.mae());
     std::printf("Virial RMSE/Natoms : %e eV\n", m.v_atom.rmse());
   }
-}
-
-/// A frame's pairs as the graph the TorchScript forward evaluates (models/inference.h): its
-/// positions, its cell (or none) and each pair's integer cell shift.
-struct FrameGraph {
-  std::vector<int64_t> centre, neighbour;  ///< [npairs] atom indices
-  models::AtomGraph graph;                 ///< points into these, the frame, its pairs and the types
-};
-
-void fill_frame_graph(const data::System& sys, const data::Frame& frame, const models::PairList& pairs,
-                      const std::vector<int64_t>& types, FrameGraph& out) {
-  const int64_t npairs = pairs.npairs();
-  out.centre.assign(pairs.centre.data_ptr<int64_t>(), pairs.centre.data_ptr<int64_t>() + npairs);
-  out.neighbour.assign(pairs.neighbor.data_ptr<int64_t>(), pairs.neighbor.data_ptr<int64_t>() + npairs);
-  models::AtomGraph& g = out.graph;
-  g = models::AtomGraph();
-  g.nodes = sys.natoms();
-  g.nlocal = g.nodes;
-  g.types = types.data();
-  g.npairs = npairs;
-  g.centre = out.centre.data();
-  g.neighbour = out.neighbour.data();
-  g.positions = frame.coord.data();
-  // A frame without a cell has no periodic images: a zero cell and no shifts.
-  static const double kNoCell[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-  g.cell = frame.cell() != nullptr ? frame.box.data() : kNoCell;
-  if (frame.cell() != nullptr) g.shifts = pairs.shift.data_ptr<double>();
 }
 
 /// The files `mlip test` writes besides its report: the detail files (-d) and the predictions as
@@ -220,15 +193,12 @@ void add_errors(const data::Frame& frame, int64_t natoms, const models::Inferenc
 Metrics test_system(const std::string& path, const data::System& sys, const TestOptions& options, double rcut,
                     models::Inference& inference, TestOutputs& outputs) {
   const int64_t nframes = options.numb_test > 0 ? std::min(options.numb_test, sys.nframes) : sys.nframes;
-  const std::vector<int64_t> types(sys.types.begin(), sys.types.end());
   data::NeighborListBuilder<double> builder;
   FrameGraph frame_graph;
   Metrics m;
   for (int64_t f = 0; f < nframes; ++f) {
     data::Frame frame = sys.frame(f);
-    const models::PairList pairs =
-        models::pair_list(builder.build(frame.coord.data(), sys.natoms(), frame.cell(), sys.pbc, rcut));
-    fill_frame_graph(sys, frame, pairs, types, frame_graph);
+    make_frame_graph(sys, frame, rcut, builder, frame_graph);
     models::Request request;
     request.graph = &frame_graph.graph;
     const models::InferenceResult out = inference.evaluate(request);

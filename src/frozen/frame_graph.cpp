@@ -1,0 +1,27 @@
+#include "frozen/frame_graph.h"
+
+namespace mlip::frozen {
+
+void make_frame_graph(const data::System& sys, const data::Frame& frame, double cutoff,
+                      data::NeighborListBuilder<double>& builder, FrameGraph& out) {
+  out.pairs = models::pair_list(builder.build(frame.coord.data(), sys.natoms(), frame.cell(), sys.pbc, cutoff));
+  const int64_t npairs = out.pairs.npairs();
+  out.centre.assign(out.pairs.centre.data_ptr<int64_t>(), out.pairs.centre.data_ptr<int64_t>() + npairs);
+  out.neighbour.assign(out.pairs.neighbor.data_ptr<int64_t>(), out.pairs.neighbor.data_ptr<int64_t>() + npairs);
+  out.types.assign(sys.types.begin(), sys.types.end());
+  models::AtomGraph& g = out.graph;
+  g = models::AtomGraph();
+  g.nodes = sys.natoms();
+  g.nlocal = g.nodes;
+  g.types = out.types.data();
+  g.npairs = npairs;
+  g.centre = out.centre.data();
+  g.neighbour = out.neighbour.data();
+  g.positions = frame.coord.data();
+  // A frame without a cell has no periodic images: a zero cell and no shifts.
+  static const double kNoCell[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  g.cell = frame.cell() != nullptr ? frame.box.data() : kNoCell;
+  if (frame.cell() != nullptr) g.shifts = out.pairs.shift.data_ptr<double>();
+}
+
+}  // namespace mlip::frozen

@@ -1,0 +1,29 @@
+#pragma once
+// A data frame as the graph a model's inference evaluates (models/inference.h), shared by
+// `mlip test` and `mlip model-devi`.
+
+#include <cstdint>
+#include <vector>
+
+#include "data/neighbor_list.h"
+#include "data/system.h"
+#include "models/inference.h"
+#include "models/pair_list.h"
+
+namespace mlip::frozen {
+
+/// A frame's pairs as the graph the TorchScript forward evaluates: its positions, its cell (or
+/// none) and each pair's integer cell shift.
+struct FrameGraph {
+  std::vector<int64_t> centre, neighbour;  ///< [npairs] atom indices
+  std::vector<int64_t> types;              ///< [natoms] the system's types, int64
+  models::PairList pairs;                  ///< the pairs within the cutoff (their shifts)
+  models::AtomGraph graph;                 ///< points into these and the frame
+};
+
+/// Fills `out` with the pairs of `frame` (of system `sys`) within `cutoff` Å, built by `builder`.
+/// `frame` must outlive the use of out.graph (its positions and cell are pointed at).
+void make_frame_graph(const data::System& sys, const data::Frame& frame, double cutoff,
+                      data::NeighborListBuilder<double>& builder, FrameGraph& out);
+
+}  // namespace mlip::frozen

@@ -1,0 +1,216 @@
+#include "frozen/model_deviation.h"
+
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "archive/model_archive.h"
+#include "archive/output_file.h"
+#include "data/load.h"
+#include "data/neighbor_list.h"
+#include "error.h"
+#include "frozen/frame_graph.h"
+#include "models/torchscript_inference.h"
+
+namespace mlip::frozen {
+
+namespace {
+
+/// printf into a std::string.
+template <typename... Args>
+std::string format(const char* pattern, Args... args) {
+  char buffer[64];
+  const int n = std::snprintf(buffer, sizeof(buffer), pattern, args...);
+  return std::string(buffer, size_t(std::max(n, 0)));
+}
+
+/// Population mean and standard deviation of values[0, count). The deviation is taken about
+/// the first value shifted out (two passes over the differences), so that models that agree
+/// exactly deviate by exactly zero.
+void mean_and_deviation(const double* values, size_t count, double& mean, double& deviation) {
+  double shift = 0;
+  for (size_t k = 0; k < count; ++k) shift += values[k] - values[0];
+  shift /= double(count);
+  double squares = 0;
+  for (size_t k = 0; k < count; ++k) squares += (values[k] - values[0] - shift) * (values[k] - values[0] - shift);
+  mean = values[0] + shift;
+  deviation = std::sqrt(squares / double(count));
+}
+
+/// One committee member: its module run through the TorchScript forward, its cutoff.
+struct Member {
+  std::string path;
+  std::vector<std::string> type_map;
+  double cutoff = 0;
+  std::unique_ptr<models::TorchScriptInference> inference;
+};
+
+Member load_member(const std::string& model) {
+  Member m;
+  m.path = archive::resolve_checkpoint(model);
+  archive::ExtraFiles extra;
+  torch::jit::Module module = archive::load_model(m.path, extra);
+  module.eval();
+  m.type_map = archive::stored_type_names(extra);
+  m.cutoff = std::stod(extra["r_max"]);
+  const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
+  m.inference = std::make_unique<models::TorchScriptInference>(module, torch::kCPU, dtype, m.cutoff);
+  return m;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : " ") + n;
+  return s;
+}
+
+/// A prediction that is not finite has no deviation: an error naming the model and the frame.
+void check_finite(const Member& member, const data::System& sys, int64_t frame, const models::InferenceResult& out) {
+  bool finite = std::isfinite(out.energy);
+  for (double v : out.forces) finite = finite && std::isfinite(v);
+  for (double v : out.virial) finite = finite && std::isfinite(v);
+  if (!finite)
+    throw Error("model-devi: " + member.path + ": system " + sys.name + ": frame " + std::to_string(frame) +
+                ": the model's prediction is not finite (NaN or Inf); no deviation is written from it");
+}
+
+}  // namespace
+
+FrameDeviation frame_deviation(const std::vector<models::InferenceResult>& predictions, int64_t natoms,
+                               std::optional<double> relative, std::optional<double> relative_v) {
+  const size_t models = predictions.size(), n = size_t(natoms);
+  FrameDeviation d;
+  // Forces: each atom's deviation is the norm of its three components' deviations.
+  std::vector<double> column(models);
+  d.atom_devi_f.assign(n, 0.0);
+  for (size_t a = 0; a < n; ++a) {
+    double squares = 0, mean_squares = 0;
+    for (size_t c = 0; c < 3; ++c) {
+      for (size_t k = 0; k < models; ++k) column[k] = predictions[k].forces[3 * a + c];
+      double mean, deviation;
+      mean_and_deviation(column.data(), models, mean, deviation);
+      squares += deviation * deviation;
+      mean_squares += mean * mean;
+    }
+    d.atom_devi_f[a] = std::sqrt(squares);
+    if (relative) d.atom_devi_f[a] /= std::sqrt(mean_squares) + *relative;
+  }
+  if (n > 0) {
+    d.max_devi_f = *std::max_element(d.atom_devi_f.begin(), d.atom_devi_f.end());
+    d.min_devi_f = *std::min_element(d.atom_devi_f.begin(), d.atom_devi_f.end());
+    double sum = 0;
+    for (double v : d.atom_devi_f) sum += v;
+    d.avg_devi_f = sum / double(n);
+  }
+  // The virial per atom: its nine components' deviations.
+  const double per_atom = n > 0 ? 1.0 / double(n) : 0.0;
+  std::array<double, 9> devi_v{};
+  double mean_squares = 0;
+  for (size_t c = 0; c < 9; ++c) {
+    for (size_t k = 0; k < models; ++k) column[k] = predictions[k].virial[c] * per_atom;
+    double mean;
+    mean_and_deviation(column.data(), models, mean, devi_v[c]);
+    mean_squares += mean * mean;
+  }
+  if (relative_v)
+    for (double& v : devi_v) v /= std::sqrt(mean_squares) + *relative_v;
+  d.max_devi_v = *std::max_element(devi_v.begin(), devi_v.end());
+  d.min_devi_v = *std::min_element(devi_v.begin(), devi_v.end());
+  double norm = 0;
+  for (double v : devi_v) norm += v * v;
+  d.avg_devi_v = std::sqrt(norm) / 3.0;
+  // The energy per atom.
+  for (size_t k = 0; k < models; ++k) column[k] = predictions[k].energy * per_atom;
+  double mean;
+  mean_and_deviation(column.data(), models, mean, d.devi_e);
+  return d;
+}
+
+std::string deviation_header(const std::string& system, bool atomic) {
+  std::string h = "# " + system + "\n# " + format("%10s", "step");
+  for (const char* item : {"v", "f"})
+    for (const char* what : {"max", "min", "avg"}) h += format("%19s", (std::string(what) + "_devi_" + item).c_str());
+  h += format("%19s", "devi_e");
+  if (atomic) h += format("%19s", "atm_devi_f(N)");
+  return h + "\n";
+}
+
+std::string deviation_row(int64_t step, const FrameDeviation& d, bool atomic) {
+  std::string row = format("%12lld", static_cast<long long>(step));
+  for (double v : {d.max_devi_v, d.min_devi_v, d.avg_devi_v, d.max_devi_f, d.min_devi_f, d.avg_devi_f, d.devi_e})
+    row += format("%19.6e", v);
+  if (atomic)
+    for (double v : d.atom_devi_f) row += format("%19.6e", v);
+  return row + "\n";
+}
+
+int run_model_deviation(const DeviationOptions& options) {
+  if (options.models.size() < 2)
+    throw Error("model-devi: expected two or more models (-m m0.pt m1.pt ...), got " +
+                std::to_string(options.models.size()));
+  if (options.frequency < 1)
+    throw Error("model-devi: -f: expected a positive number of steps between frames, got " +
+                std::to_string(options.frequency));
+  std::vector<Member> members;
+  for (const auto& model : options.models) members.push_back(load_member(model));
+  for (const auto& m : members)
+    if (m.type_map != members[0].type_map)
+      throw Error("model-devi: the models must have the same type map: " + members[0].path + " has [" +
+                  joined(members[0].type_map) + "], " + m.path + " has [" + joined(m.type_map) + "]");
+  std::vector<std::string> type_map = members[0].type_map;
+  // Streamed: frames are read one at a time, so memory does not grow with the set (docs/data.md).
+  data::LabelKeys keys = options.keys;
+  keys.labels_optional = true;  // frames to predict on (an MD trajectory): labels are not needed
+  const auto systems = data::load_systems(options.systems, type_map, "", data::Loading::kStreamed, keys);
+  if (type_map.size() != members[0].type_map.size())
+    throw Error("model-devi: the systems have types the models do not know (the models' type map: [" +
+                joined(members[0].type_map) + "])");
+  archive::remove_stale_temporaries(std::filesystem::path(options.output).parent_path().string());
+  archive::OutputFile out(options.output, archive::OutputFile::Mode::kReplace, "the model deviation file",
+                          archive::SpecialTarget::kStream);
+  // The models' graphs as written, never re-optimised by TorchScript's executor after their
+  // first runs: a float32 model would otherwise predict the same frame differently in its last
+  // bits at its first evaluation and later ones, and so deviate differently.
+  torch::jit::GraphOptimizerEnabledGuard plain_graphs(false);
+  data::NeighborListBuilder<double> builder;
+  // Members that share a cutoff share the pairs: member k evaluates graphs[graph_of[k]].
+  std::vector<size_t> graph_of(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
+    graph_of[k] = k;
+    for (size_t j = 0; j < k && graph_of[k] == k; ++j)
+      if (members[j].cutoff == members[k].cutoff) graph_of[k] = j;
+  }
+  std::vector<FrameGraph> graphs(members.size());
+  std::vector<models::InferenceResult> predictions(members.size());
+  for (const auto& sys : systems) {
+    out.write(deviation_header(sys.name, options.atomic));
+    double largest = 0;
+    for (int64_t f = 0; f < sys.nframes; ++f) {
+      const data::Frame frame = sys.frame(f);
+      for (size_t k = 0; k < members.size(); ++k) {
+        if (graph_of[k] == k) make_frame_graph(sys, frame, members[k].cutoff, builder, graphs[k]);
+        models::Request request;
+        request.graph = &graphs[graph_of[k]].graph;
+        predictions[k] = members[k].inference->evaluate(request);
+        check_finite(members[k], sys, f, predictions[k]);
+      }
+      const FrameDeviation d = frame_deviation(predictions, sys.natoms(), options.relative, options.relative_v);
+      largest = std::max(largest, d.max_devi_f);
+      out.write(deviation_row(f * options.frequency, d, options.atomic));
+    }
+    std::printf("model-devi: %s: %lld frame(s), largest max_devi_f %.6e\n", sys.name.c_str(),
+                static_cast<long long>(sys.nframes), largest);
+  }
+  out.commit();
+  std::printf("model-devi: %zu model(s), %zu system(s); wrote %s\n", members.size(), systems.size(),
+              options.output.c_str());
+  return 0;
+}
+
+}  // namespace mlip::frozen
