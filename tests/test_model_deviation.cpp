@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -253,6 +254,59 @@ TEST_F(ModelDeviationCommand, FramesWithoutLabelsAsAnMdTrajectoryWritesThem) {
   EXPECT_EQ(std::vector<double>(blocks[0][0].begin() + 1, blocks[0][0].end()),
             std::vector<double>(blocks[0][2].begin() + 1, blocks[0][2].end()));
   EXPECT_GT(blocks[0][0][4], 0.0) << "max_devi_f of models from different seeds";
+}
+
+/// --select: the printed counts equal a selection on the file's max_devi_f, and the candidates
+/// are those frames, positions as read.
+TEST_F(ModelDeviationCommand, SelectionWritesTheFramesBetweenTheTrustLevels) {
+  ASSERT_EQ(mlip("model-devi -m m0.pt m1.pt m2.pt -s data/sys_a -o all.out").exit_code, 0);
+  std::vector<std::string> names;
+  const auto rows = read_blocks(mlip::test::read_file(*dir_ / "all.out"), names).at(0);
+  std::vector<double> max_f;
+  for (const auto& row : rows) max_f.push_back(row.at(4));
+  std::vector<double> sorted = max_f;
+  std::sort(sorted.begin(), sorted.end());
+  // Levels between the printed values (a level equal to one would meet its unprinted digits):
+  // one frame below, three within, two at or above.
+  const double lo = (sorted[0] + sorted[1]) / 2, hi = (sorted[3] + sorted[4]) / 2;
+  ASSERT_LT(sorted[0], sorted[1]);
+  ASSERT_LT(sorted[3], sorted[4]);
+  char levels[64];
+  std::snprintf(levels, sizeof(levels), "%.17g %.17g", lo, hi);
+  const auto run = mlip("model-devi -m m0.pt m1.pt m2.pt -s data/sys_a -o sel.out --select " + std::string(levels) +
+                        " --candidates cand.xyz");
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  int64_t below = 0, within = 0, above = 0;
+  std::vector<size_t> chosen;
+  for (size_t f = 0; f < max_f.size(); ++f) {
+    if (max_f[f] < lo)
+      ++below;
+    else if (max_f[f] >= hi)
+      ++above;
+    else
+      ++within, chosen.push_back(f);
+  }
+  EXPECT_EQ(below, 1);
+  EXPECT_EQ(within, 3);
+  EXPECT_EQ(above, 2);
+  const std::regex counts(
+      R"(below \S+: (\d+) frame\(s\); in \[\S+, \S+\): (\d+), written to cand.xyz; at or above \S+: (\d+))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.out, m, counts)) << run.out;
+  EXPECT_EQ(std::stoll(m[1]), below);
+  EXPECT_EQ(std::stoll(m[2]), within);
+  EXPECT_EQ(std::stoll(m[3]), above);
+  std::vector<std::string> type_map = {"O", "H"};
+  const auto candidates =
+      mlip::data::load_systems({*dir_ / "cand.xyz"}, type_map, "", mlip::data::Loading::kInMemory, {});
+  auto source = mlip::data::load_systems({*dir_ / "data/sys_a"}, type_map, "", mlip::data::Loading::kInMemory, {});
+  ASSERT_EQ(candidates.size(), 1u);
+  ASSERT_EQ(candidates[0].nframes, within);
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    const auto a = candidates[0].frame(int64_t(k)), b = source[0].frame(int64_t(chosen[k]));
+    ASSERT_EQ(a.coord.size(), b.coord.size());
+    for (size_t i = 0; i < a.coord.size(); ++i) EXPECT_NEAR(a.coord[i], b.coord[i], 1e-9);
+  }
 }
 
 TEST_F(ModelDeviationCommand, RefusesOneModelMismatchedTypeMapsAndBadLevels) {

@@ -224,7 +224,7 @@ const char* kTestUsage =
 
 const char* kModelDeviUsage =
     "usage: mlip model-devi -m <model> <model>... -s <system>... [-o <file>] [-f <steps>] [--atomic]\n"
-    "                       [--relative <L>] [--relative_v <L>]\n"
+    "                       [--relative <L>] [--relative_v <L>] [--select <LO> <HI> [--candidates <file>]]\n"
     "\n"
     "The deviation of two or more models' predictions on every frame of the systems, in\n"
     "DeePMD-kit's model_devi.out layout (docs/active_learning.md): per system a header, then per\n"
@@ -238,6 +238,8 @@ const char* kModelDeviUsage =
     "  --atomic                 one atm_devi_f column per atom after devi_e\n"
     "  --relative <L>           each atom's force deviation / (|its mean force| + L), L in eV/Å\n"
     "  --relative_v <L>         the virial's deviations / (|the mean virial per atom| + L), L in eV\n"
+    "  --select <LO> <HI>       write the frames with LO <= max_devi_f < HI (eV/Å) as extended XYZ\n"
+    "  --candidates <file>      ... to this file (default candidates.extxyz)\n"
     "  --energy-key <key>       where the files keep the energy (default energy; docs/data.md)\n"
     "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
     "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
@@ -647,8 +649,27 @@ int model_deviation_command(const std::vector<std::string>& args) {
   line.add_flag("--atomic", options.atomic);
   line.add_parsed("--relative", options.relative, parse_relative_level);
   line.add_parsed("--relative_v,--relative-v", options.relative_v, parse_relative_level);
+  std::vector<std::string> select;
+  line.add_list("--select", select, "expected two levels, LO and HI (eV/Å)");
+  const CLI::Option* candidates = line.add_value("--candidates", options.candidates);
   add_label_key_options(line, options.keys);
   if (!line.read(args)) return kExitOk;
+  if (!select.empty()) {
+    double levels[2] = {0, 0};
+    for (size_t k = 0; k < select.size() && k < 2; ++k) {
+      std::optional<double> level;
+      const std::string problem = parse_relative_level(select[k], level);
+      if (!problem.empty()) throw line.error("--select: " + problem);
+      levels[k] = *level;
+    }
+    if (select.size() != 2 || !(levels[0] < levels[1]))
+      throw line.error("--select: expected two levels LO < HI (eV/Å), got " + std::to_string(select.size()) +
+                       " value(s): '" + select[0] + (select.size() > 1 ? " " + select[1] : std::string()) +
+                       (select.size() > 2 ? " ..." : "") + "'");
+    options.select = std::make_pair(levels[0], levels[1]);
+  } else if (candidates->count() > 0) {
+    throw line.error("--candidates: give --select <LO> <HI> too (which frames are candidates)");
+  }
   if (options.models.size() < 2)
     throw line.error("model-devi: -m: expected two or more models, got " + std::to_string(options.models.size()));
   if (options.systems.empty()) throw line.error("model-devi: -s <system> is required");
@@ -656,6 +677,9 @@ int model_deviation_command(const std::vector<std::string>& args) {
   for (const auto& system : options.systems) check_input_path(system, "the system");
   archive::check_output_target(options.output, archive::SpecialTarget::kStream, "-o " + options.output,
                                "the model deviation file");
+  if (options.select)
+    archive::check_output_target(options.candidates, archive::SpecialTarget::kStream,
+                                 "--candidates " + options.candidates, "the candidates file");
   g_doing = "computing the model deviation";
   return frozen::run_model_deviation(options);
 }

@@ -12,6 +12,7 @@
 
 #include "archive/model_archive.h"
 #include "archive/output_file.h"
+#include "data/extxyz_writer.h"
 #include "data/load.h"
 #include "data/neighbor_list.h"
 #include "error.h"
@@ -79,6 +80,26 @@ void check_finite(const Member& member, const data::System& sys, int64_t frame, 
     throw Error("model-devi: " + member.path + ": system " + sys.name + ": frame " + std::to_string(frame) +
                 ": the model's prediction is not finite (NaN or Inf); no deviation is written from it");
 }
+
+/// The committee's mean prediction of a frame: energy (eV), forces [N * 3] (eV/Å), virial (eV).
+models::InferenceResult mean_prediction(const std::vector<models::InferenceResult>& predictions) {
+  models::InferenceResult mean = predictions[0];
+  for (size_t k = 1; k < predictions.size(); ++k) {
+    mean.energy += predictions[k].energy;
+    for (size_t i = 0; i < mean.forces.size(); ++i) mean.forces[i] += predictions[k].forces[i];
+    for (size_t c = 0; c < 9; ++c) mean.virial[c] += predictions[k].virial[c];
+  }
+  const double m = double(predictions.size());
+  mean.energy /= m;
+  for (double& f : mean.forces) f /= m;
+  for (double& v : mean.virial) v /= m;
+  return mean;
+}
+
+/// --select's tally: frames below LO, within [LO, HI), at or above HI.
+struct Selection {
+  int64_t below = 0, within = 0, above = 0;
+};
 
 }  // namespace
 
@@ -172,6 +193,8 @@ int run_model_deviation(const DeviationOptions& options) {
     throw Error("model-devi: the systems have types the models do not know (the models' type map: [" +
                 joined(members[0].type_map) + "])");
   archive::remove_stale_temporaries(std::filesystem::path(options.output).parent_path().string());
+  if (options.select)
+    archive::remove_stale_temporaries(std::filesystem::path(options.candidates).parent_path().string());
   archive::OutputFile out(options.output, archive::OutputFile::Mode::kReplace, "the model deviation file",
                           archive::SpecialTarget::kStream);
   // The models' graphs as written, never re-optimised by TorchScript's executor after their
@@ -188,6 +211,11 @@ int run_model_deviation(const DeviationOptions& options) {
   }
   std::vector<FrameGraph> graphs(members.size());
   std::vector<models::InferenceResult> predictions(members.size());
+  std::unique_ptr<archive::OutputFile> candidates;
+  if (options.select)
+    candidates = std::make_unique<archive::OutputFile>(options.candidates, archive::OutputFile::Mode::kReplace,
+                                                       "the candidates file", archive::SpecialTarget::kStream);
+  Selection selection;
   for (const auto& sys : systems) {
     out.write(deviation_header(sys.name, options.atomic));
     double largest = 0;
@@ -203,6 +231,18 @@ int run_model_deviation(const DeviationOptions& options) {
       const FrameDeviation d = frame_deviation(predictions, sys.natoms(), options.relative, options.relative_v);
       largest = std::max(largest, d.max_devi_f);
       out.write(deviation_row(f * options.frequency, d, options.atomic));
+      if (!options.select) continue;
+      if (d.max_devi_f < options.select->first) {
+        ++selection.below;
+      } else if (d.max_devi_f >= options.select->second) {
+        ++selection.above;
+      } else {
+        ++selection.within;
+        // The geometry for a DFT code, with the committee's mean prediction beside it.
+        const models::InferenceResult mean = mean_prediction(predictions);
+        candidates->write(
+            data::extxyz_frame(sys, frame, keys, "committee", mean.energy, mean.forces.data(), mean.virial.data()));
+      }
     }
     std::printf("model-devi: %s: %lld frame(s), largest max_devi_f %.6e\n", sys.name.c_str(),
                 static_cast<long long>(sys.nframes), largest);
@@ -210,6 +250,15 @@ int run_model_deviation(const DeviationOptions& options) {
   out.commit();
   std::printf("model-devi: %zu model(s), %zu system(s); wrote %s\n", members.size(), systems.size(),
               options.output.c_str());
+  if (options.select) {
+    candidates->commit();
+    std::printf(
+        "model-devi: max_devi_f below %g: %lld frame(s); in [%g, %g): %lld, written to %s; at or above %g: "
+        "%lld\n",
+        options.select->first, static_cast<long long>(selection.below), options.select->first, options.select->second,
+        static_cast<long long>(selection.within), options.candidates.c_str(), options.select->second,
+        static_cast<long long>(selection.above));
+  }
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/label_keys.h"
@@ -22,6 +23,10 @@ struct DeviationOptions {
   std::optional<double> relative;    ///< L, eV/Å: each atom's force deviation / (|mean force| + L)
   std::optional<double> relative_v;  ///< L, eV: the virial's deviations / (|mean virial per atom| + L)
   data::LabelKeys keys;              ///< where the files keep their labels (docs/data.md)
+  /// --select LO HI (eV/Å): frames with LO <= max_devi_f < HI (DP-GEN's trust levels) are
+  /// written to `candidates` as extended XYZ; unset: none.
+  std::optional<std::pair<double, double>> select;
+  std::string candidates = "candidates.extxyz";
 };
 
 /// One frame's deviations (docs/active_learning.md "Definitions"): population standard
