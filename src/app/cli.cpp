@@ -622,19 +622,12 @@ int test_command(const std::vector<std::string>& args) {
   return frozen::run_test(options);
 }
 
-/// What is wrong with `value` as a level of a relative deviation (a finite number >= 0), or "".
+/// What is wrong with `value` as a deviation level (a finite number >= 0), or "".
 std::string parse_relative_level(const std::string& value, std::optional<double>& level) {
-  std::size_t used = 0;
-  double v = -1.0;
-  try {
-    v = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || !(v >= 0.0) || !std::isfinite(v))
-    return "expected a number >= 0 (eV/Å for forces, eV for the virial), got '" + value + "'";
-  level = v;
-  return "";
+  double v = 0.0;
+  const std::string problem = non_negative_number_problem(value, v);
+  if (problem.empty()) level = v;
+  return problem;
 }
 
 int model_deviation_command(const std::vector<std::string>& args) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace mlip::app {
 namespace {
@@ -26,16 +27,34 @@ bool looks_like_option(const std::string& argument) {
          argument[1] != '.';
 }
 
-std::string positive_number_problem(const std::string& value, double& number) {
+namespace {
+
+/// `value` as a finite number when all of it is one.
+std::optional<double> finite_number(const std::string& value) {
   std::size_t used = 0;
   double v = 0.0;
   try {
     v = std::stod(value, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return std::nullopt;
   }
-  if (used != value.size() || !(v > 0.0) || !std::isfinite(v)) return "expected a positive number, got '" + value + "'";
-  number = v;
+  if (used != value.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::string positive_number_problem(const std::string& value, double& number) {
+  const std::optional<double> v = finite_number(value);
+  if (!v || !(*v > 0.0)) return "expected a positive number, got '" + value + "'";
+  number = *v;
+  return "";
+}
+
+std::string non_negative_number_problem(const std::string& value, double& number) {
+  const std::optional<double> v = finite_number(value);
+  if (!v || !(*v >= 0.0)) return "expected a number >= 0, got '" + value + "'";
+  number = *v;
   return "";
 }
 

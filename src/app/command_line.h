@@ -22,6 +22,8 @@ bool looks_like_option(const std::string& argument);
 /// What is wrong with `value` as a positive finite number ("expected a positive number, got
 /// 'abc'"), or "" when it is one; `number` receives it.
 std::string positive_number_problem(const std::string& value, double& number);
+/// The same for a finite number >= 0 ("expected a number >= 0, got '-1'").
+std::string non_negative_number_problem(const std::string& value, double& number);
 
 /// One command's options, read by CLI11 (docs: README "Commands"), in mlip's words: every
 /// problem becomes a UsageError with the message mlip has always printed, and -h/--help prints

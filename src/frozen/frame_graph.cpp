@@ -1,5 +1,9 @@
 #include "frozen/frame_graph.h"
 
+#include <cmath>
+
+#include "error.h"
+
 namespace mlip::frozen {
 
 void make_frame_graph(const data::System& sys, const data::Frame& frame, double cutoff,
@@ -22,6 +26,18 @@ void make_frame_graph(const data::System& sys, const data::Frame& frame, double 
   static const double kNoCell[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   g.cell = frame.cell() != nullptr ? frame.box.data() : kNoCell;
   if (frame.cell() != nullptr) g.shifts = out.pairs.shift.data_ptr<double>();
+}
+
+void check_finite_prediction(const std::string& what, const data::System& sys, int64_t frame,
+                             const models::InferenceResult& out) {
+  bool finite = std::isfinite(out.energy);
+  for (double v : out.forces) finite = finite && std::isfinite(v);
+  for (double v : out.virial) finite = finite && std::isfinite(v);
+  if (finite) return;
+  throw Error(what + ": system " + sys.name + ": frame " + std::to_string(frame) +
+              ": the model's prediction is not finite (energy " +
+              (std::isnan(out.energy) ? std::string("NaN") : std::to_string(out.energy)) +
+              "); nothing is reported from a prediction that is NaN or Inf");
 }
 
 }  // namespace mlip::frozen

@@ -3,6 +3,7 @@
 // `mlip test` and `mlip model-devi`.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/neighbor_list.h"
@@ -25,5 +26,11 @@ struct FrameGraph {
 /// `frame` must outlive the use of out.graph (its positions and cell are pointed at).
 void make_frame_graph(const data::System& sys, const data::Frame& frame, double cutoff,
                       data::NeighborListBuilder<double>& builder, FrameGraph& out);
+
+/// Throws mlip::Error "<what>: system <name>: frame <f>: the model's prediction is not finite
+/// (energy ...)" unless the energy, every force and the virial of `out` are finite: nothing is
+/// reported from a prediction that is NaN or Inf.
+void check_finite_prediction(const std::string& what, const data::System& sys, int64_t frame,
+                             const models::InferenceResult& out);
 
 }  // namespace mlip::frozen

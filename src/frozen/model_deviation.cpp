@@ -71,16 +71,6 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
-/// A prediction that is not finite has no deviation: an error naming the model and the frame.
-void check_finite(const Member& member, const data::System& sys, int64_t frame, const models::InferenceResult& out) {
-  bool finite = std::isfinite(out.energy);
-  for (double v : out.forces) finite = finite && std::isfinite(v);
-  for (double v : out.virial) finite = finite && std::isfinite(v);
-  if (!finite)
-    throw Error("model-devi: " + member.path + ": system " + sys.name + ": frame " + std::to_string(frame) +
-                ": the model's prediction is not finite (NaN or Inf); no deviation is written from it");
-}
-
 /// The committee's mean prediction of a frame: energy (eV), forces [N * 3] (eV/Å), virial (eV).
 models::InferenceResult mean_prediction(const std::vector<models::InferenceResult>& predictions) {
   models::InferenceResult mean = predictions[0];
@@ -226,7 +216,7 @@ int run_model_deviation(const DeviationOptions& options) {
         models::Request request;
         request.graph = &graphs[graph_of[k]].graph;
         predictions[k] = members[k].inference->evaluate(request);
-        check_finite(members[k], sys, f, predictions[k]);
+        check_finite_prediction("model-devi: " + members[k].path, sys, f, predictions[k]);
       }
       const FrameDeviation d = frame_deviation(predictions, sys.natoms(), options.relative, options.relative_v);
       largest = std::max(largest, d.max_devi_f);

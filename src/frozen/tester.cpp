@@ -157,19 +157,6 @@ class TestOutputs {
   std::unique_ptr<OutputFile> energy_, energy_per_atom_, force_, virial_, elements_, xyz_;
 };
 
-/// The model's prediction must be finite to be compared: an error naming the frame otherwise.
-void check_finite(const std::string& path, const data::System& sys, int64_t frame, const models::InferenceResult& out) {
-  bool finite = std::isfinite(out.energy);
-  for (double v : out.forces) finite = finite && std::isfinite(v);
-  for (double v : out.virial) finite = finite && std::isfinite(v);
-  if (finite) return;
-  std::ostringstream m;
-  m << path << ": system " << sys.name << ": frame " << frame << ": the model's prediction is not finite (energy "
-    << (std::isnan(out.energy) ? std::string("NaN") : std::to_string(out.energy))
-    << "); no errors are reported from a prediction that is NaN or Inf";
-  throw Error(m.str());
-}
-
 /// A frame's errors into `m`: energy (and per atom), forces, virial (and per atom), where labelled.
 void add_errors(const data::Frame& frame, int64_t natoms, const models::InferenceResult& out, Metrics& m) {
   if (!frame.energy.empty()) {
@@ -202,7 +189,7 @@ Metrics test_system(const std::string& path, const data::System& sys, const Test
     models::Request request;
     request.graph = &frame_graph.graph;
     const models::InferenceResult out = inference.evaluate(request);
-    check_finite(path, sys, f, out);
+    check_finite_prediction(path, sys, f, out);
     add_errors(frame, sys.natoms(), out, m);
     outputs.write(sys, frame, out.energy, out.forces.data(), out.virial.data());
   }
