@@ -22,6 +22,7 @@
 
 #include "app/command_line.h"
 #include "app/command_paths.h"
+#include "app/committee.h"
 #include "app/plot_command.h"
 #include "compat/blas_kernels.h"
 #include "compat/libtorch.h"
@@ -164,6 +165,7 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
 
 const char* kTrainUsage =
     "usage: mlip train <input.yaml> [--restart <checkpoint>] [--init-model <checkpoint>] [-o <dir>]\n"
+    "                  [--committee <N> [--member <k>] [--committee-jobs <J>]]\n"
     "\n"
     "Trains the model of the input file (docs/training.md; DeePMD's input.json works unchanged).\n"
     "Writes lcurve.out and the checkpoints <save_ckpt>-<step>.pt (plus the link <save_ckpt>.pt\n"
@@ -179,6 +181,16 @@ const char* kTrainUsage =
     "  --device <d>         auto, cpu, cuda or cuda:K (default: training.device, else auto:\n"
     "                       CUDA when this build and the machine have it; one GPU per rank)\n"
     "  -h, --help           show this help\n"
+    "\n"
+    "a committee of models for active learning (docs/training.md \"A committee of models\"):\n"
+    "  --committee <N>      train N models that differ only in their seeds (member k adds k to\n"
+    "                       every seed; member 0 is the plain run) into <dir>/model_0 ... model_<N-1>,\n"
+    "                       each an ordinary training folder with its log train.log; --restart and\n"
+    "                       --init-model <path> give member k <path>/model_k where it exists, else <path>\n"
+    "  --member <k>         train member k (0 <= k < N) alone, in this process (a Slurm array task;\n"
+    "                       distributed launches as for a plain run)\n"
+    "  --committee-jobs <J> members trained at a time (default: N or the usable cores, the fewer),\n"
+    "                       each with max(1, cores / J) threads; 1: one after another with all cores\n"
     "\n"
     "distributed training (docs/distributed.md; the same command line under torchrun, srun and\n"
     "mpirun; batch_size is per rank):\n"
@@ -232,7 +244,8 @@ const char* kModelDeviUsage =
     "\n"
     "options:\n"
     "  -m, --models <path> ...  frozen models, checkpoints or training folders (two or more, one type map)\n"
-    "  -s, --system <path> ...  systems (DeePMD npy folders, extended XYZ, HDF5)\n"
+    "  -s, --system <path> ...  systems (DeePMD npy folders, extended XYZ, HDF5, LAMMPS dumps with an\n"
+    "                           element column: *.dump, *.lammpstrj, dump.*)\n"
     "  -o, --output <file>      the deviation file (default model_devi.out; replaced when complete)\n"
     "  -f, --frequency <N>      steps between two frames: frame k is step k * N (default 1)\n"
     "  --atomic                 one atm_devi_f column per atom after devi_e\n"
@@ -402,6 +415,7 @@ struct TrainArguments {
   std::string distributed = "auto";  ///< --distributed: auto, on, off
   std::string log_mode = "master";   ///< --log-mode: master, collect, workers
   dist::CommOptions comm_options;    ///< --backend, --timeout
+  CommitteeRequest committee;        ///< --committee, --member, --committee-jobs
 };
 
 /// --timeout's value: a positive number of seconds, rounded up to whole seconds.
@@ -428,10 +442,24 @@ bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& 
                  one_of({"auto", "gloo", "mpi", "nccl"}, "auto, gloo, mpi or nccl"));
   line.add_value("--log-mode", out.log_mode, one_of({"master", "collect", "workers"}, "master, collect or workers"));
   line.add_parsed("--timeout", out.comm_options.timeout, parse_timeout);
+  line.add_parsed("--committee", out.committee.size, positive_integer_problem);
+  line.add_parsed("--member", out.committee.member, non_negative_integer_problem);
+  line.add_parsed("--committee-jobs", out.committee.jobs, positive_integer_problem);
   if (!line.read(args)) return false;
   if (out.input.empty()) throw line.error("train: an input file is required");
   if (!out.options.restart.empty() && !out.options.init_model.empty())
     throw line.error("train: --restart and --init-model exclude each other");
+  const CommitteeRequest& committee = out.committee;
+  if (committee.size == 0 && committee.member >= 0)
+    throw line.error("train: --member " + std::to_string(committee.member) + " needs --committee <N>");
+  if (committee.size == 0 && committee.jobs > 0)
+    throw line.error("train: --committee-jobs needs --committee <N>");
+  if (committee.member >= committee.size)
+    throw line.error("train: --member " + std::to_string(committee.member) + " is not a member of --committee " +
+                     std::to_string(committee.size) + " (members 0 to " + std::to_string(committee.size - 1) + ")");
+  if (committee.member >= 0 && committee.jobs > 0)
+    throw line.error("train: --committee-jobs chooses how a whole committee runs; with --member " +
+                     std::to_string(committee.member) + " this process trains that member alone");
   return true;
 }
 
@@ -467,11 +495,42 @@ int run_training(const train::TrainConfig& config, const train::TrainOptions& op
   }
 }
 
+/// `mlip train --committee N` without --member, as the parent of the members' processes.
+int train_committee(const TrainArguments& arguments, const dist::LaunchEnv& launch) {
+  const CommitteeRequest& committee = arguments.committee;
+  if (launch.world_size > 1)
+    throw Error(std::string("--committee ") + std::to_string(committee.size) + " under " +
+                dist::launcher_name(launch.launcher) + " with " + std::to_string(launch.world_size) +
+                " ranks: run each member with --member k instead (e.g. a Slurm array job: mlip train " +
+                arguments.input + " --committee " + std::to_string(committee.size) +
+                " --member $SLURM_ARRAY_TASK_ID), or start the committee without a launcher");
+  check_input_file(arguments.input, "the training input");
+  check_member_sources(arguments.options, committee.size);
+  g_doing = "reading the training input " + arguments.input;
+  const train::TrainConfig config = train::load_train_config(arguments.input);  // its errors once, not N times
+  CommitteeLaunch run;
+  run.input = arguments.input;
+  run.size = committee.size;
+  run.options = arguments.options;
+  run.lcurve_name = config.disp_file;
+  run.plan = plan_committee(committee.size, committee.jobs, usable_cores());
+  g_doing = "training a committee";
+  return run_committee(run);
+}
+
 int train_command(const std::vector<std::string>& args) {
   TrainArguments arguments;
   if (!read_train_arguments(args, arguments)) return kExitOk;
   train::TrainOptions& options = arguments.options;
   const dist::LaunchEnv launch = launch_for(arguments.distributed);
+  const CommitteeRequest& committee = arguments.committee;
+  if (committee.size > 0 && committee.member < 0) return train_committee(arguments, launch);
+  if (committee.size > 0) {
+    options = member_options(options, committee.member);
+    if (launch.rank == 0)
+      std::cout << "committee member " << committee.member << " of " << committee.size << ": seeds + "
+                << committee.member << ", output " << options.output_dir << std::endl;
+  }
   check_input_file(arguments.input, "the training input");
   if (!options.restart.empty()) check_checkpoint_path(options.restart, "the checkpoint to restart from");
   if (!options.init_model.empty()) check_checkpoint_path(options.init_model, "the checkpoint to start from");

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -54,6 +55,31 @@ std::string positive_number_problem(const std::string& value, double& number) {
 std::string non_negative_number_problem(const std::string& value, double& number) {
   const std::optional<double> v = finite_number(value);
   if (!v || !(*v >= 0.0)) return "expected a number >= 0, got '" + value + "'";
+  number = *v;
+  return "";
+}
+
+namespace {
+
+/// `value` as a whole number in int's range when all of it is one ("3", "3.0", "3e0").
+std::optional<int> whole_number(const std::string& value) {
+  const std::optional<double> v = finite_number(value);
+  if (!v || *v != std::floor(*v) || std::fabs(*v) > double(std::numeric_limits<int>::max())) return std::nullopt;
+  return int(*v);
+}
+
+}  // namespace
+
+std::string positive_integer_problem(const std::string& value, int& number) {
+  const std::optional<int> v = whole_number(value);
+  if (!v || *v < 1) return "expected a positive integer, got '" + value + "'";
+  number = *v;
+  return "";
+}
+
+std::string non_negative_integer_problem(const std::string& value, int& number) {
+  const std::optional<int> v = whole_number(value);
+  if (!v || *v < 0) return "expected an integer >= 0, got '" + value + "'";
   number = *v;
   return "";
 }

@@ -24,6 +24,10 @@ bool looks_like_option(const std::string& argument);
 std::string positive_number_problem(const std::string& value, double& number);
 /// The same for a finite number >= 0 ("expected a number >= 0, got '-1'").
 std::string non_negative_number_problem(const std::string& value, double& number);
+/// The same for a whole number >= 1 ("expected a positive integer, got '1.5'").
+std::string positive_integer_problem(const std::string& value, int& number);
+/// The same for a whole number >= 0 ("expected an integer >= 0, got '-1'").
+std::string non_negative_integer_problem(const std::string& value, int& number);
 
 /// One command's options, read by CLI11 (docs: README "Commands"), in mlip's words: every
 /// problem becomes a UsageError with the message mlip has always printed, and -h/--help prints

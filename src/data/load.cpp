@@ -10,6 +10,7 @@
 #include "data/deepmd_system.h"
 #include "data/extxyz.h"
 #include "data/hdf5_system.h"
+#include "data/lammps_dump.h"
 #include "error.h"
 
 namespace fs = std::filesystem;
@@ -110,6 +111,8 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
   if (paths.empty()) throw Error("data systems: expected at least one path, got none");
   const bool fill_type_map = type_map.empty();
   std::vector<System> systems;
+  // Per system: whether its atoms are sorted by type name order within each frame (extended XYZ
+  // and LAMMPS dumps), so sorted again once the type map is extended.
   std::vector<bool> from_xyz;
   for (const std::string& given_path : paths) {
     // "file.hdf5#/group": one group of an HDF5 file.
@@ -125,8 +128,8 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
     std::error_code ec;
     if (!fs::exists(p, ec)) {
       throw Error(ps + ": no such file or folder" + origin +
-                  "; expected a DeePMD system folder (with type.raw), a folder of them, or an "
-                  ".xyz/.extxyz or .hdf5 file");
+                  "; expected a DeePMD system folder (with type.raw), a folder of them, an "
+                  ".xyz/.extxyz or .hdf5 file, or a LAMMPS dump (.dump, .lammpstrj, dump.*)");
     }
     if (!hdf5_group.empty() && !fs::is_regular_file(p)) {
       // "x.hdf5#/group" selects a group inside an HDF5 file; a folder has none to select.
@@ -163,8 +166,14 @@ std::vector<System> load_systems(const std::vector<std::string>& paths,
         systems.push_back(std::move(s));
         from_xyz.push_back(true);
       }
+    } else if (is_lammps_dump_path(ps)) {
+      for (System& s : open_lammps_dump(ps, type_map, keys)) {
+        systems.push_back(std::move(s));
+        from_xyz.push_back(true);
+      }
     } else {
-      throw Error(ps + ": not a DeePMD system folder, not an .xyz/.extxyz file and not an .hdf5/.h5 file" + origin);
+      throw Error(ps + ": not a DeePMD system folder, not an .xyz/.extxyz file, not an .hdf5/.h5 file and not a "
+                  "LAMMPS dump (.dump, .lammpstrj, dump.*)" + origin);
     }
   }
 

@@ -17,7 +17,8 @@ enum class Loading { kInMemory, kStreamed };
 /// (.xyz / .extxyz). Relative paths are taken relative to base_dir when it is non-empty.
 ///
 /// A DeePMD HDF5 file (.hdf5/.h5), or one group of it (`file.hdf5#/path`), holds systems as
-/// groups (data/hdf5_system.h).
+/// groups (data/hdf5_system.h). A LAMMPS text dump (*.dump, *.lammpstrj, dump.*; data/lammps_dump.h)
+/// holds frames without labels: keys.labels_optional must be set.
 /// With Loading::kStreamed only the headers (shapes, types, frame offsets) are read and checked
 /// here; frames come through System::frame, which checks each for non-finite values.
 ///

@@ -17,32 +17,12 @@
 #include "data/neighbor_list.h"
 #include "error.h"
 #include "frozen/frame_graph.h"
+#include "models/committee_deviation.h"
 #include "models/torchscript_inference.h"
 
 namespace mlip::frozen {
 
 namespace {
-
-/// printf into a std::string.
-template <typename... Args>
-std::string format(const char* pattern, Args... args) {
-  char buffer[64];
-  const int n = std::snprintf(buffer, sizeof(buffer), pattern, args...);
-  return std::string(buffer, size_t(std::max(n, 0)));
-}
-
-/// Population mean and standard deviation of values[0, count). The deviation is taken about
-/// the first value shifted out (two passes over the differences), so that models that agree
-/// exactly deviate by exactly zero.
-void mean_and_deviation(const double* values, size_t count, double& mean, double& deviation) {
-  double shift = 0;
-  for (size_t k = 0; k < count; ++k) shift += values[k] - values[0];
-  shift /= double(count);
-  double squares = 0;
-  for (size_t k = 0; k < count; ++k) squares += (values[k] - values[0] - shift) * (values[k] - values[0] - shift);
-  mean = values[0] + shift;
-  deviation = std::sqrt(squares / double(count));
-}
 
 /// One committee member: its module run through the TorchScript forward, its cutoff.
 struct Member {
@@ -98,19 +78,12 @@ FrameDeviation frame_deviation(const std::vector<models::InferenceResult>& predi
   const size_t models = predictions.size(), n = size_t(natoms);
   FrameDeviation d;
   // Forces: each atom's deviation is the norm of its three components' deviations.
-  std::vector<double> column(models);
+  std::vector<double> forces(3 * models);
   d.atom_devi_f.assign(n, 0.0);
   for (size_t a = 0; a < n; ++a) {
-    double squares = 0, mean_squares = 0;
-    for (size_t c = 0; c < 3; ++c) {
-      for (size_t k = 0; k < models; ++k) column[k] = predictions[k].forces[3 * a + c];
-      double mean, deviation;
-      mean_and_deviation(column.data(), models, mean, deviation);
-      squares += deviation * deviation;
-      mean_squares += mean * mean;
-    }
-    d.atom_devi_f[a] = std::sqrt(squares);
-    if (relative) d.atom_devi_f[a] /= std::sqrt(mean_squares) + *relative;
+    for (size_t k = 0; k < models; ++k)
+      for (size_t c = 0; c < 3; ++c) forces[3 * k + c] = predictions[k].forces[3 * a + c];
+    d.atom_devi_f[a] = models::atom_force_deviation(forces.data(), models, relative);
   }
   if (n > 0) {
     d.max_devi_f = *std::max_element(d.atom_devi_f.begin(), d.atom_devi_f.end());
@@ -119,46 +92,30 @@ FrameDeviation frame_deviation(const std::vector<models::InferenceResult>& predi
     for (double v : d.atom_devi_f) sum += v;
     d.avg_devi_f = sum / double(n);
   }
-  // The virial per atom: its nine components' deviations.
+  // The virial and the energy per atom.
   const double per_atom = n > 0 ? 1.0 / double(n) : 0.0;
-  std::array<double, 9> devi_v{};
-  double mean_squares = 0;
-  for (size_t c = 0; c < 9; ++c) {
-    for (size_t k = 0; k < models; ++k) column[k] = predictions[k].virial[c] * per_atom;
-    double mean;
-    mean_and_deviation(column.data(), models, mean, devi_v[c]);
-    mean_squares += mean * mean;
+  std::vector<double> virials(9 * models), energies(models);
+  for (size_t k = 0; k < models; ++k) {
+    for (size_t c = 0; c < 9; ++c) virials[9 * k + c] = predictions[k].virial[c] * per_atom;
+    energies[k] = predictions[k].energy * per_atom;
   }
-  if (relative_v)
-    for (double& v : devi_v) v /= std::sqrt(mean_squares) + *relative_v;
-  d.max_devi_v = *std::max_element(devi_v.begin(), devi_v.end());
-  d.min_devi_v = *std::min_element(devi_v.begin(), devi_v.end());
-  double norm = 0;
-  for (double v : devi_v) norm += v * v;
-  d.avg_devi_v = std::sqrt(norm) / 3.0;
-  // The energy per atom.
-  for (size_t k = 0; k < models; ++k) column[k] = predictions[k].energy * per_atom;
+  const models::VirialDeviation v = models::virial_deviation(virials.data(), models, relative_v);
+  d.max_devi_v = v.max;
+  d.min_devi_v = v.min;
+  d.avg_devi_v = v.avg;
   double mean;
-  mean_and_deviation(column.data(), models, mean, d.devi_e);
+  models::mean_and_deviation(energies.data(), models, mean, d.devi_e);
   return d;
 }
 
 std::string deviation_header(const std::string& system, bool atomic) {
-  std::string h = "# " + system + "\n# " + format("%10s", "step");
-  for (const char* item : {"v", "f"})
-    for (const char* what : {"max", "min", "avg"}) h += format("%19s", (std::string(what) + "_devi_" + item).c_str());
-  h += format("%19s", "devi_e");
-  if (atomic) h += format("%19s", "atm_devi_f(N)");
-  return h + "\n";
+  return "# " + system + "\n" + models::deviation_columns_line(true, atomic);
 }
 
 std::string deviation_row(int64_t step, const FrameDeviation& d, bool atomic) {
-  std::string row = format("%12lld", static_cast<long long>(step));
-  for (double v : {d.max_devi_v, d.min_devi_v, d.avg_devi_v, d.max_devi_f, d.min_devi_f, d.avg_devi_f, d.devi_e})
-    row += format("%19.6e", v);
-  if (atomic)
-    for (double v : d.atom_devi_f) row += format("%19.6e", v);
-  return row + "\n";
+  return models::deviation_row(
+      step, {d.max_devi_v, d.min_devi_v, d.avg_devi_v, d.max_devi_f, d.min_devi_f, d.avg_devi_f, d.devi_e},
+      atomic ? d.atom_devi_f : std::vector<double>{});
 }
 
 int run_model_deviation(const DeviationOptions& options) {

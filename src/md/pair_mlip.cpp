@@ -1,16 +1,21 @@
 #include "md/pair_mlip.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 // LAMMPS
-#include "atom.h"
-#include "compat/blas_kernels.h"
-#include "comm.h"
-#include "force.h"
 #include <lammps/error.h>  // by its folder: "error.h" is mlip's own (src/error.h)
+
+#include "atom.h"
+#include "comm.h"
+#include "compat/blas_kernels.h"
+#include "force.h"
 #include "memory.h"
 #include "update.h"
 #include "utils.h"
@@ -56,9 +61,22 @@ PairMlip::~PairMlip() {
       std::snprintf(line, sizeof line,
                     "pair_style mlip on rank 0: %lld calls, neighbour list %.3f s, model %.3f s, %.1f atoms "
                     "evaluated per call, peak memory %.0f MB (all %d ranks: %.0f MB)\n",
-                    static_cast<long long>(t.calls), t.neighbor_list, t.model,
-                    double(t.model_atoms) / double(t.calls), mine, comm->nprocs, all);
+                    static_cast<long long>(t.calls), t.neighbor_list, t.model, double(t.model_atoms) / double(t.calls),
+                    mine, comm->nprocs, all);
       utils::logmesg(lmp, std::string(line));
+      // What the committee's other models cost: paid on the output steps only.
+      if (!committee_.empty()) {
+        Timings others;
+        for (const auto& member : committee_) {
+          others.neighbor_list += member->timings().neighbor_list;
+          others.model += member->timings().model;
+        }
+        std::snprintf(line, sizeof line,
+                      "pair_style mlip on rank 0: the committee's other %zu model(s) on %lld output step(s): "
+                      "neighbour list %.3f s, model %.3f s\n",
+                      committee_.size(), static_cast<long long>(deviation_steps_), others.neighbor_list, others.model);
+        utils::logmesg(lmp, std::string(line));
+      }
     }
     for (size_t k = 0; k < counters_.size(); ++k) {
       long long mine_count = static_cast<long long>(counts_run_[k]), all_count = 0;
@@ -89,40 +107,154 @@ void PairMlip::allocate() {
     for (int j = i; j <= n; ++j) setflag[i][j] = 0;
 }
 
-void PairMlip::settings(int narg, char** arg) {
-  const std::string usage =
-      "'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no] "
-      "[pairs auto|host|device]'";
-  if (narg < 1 || narg % 2 == 0)
-    fail("expected " + usage + ", got " + std::to_string(narg) + " argument(s)");
-  std::string device = "cpu";
-  Evaluation evaluation = Evaluation::kAuto;
-  PairBuilding pairs = PairBuilding::kAuto;
-  for (int k = 1; k + 1 < narg; k += 2) {
-    const std::string key = arg[k], value = arg[k + 1];
+namespace {
+
+const char* kUsage =
+    "'pair_style mlip <frozen_model.pt> [<more models> ...] [device cpu|cuda|cuda:K] [evaluation auto|torchscript] "
+    "[exchange yes|no] [pairs auto|host|device] [out_freq N] [out_file F] [atomic] [relative L] [relative_v L]'";
+
+bool is_keyword(const std::string& word) {
+  for (const char* k :
+       {"device", "evaluation", "exchange", "pairs", "out_freq", "out_file", "atomic", "relative", "relative_v"})
+    if (word == k) return true;
+  return false;
+}
+
+/// A length as printf's %g writes it (6 Å, 4.5 Å).
+std::string shortest(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+/// `text` as a finite number, or an empty optional.
+std::optional<double> number_after(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(v)) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void PairMlip::read_settings(int narg, char** arg, std::vector<std::string>& models, std::string& device,
+                             Evaluation& evaluation, PairBuilding& pairs, bool& committee_keywords) {
+  // The model files come first: the first argument, then every one up to the first keyword that
+  // names a file or ends in .pt (so that a misspelt keyword is reported as one).
+  int k = 0;
+  auto model_file = [](const std::string& word) {
+    return (word.size() > 3 && word.compare(word.size() - 3, 3, ".pt") == 0) || std::filesystem::exists(word);
+  };
+  while (k < narg && !is_keyword(arg[k]) && (k == 0 || model_file(arg[k]))) models.emplace_back(arg[k++]);
+  if (models.empty()) fail(std::string("expected ") + kUsage + ", got no model file");
+  while (k < narg) {
+    const std::string key = arg[k++];
+    if (!is_keyword(key))
+      fail(
+          "expected another model file or a keyword (device, evaluation, exchange, pairs, out_freq, out_file, "
+          "atomic, relative, relative_v) after the model files (" +
+          std::string(kUsage) + "), got '" + key + "'");
+    if (key == "atomic") {
+      deviation_settings_.atomic = committee_keywords = true;
+      continue;
+    }
+    if (k == narg) fail(key + ": expected a value after it (" + std::string(kUsage) + ")");
+    const std::string value = arg[k++];
     if (key == "device") {
       device = value;
     } else if (key == "evaluation") {
-      if (value == "auto") evaluation = Evaluation::kAuto;
-      else if (value == "torchscript") evaluation = Evaluation::kTorchScript;
-      else fail("evaluation: expected auto or torchscript, got '" + value + "'");
+      if (value == "auto")
+        evaluation = Evaluation::kAuto;
+      else if (value == "torchscript")
+        evaluation = Evaluation::kTorchScript;
+      else
+        fail("evaluation: expected auto or torchscript, got '" + value + "'");
     } else if (key == "exchange") {
-      if (value == "yes") allow_exchange_ = true;
-      else if (value == "no") allow_exchange_ = false;
-      else fail("exchange: expected yes or no, got '" + value + "'");
+      if (value == "yes")
+        allow_exchange_ = true;
+      else if (value == "no")
+        allow_exchange_ = false;
+      else
+        fail("exchange: expected yes or no, got '" + value + "'");
     } else if (key == "pairs") {
-      if (value == "auto") pairs = PairBuilding::kAuto;
-      else if (value == "host") pairs = PairBuilding::kHost;
-      else if (value == "device") pairs = PairBuilding::kDevice;
-      else fail("pairs: expected auto, host or device, got '" + value + "'");
+      if (value == "auto")
+        pairs = PairBuilding::kAuto;
+      else if (value == "host")
+        pairs = PairBuilding::kHost;
+      else if (value == "device")
+        pairs = PairBuilding::kDevice;
+      else
+        fail("pairs: expected auto, host or device, got '" + value + "'");
+    } else if (key == "out_file") {
+      deviation_settings_.out_file = value;
+      committee_keywords = true;
     } else {
-      fail("expected the keyword 'device', 'evaluation', 'exchange' or 'pairs' after the model file (" + usage +
-           "), got '" + key + "'");
+      const std::optional<double> number = number_after(value);
+      committee_keywords = true;
+      if (key == "out_freq") {
+        if (!number || *number < 1 || *number != std::floor(*number) || *number > 1e15)
+          fail("out_freq: expected a positive whole number of steps, got '" + value + "'");
+        deviation_settings_.out_freq = int64_t(*number);
+      } else {
+        if (!number || *number < 0)
+          fail(key + ": expected a number >= 0 (" + (key == "relative" ? "eV/Å" : "eV") + "), got '" + value + "'");
+        (key == "relative" ? deviation_settings_.relative : deviation_settings_.relative_v) = *number;
+      }
     }
   }
+}
+
+void PairMlip::load_committee(const std::vector<std::string>& models, const std::string& device, Evaluation evaluation,
+                              PairBuilding pairs) {
+  auto names_of = [](const Potential& p) {
+    std::string s;
+    for (const auto& n : p.type_names()) s += (s.empty() ? "" : " ") + n;
+    return s;
+  };
+  for (size_t k = 1; k < models.size(); ++k) {
+    std::unique_ptr<Potential> member;
+    try {
+      member = std::make_unique<Potential>(models[k], device, evaluation, pairs);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    if (member->type_names() != potential_->type_names())
+      fail("the models of a committee must have the same type map: " + model_path_ + " has [" + names_of(*potential_) +
+           "], " + models[k] + " has [" + names_of(*member) + "]");
+    if (std::fabs(member->cutoff() - potential_->cutoff()) > 1e-12 * std::max(1.0, potential_->cutoff()))
+      fail("the models of a committee must have the same cutoff: " + model_path_ + " has " +
+           shortest(potential_->cutoff()) + " Å, " + models[k] + " has " + shortest(member->cutoff()) + " Å");
+    if (comm->me == 0) utils::logmesg(lmp, "pair_style mlip: " + models[k] + ": " + member->describe() + "\n");
+    committee_paths_.push_back(models[k]);
+    committee_.push_back(std::move(member));
+  }
+}
+
+void PairMlip::settings(int narg, char** arg) {
+  std::vector<std::string> models;
+  std::string device = "cpu";
+  Evaluation evaluation = Evaluation::kAuto;
+  PairBuilding pairs = PairBuilding::kAuto;
+  bool committee_keywords = false;
+  potential_.reset();
+  committee_.clear();
+  committee_paths_.clear();
+  deviation_file_.reset();
+  deviation_settings_ = DeviationSettings{};
+  read_settings(narg, arg, models, device, evaluation, pairs, committee_keywords);
+  if (committee_keywords && models.size() < 2)
+    fail(
+        "out_freq, out_file, atomic, relative and relative_v write a committee's model deviation: expected two "
+        "or more model files, got one (" +
+        models[0] + ")");
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
-  model_path_ = arg[0];
+  if (deviation_settings_.atomic && atom->tag_enable == 0)
+    fail("atomic: the deviation of each atom is written in id order, but the atoms have no ids (atom_modify id no)");
+  model_path_ = models[0];
   // Once per process, before the model's first matrix product (docs/device.md "The BLAS kernels
   // on a CPU OpenBLAS does not know").
   static const compat::BlasKernelChoice blas = compat::use_the_cpus_blas_kernels();
@@ -135,6 +267,19 @@ void PairMlip::settings(int narg, char** arg) {
     fail(e.what());
   }
   if (comm->me == 0) utils::logmesg(lmp, "pair_style mlip: " + model_path_ + ": " + potential_->describe() + "\n");
+  load_committee(models, device, evaluation, pairs);
+  if (!committee_.empty()) {
+    try {
+      deviation_file_ = std::make_unique<DeviationFile>(deviation_settings_, world);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    if (comm->me == 0)
+      utils::logmesg(lmp, "pair_style mlip: a committee of " + std::to_string(models.size()) +
+                              " models: " + model_path_ + " drives the MD, the others run every " +
+                              std::to_string(deviation_settings_.out_freq) + " steps; deviations to " +
+                              deviation_settings_.out_file + "\n");
+  }
   counters_ = potential_->counters();
   counts_run_.assign(counters_.size(), 0);
   counts_unreported_.assign(counters_.size(), 0);
@@ -166,8 +311,7 @@ void PairMlip::coeff(int narg, char** arg) {
 void PairMlip::init_style() {
   if (!potential_) fail("no model (pair_style mlip <frozen_model.pt>)");
   potential_->reset_timings();  // each run's own (printed when LAMMPS ends)
-  if (force->newton_pair == 0)
-    fail("expected 'newton on': the forces on ghost atoms must go back to their owners");
+  if (force->newton_pair == 0) fail("expected 'newton on': the forces on ghost atoms must go back to their owners");
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
   if (std::strcmp(atom->atom_style, "atomic") != 0)
@@ -178,6 +322,17 @@ void PairMlip::init_style() {
   // comes after this).
   exchange_ = allow_exchange_ && potential_->exchange_width() > 0;
   comm_forward = comm_reverse = exchange_ ? int(potential_->exchange_width()) : 0;
+  // A committee's other models exchange their own features on output steps, and every model's
+  // forces on the ghosts go back to their owners in one reverse communication of [models * 3].
+  committee_exchange_.clear();
+  for (const auto& member : committee_) {
+    committee_exchange_.push_back(allow_exchange_ && member->exchange_width() > 0);
+    if (committee_exchange_.back()) comm_forward = std::max(comm_forward, int(member->exchange_width()));
+    if (committee_exchange_.back()) comm_reverse = std::max(comm_reverse, int(member->exchange_width()));
+    member->reset_timings();
+  }
+  if (!committee_.empty()) comm_reverse = std::max(comm_reverse, 3 * int(committee_.size() + 1));
+  deviation_steps_ = 0;
   if (comm->me == 0 && exchange_)
     utils::logmesg(lmp, "pair_style mlip: " + std::to_string(potential_->message_layers()) +
                             " message-passing layers, features exchanged between them (up to " +
@@ -191,7 +346,10 @@ void PairMlip::init_style() {
 
 double PairMlip::init_one(int i, int j) {
   if (setflag[i][j] == 0) fail("pair_coeff * * <names> has not been given");
-  return potential_->ghost_cutoff(exchange_);
+  double cutoff = potential_->ghost_cutoff(exchange_);
+  for (size_t k = 0; k < committee_.size(); ++k)
+    cutoff = std::max(cutoff, committee_[k]->ghost_cutoff(committee_exchange_[k]));
+  return cutoff;
 }
 
 void PairMlip::forward(double* rows, int64_t width) {
@@ -210,7 +368,8 @@ void PairMlip::reverse(double* rows, int64_t width) {
 
 int PairMlip::pack_forward_comm(int n, int* list, double* buf, int /*pbc_flag*/, int* /*pbc*/) {
   const int w = exchange_width_;
-  for (int k = 0; k < n; ++k) std::memcpy(buf + size_t(k) * w, exchange_rows_ + size_t(list[k]) * w, sizeof(double) * w);
+  for (int k = 0; k < n; ++k)
+    std::memcpy(buf + size_t(k) * w, exchange_rows_ + size_t(list[k]) * w, sizeof(double) * w);
   return n * w;
 }
 
@@ -280,6 +439,9 @@ void PairMlip::compute(int eflag, int vflag) {
     error->one(FLERR, "pair_style mlip: step " + std::to_string(update->ntimestep) + ": " + e.what());
   }
   count(results_.counts);
+  if (deviation_file_ && update->ntimestep % deviation_settings_.out_freq == 0 &&
+      int64_t(update->ntimestep) != last_deviation_step_)
+    write_deviation(atoms);
   double** f = atom->f;
   for (int i = 0; i < nall; ++i)
     for (int k = 0; k < 3; ++k) f[i][k] += results_.forces[size_t(i * 3 + k)];
@@ -293,6 +455,40 @@ void PairMlip::compute(int eflag, int vflag) {
   if (vflag_atom)
     for (int i = 0; i < nall; ++i)
       for (int k = 0; k < 6; ++k) vatom[i][k] += results_.atom_virial[size_t(i * 9 + kVoigt[k])];
+}
+
+void PairMlip::write_deviation(LocalAtoms atoms) {
+  const int nlocal = atom->nlocal;
+  const int64_t nall = atoms.natoms;
+  const size_t models = committee_.size() + 1, width = 3 * models;
+  deviation_rows_.assign(size_t(nall) * width, 0.0);
+  std::vector<double> virials(9 * models);
+  auto keep = [&](size_t k, const Results& r) {
+    for (int64_t i = 0; i < nall; ++i)
+      for (int c = 0; c < 3; ++c) deviation_rows_[size_t(i) * width + 3 * k + c] = r.forces[size_t(i * 3 + c)];
+    for (int c = 0; c < 9; ++c) virials[9 * k + size_t(c)] = r.virial[size_t(c)];
+  };
+  keep(0, results_);
+  for (size_t k = 0; k < committee_.size(); ++k) {
+    atoms.exchange = committee_exchange_[k] ? this : nullptr;
+    try {
+      committee_[k]->compute(atoms, false, false, committee_results_);
+    } catch (const std::exception& e) {
+      error->one(FLERR, "pair_style mlip: step " + std::to_string(update->ntimestep) + ": " + committee_paths_[k] +
+                            ": " + e.what());
+    }
+    keep(k + 1, committee_results_);
+  }
+  reverse(deviation_rows_.data(), int64_t(width));  // the ghosts' forces onto their owners
+  std::vector<int64_t> ids;
+  if (atom->tag_enable) {
+    ids.resize(size_t(nlocal));
+    for (int i = 0; i < nlocal; ++i) ids[size_t(i)] = int64_t(atom->tag[i]);
+  }
+  deviation_file_->write_step(int64_t(update->ntimestep), int64_t(atom->natoms), nlocal, deviation_rows_.data(), models,
+                              ids.empty() ? nullptr : ids.data(), virials.data());
+  last_deviation_step_ = int64_t(update->ntimestep);
+  ++deviation_steps_;
 }
 
 }  // namespace mlip::md

@@ -4,13 +4,14 @@
 #include <string>
 #include <vector>
 
-#include "pair.h"  // LAMMPS
-
+#include "md/deviation_file.h"
 #include "md/potential.h"
+#include "pair.h"  // LAMMPS
 
 namespace mlip::md {
 
-/// `pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no]`
+/// `pair_style mlip <frozen_model.pt> [more models ...] [device cpu|cuda|cuda:K] [evaluation auto|torchscript]
+/// [exchange yes|no] [pairs auto|host|device] [out_freq N] [out_file F] [atomic] [relative L] [relative_v L]`
 /// with `pair_coeff * * <name> ...`
 /// (docs/lammps.md): a frozen mlip model as a LAMMPS many-body pair style. Each step it gives
 /// the model this rank's owned + ghost atoms, adds the energy of the owned atoms and the forces
@@ -20,6 +21,10 @@ namespace mlip::md {
 /// A model that exchanges features between its layers (Potential::exchange_width() > 0) gets
 /// ghosts out to r_max only, and its per-layer features cross between ranks through the pair
 /// style's forward and reverse communication (docs/lammps.md "Features exchanged between ranks").
+///
+/// With several models (a committee, docs/lammps.md "A committee of models") the first drives
+/// the MD; every out_freq steps all of them evaluate the step and their deviations go to
+/// out_file in DeePMD-kit's layout (md/deviation_file.h).
 class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
  public:
   explicit PairMlip(LAMMPS_NS::LAMMPS* lmp);
@@ -46,12 +51,33 @@ class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
   void forward(double* rows, int64_t width) override;
   void reverse(double* rows, int64_t width) override;
 
+  /// Reads the model files and the committee's keywords of pair_style (settings()).
+  void read_settings(int narg, char** arg, std::vector<std::string>& models, std::string& device,
+                     Evaluation& evaluation, PairBuilding& pairs, bool& committee_keywords);
+  /// Loads the committee's other models and checks that they agree with the first.
+  void load_committee(const std::vector<std::string>& models, const std::string& device, Evaluation evaluation,
+                      PairBuilding pairs);
+  /// On an output step: every other model on `atoms`, the forces folded onto their owners, one
+  /// row of the deviation file (collective).
+  void write_deviation(LocalAtoms atoms);
+
   std::unique_ptr<Potential> potential_;
   std::string model_path_;
+  /// The committee's other models (evaluated on output steps only), their files and whether each
+  /// exchanges features between ranks.
+  std::vector<std::unique_ptr<Potential>> committee_;
+  std::vector<std::string> committee_paths_;
+  std::vector<bool> committee_exchange_;
+  DeviationSettings deviation_settings_;
+  std::unique_ptr<DeviationFile> deviation_file_;
+  Results committee_results_;
+  std::vector<double> deviation_rows_;  // [nall, models * 3]: each model's forces on each atom
+  int64_t last_deviation_step_ = -1;
+  int64_t deviation_steps_ = 0;  // output steps this run
   /// [LAMMPS ntypes + 1]: the model type id of LAMMPS type k (index 0 unused).
   std::vector<int> model_type_of_;
-  std::vector<int> types_;     // per step: the model type of each owned and ghost atom
-  std::vector<int64_t> ids_;   // per step: their atom ids (LAMMPS tags)
+  std::vector<int> types_;    // per step: the model type of each owned and ghost atom
+  std::vector<int64_t> ids_;  // per step: their atom ids (LAMMPS tags)
   Results results_;
   bool allow_exchange_ = true;       // `exchange no`: ghosts out to L · r_max instead
   bool exchange_ = false;            // the model's features cross between ranks per layer

@@ -96,6 +96,10 @@ struct ModelContext {
   torch::Device device = torch::kCPU;
   /// training.seed: the default of the model's own seeds when they are not given.
   std::optional<uint64_t> training_seed;
+  /// Added to every seed the model draws its weights from (its own seeds, or training_seed, or
+  /// the default 1): member k of a committee (`mlip train --committee N`) gets k, so that the
+  /// members differ in their initial weights and member 0 equals a plain run.
+  uint64_t seed_offset = 0;
   /// The training systems, for settings derived from the data (se_e2_a's sel: auto reads a
   /// sample of their frames, data::neighbor_stat_sample).
   const std::vector<data::System>* training_systems = nullptr;

@@ -466,6 +466,7 @@ void Trainer::build_model() {
   models::ModelContext context;
   context.device = device_;
   context.training_seed = c.seed;
+  context.seed_offset = options_.seed_offset;
   context.training_systems = &train_raw_;
   context.log = &std::cout;
   context.static_shapes = static_step_on_;
@@ -702,6 +703,7 @@ void Trainer::make_samplers() {
     comm_->broadcast(t);
     seed = uint64_t(t.item<int64_t>());
   }
+  seed += options_.seed_offset;  // a committee member's (0 for a plain run)
   if (!c.seed) std::cout << "training.seed not given: using " << seed << "\n";
   sampler_ = make_sampler(train_, c.training_data, seed, "training.training_data", world);
   if (!valid_.empty()) val_sampler_ = make_sampler(valid_, *c.validation_data, seed + 1, "training.validation_data", 1);

@@ -27,6 +27,10 @@ struct TrainOptions {
   dist::Communicator* comm = nullptr;
   /// How the run was launched, for the summary block (nullptr: not launched by a launcher).
   const dist::LaunchEnv* launch = nullptr;
+  /// Added to every seed the run draws: training.seed (or the random one drawn without it) for
+  /// the samplers, and the model's weight seeds (models::ModelContext::seed_offset). Member k of
+  /// a committee (`--committee N --member k`) trains with k; 0 is a plain run.
+  uint64_t seed_offset = 0;
 };
 
 /// Runs the training of docs/training.md for the model the input selects (models/registry.h),

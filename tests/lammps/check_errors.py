@@ -51,19 +51,36 @@ cases = [
     ("not a model", script(pair=f"mlip {os.path.join(work, 'not_a_model.pt')}"), "not a TorchScript model"),
     ("a checkpoint", script(pair=f"mlip {checkpoint}"), "a training checkpoint; MD needs a frozen model"),
     ("bad device", script(pair=f"mlip {model} device gpu"), "expected cpu, cuda or cuda:K, got \"gpu\""),
-    ("bad keyword", script(pair=f"mlip {model} dev cpu"), "expected the keyword 'device'"),
+    ("bad keyword", script(pair=f"mlip {model} dev cpu"), "expected another model file or a keyword (device, "),
     ("overlapping atoms", script(data=os.path.join(work, "overlap.data")),
      "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart, expected at least 0.001 Å"),
     ("overlap after 3 steps", script(run=f"velocity all create 300 1\nfix nve all nve\nrun 3\nset atom 2 x $(x[1]:%.17g) y $(y[1]:%.17g) z $(z[1]:%.17g)\nrun 1"),
      "step 3: MD atoms: atoms id 1 and id 2 are 0 Å apart"),
     ("no model", script(pair="mlip"),
-     "expected 'pair_style mlip <frozen_model.pt> [device cpu|cuda|cuda:K] [evaluation auto|torchscript] [exchange yes|no] "
-     "[pairs auto|host|device]', got 0"),
+     "expected 'pair_style mlip <frozen_model.pt> [<more models> ...] [device cpu|cuda|cuda:K] [evaluation "
+     "auto|torchscript] [exchange yes|no] [pairs auto|host|device] [out_freq N] [out_file F] [atomic] [relative L] "
+     "[relative_v L]', got no model file"),
     ("bad evaluation", script(pair=f"mlip {model} evaluation fast"), "evaluation: expected auto or torchscript, got 'fast'"),
     ("bad exchange", script(pair=f"mlip {model} exchange maybe"), "exchange: expected yes or no, got 'maybe'"),
     ("bad pairs", script(pair=f"mlip {model} pairs gpu"), "pairs: expected auto, host or device, got 'gpu'"),
-    ("keyword without value", script(pair=f"mlip {model} device"), "got 2 argument(s)"),
+    ("keyword without value", script(pair=f"mlip {model} device"), "device: expected a value after it"),
+    # A committee (docs/lammps.md "A committee of models").
+    ("committee keyword, one model", script(pair=f"mlip {model} out_freq 10"),
+     "expected two or more model files, got one"),
+    ("out_freq 0", script(pair=f"mlip {model} {model} out_freq 0"),
+     "out_freq: expected a positive whole number of steps, got '0'"),
+    ("relative -1", script(pair=f"mlip {model} {model} relative -1"),
+     "relative: expected a number >= 0 (eV/Å), got '-1'"),
+    ("unwritable out_file", script(pair=f"mlip {model} {model} out_file /nonexistent/devi.out"),
+     "out_file /nonexistent/devi.out: cannot write the model deviation file"),
 ]
+if os.path.exists(equivariant):
+    cases.append(("committee, other cutoff", script(pair=f"mlip {model} {equivariant}"),
+                  "the models of a committee must have the same cutoff: "))
+    other_types = os.path.join(os.path.dirname(model), "eqho.pt")
+    cases.append(("committee, other type map", script(pair=f"mlip {equivariant} {other_types}"),
+                  f"the models of a committee must have the same type map: {equivariant} has [O H], {other_types} "
+                  "has [H O]"))
 if os.path.exists(equivariant):  # its own inference with features exchanged or not, and the TorchScript forward
     cases.append(("overlapping atoms, equivariant", script(pair=f"mlip {equivariant}", data=os.path.join(work, "overlap.data")),
                   "step 0: MD atoms: atoms id 1 and id 2 are 0 Å apart"))
@@ -88,7 +105,8 @@ failed = []
 for ranks in (1, 2):
     for name, text, expected in cases:
         if ranks == 2 and name not in ("units real", "element not in the model", "not a model", "overlapping atoms",
-                                          "overlapping atoms, equivariant"):
+                                          "overlapping atoms, equivariant", "unwritable out_file",
+                                          "committee, other cutoff"):
             continue
         folder = os.path.join(work, f"{name.replace(' ', '_')}-np{ranks}")
         os.makedirs(folder, exist_ok=True)

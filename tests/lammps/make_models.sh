@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest fixture of the LAMMPS tests: trains and freezes, in <dir>, the models they run
 # (docs/lammps.md "Tests"): se64.pt and se32.pt (the water example's se_e2_a, 200 steps, float64
-# and float32), eq.pt (the example's equivariant model, 20 steps) and nve.pt, the model of the
+# and float32), eq.pt (the example's equivariant model, 20 steps), eq2.pt (the same, other seeds: a
+# committee with eq.pt), eqho.pt (the same with type map [H, O]: a committee refused) and nve.pt, the model of the
 # NVE test: quick.yaml's se_e2_a made smaller (embedding 16-32-64, axis 8, fitting 64-64-64) on
 # a schedule of 6,000 steps (lr 1e-3 down to 1e-5), about 50 s on 2 cores, stable in MD as the
 # README's 12,000-step model is (docs/lammps.md "Energy conservation"); se64c.pt, nvec.pt and
@@ -36,7 +37,19 @@ grep -q "neuron: \[16, 32, 64\]" nve.yaml && grep -q "neuron: \[64, 64, 64\]" nv
   echo "make_models.sh: examples/water/quick.yaml changed: the NVE model's edits no longer apply" >&2
   exit 1
 }
-for m in se64 se32 eq nve; do
+# A second equivariant model for the committee tests: the same input with other seeds.
+sed -e "s/^  seed: 1$/  seed: 2/" -e "s/^  seed: 10$/  seed: 11/" eq.yaml > eq2.yaml
+grep -q "^  seed: 2$" eq2.yaml && grep -q "^  seed: 11$" eq2.yaml || {
+  echo "make_models.sh: examples/water/equivariant.yaml changed: the second model's seeds no longer apply" >&2
+  exit 1
+}
+# ... and one whose type map is [H, O]: a committee with it is refused.
+sed -e "s/^  type_map: \[O, H\]$/  type_map: [H, O]/" eq.yaml > eqho.yaml
+grep -q "^  type_map: \[H, O\]$" eqho.yaml || {
+  echo "make_models.sh: examples/water/equivariant.yaml changed: the [H, O] model's edit no longer applies" >&2
+  exit 1
+}
+for m in se64 se32 eq eq2 eqho nve; do
   "$MLIP" train "$m.yaml" -o "$m" > "$m.log"
   "$MLIP" freeze -c "$m" -o "$m.pt"
 done

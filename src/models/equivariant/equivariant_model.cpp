@@ -96,7 +96,7 @@ class EquivariantModel final : public Model {
       : settings_(settings), device_(context.device), static_shapes_(context.static_shapes) {
     EquivariantConfig& c = settings_.config;
     c.avg_num_neighbors = settings_.avg_num_neighbors.value_or(1.0);
-    c.seed = settings_.seed ? *settings_.seed : context.training_seed.value_or(1);
+    c.seed = (settings_.seed ? *settings_.seed : context.training_seed.value_or(1)) + context.seed_offset;
     module_ = build_equivariant(c);
     move_module(module_, device_);  // scale and shift are plain attributes: Module::to leaves them
     training_ = std::make_unique<TrainingFunction>(c);

@@ -14,7 +14,8 @@ struct EquivariantSettings : ModelSettings {
   /// model.avg_num_neighbors; absent or "auto": the mean number of neighbours within r_max
   /// over the training frames.
   std::optional<double> avg_num_neighbors;
-  /// model.seed; absent: training.seed, else 1.
+  /// model.seed; absent: training.seed, else 1 (plus ModelContext::seed_offset when the model
+  /// is built).
   std::optional<uint64_t> seed;
 
   double cutoff() const override { return config.r_max; }

@@ -135,8 +135,8 @@ class SeAModel final : public Model {
       : settings_(settings), device_(context.device), static_shapes_(context.static_shapes) {
     SeAConfig& c = settings_.config;
     const uint64_t fallback = context.training_seed.value_or(1);
-    c.seed = settings_.descriptor_seed.value_or(fallback);
-    c.fitting_seed = settings_.fitting_seed.value_or(fallback);
+    c.seed = settings_.descriptor_seed.value_or(fallback) + context.seed_offset;
+    c.fitting_seed = settings_.fitting_seed.value_or(fallback) + context.seed_offset;
     c.sel = settings_.sel.automatic ? automatic_sel(context) : settings_.sel.values;
     // With reference energies of isolated atoms (or given), such an atom's energy is its bias.
     c.isolated_energy_is_bias = settings_.e0s.kind != ReferenceEnergies::Kind::kFit;

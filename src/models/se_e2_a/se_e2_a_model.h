@@ -22,7 +22,8 @@ struct SeASettings : ModelSettings {
   /// Hyperparameters; `sel` and the seeds are filled when the model is built.
   SeAConfig config;
   SelSpec sel;
-  /// descriptor.seed and fitting_net.seed; absent: training.seed, else 1.
+  /// descriptor.seed and fitting_net.seed; absent: training.seed, else 1 (each plus
+  /// ModelContext::seed_offset when the model is built).
   std::optional<uint64_t> descriptor_seed, fitting_seed;
   /// fitting_net.precision as written (it must equal the descriptor's).
   std::string fitting_precision = "float64";
