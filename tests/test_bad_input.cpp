@@ -412,3 +412,32 @@ TEST(BadInput, ExtxyzNanCoordinate) {
                    "O 1 1 nan 0 0 0\nH 2 1 1 0 0 0\n");
   expect_bad(path, {path + "[O1H1]", "frame 0, atom 0: coordinate z is NaN"});
 }
+
+// --- Symbolic links in folders of systems (docs/data.md "Folders of systems") ---------------
+
+// A link to its own folder, one two levels up and a second path to a folder already read: each
+// real folder is read once, the links are named in notes, and the systems are those without the
+// links (independent reference: the same tree without them). Through the library and the CLI.
+TEST(BadInput, SymlinkLoopsInFoldersOfSystemsAreWalkedOnce) {
+  TempDir tmp;
+  write_system(tmp / "root/a/sys1", 2);
+  write_system(tmp / "root/b/sys2", 3);
+  std::vector<std::string> type_map = {"O", "H"};
+  const auto plain = mlip::data::load_systems({tmp / "root"}, type_map);
+  ASSERT_EQ(plain.size(), 2u);
+  fs::create_directory_symlink(".", tmp / "root/a/self");
+  fs::create_directory_symlink("../..", tmp / "root/a/up");
+  fs::create_directory_symlink("../a", tmp / "root/b/again");
+  const auto linked = mlip::data::load_systems({tmp / "root"}, type_map);
+  ASSERT_EQ(linked.size(), plain.size());
+  for (size_t k = 0; k < plain.size(); ++k) {
+    EXPECT_EQ(linked[k].name, plain[k].name);
+    EXPECT_EQ(linked[k].nframes, plain[k].nframes);
+  }
+  mlip::test::CommandResult r = mlip::test::run_command(cli(tmp / "root"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "2 system(s), 5 frame(s)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "note: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "/root/a/self (a symbolic link): it leads to a folder already read")) << r.out;
+  EXPECT_TRUE(contains(r.out, "/root/b/again (a symbolic link): it leads to a folder already read")) << r.out;
+}

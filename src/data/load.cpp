@@ -1,11 +1,18 @@
 #include "data/load.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <iostream>
 #include <numeric>
+#include <optional>
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "data/deepmd_system.h"
 #include "data/extxyz.h"
@@ -56,32 +63,62 @@ std::string resolve_path(const std::string& given, const std::string& base_dir) 
   return s;
 }
 
+/// A folder's identity on its file system (device, inode): two paths to one folder, through
+/// symbolic links, have the same.
+using FolderIdentity = std::pair<uint64_t, uint64_t>;
+
+std::optional<FolderIdentity> folder_identity(const fs::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;  // follows links
+  return FolderIdentity{uint64_t(st.st_dev), uint64_t(st.st_ino)};
+}
+
 /// Adds to `found` the folders below `dir` (following links) that hold type.raw, not looking
-/// inside those (a system's set.* folders hold no further systems) nor deeper than 32 levels
-/// below the root (a guard against symbolic-link cycles). Written with the plain directory
-/// iterator: pip's LibTorch exports its own, broken copies of libstdc++'s recursive iterator and
-/// remove_all (docs/gpu_check.md "std::filesystem and pip's LibTorch"), which a build whose
-/// link order cannot be controlled may call.
-void add_system_dirs(const fs::path& root, const fs::path& dir, int depth, std::vector<std::string>& found) {
+/// inside those (a system's set.* folders hold no further systems). Each real folder is entered
+/// once (`seen`, by device and inode): a link back up the tree, or a second link to a folder
+/// already read, is skipped with a note (docs/data.md "Folders of systems"), so a link loop
+/// neither repeats systems nor runs on; 32 levels below the root at most. Written with the plain
+/// directory iterator: pip's LibTorch exports its own, broken copies of libstdc++'s recursive
+/// iterator and remove_all (docs/gpu_check.md "std::filesystem and pip's LibTorch"), which a
+/// build whose link order cannot be controlled may call.
+void add_system_dirs(const fs::path& root, const fs::path& dir, int depth, std::set<FolderIdentity>& seen,
+                     std::vector<std::string>& found) {
   std::error_code ec;
   fs::directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
   if (ec) throw Error(root.string() + ": cannot list folder " + dir.string() + " (" + ec.message() + ")");
+  std::vector<fs::path> folders;
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     if (ec) throw Error(root.string() + ": cannot list folder " + dir.string() + " (" + ec.message() + ")");
     std::error_code type_ec;
-    if (!it->is_directory(type_ec)) continue;  // follows links; a dangling link is no folder
-    if (fs::exists(it->path() / "type.raw", type_ec)) {
-      found.push_back(it->path().string());
+    if (it->is_directory(type_ec)) folders.push_back(it->path());  // follows links; a dangling link is no folder
+  }
+  std::sort(folders.begin(), folders.end());  // which of two paths to one folder is read: the first in order
+  for (const fs::path& folder : folders) {
+    const std::optional<FolderIdentity> identity = folder_identity(folder);
+    if (identity && !seen.insert(*identity).second) {
+      std::error_code link_ec;
+      std::cout << "note: " << root.string() << ": skipped " << folder.string()
+                << (fs::is_symlink(folder, link_ec) ? " (a symbolic link)" : "")
+                << ": it leads to a folder already read (" << fs::weakly_canonical(folder, link_ec).string()
+                << "), so its systems are not read twice\n";
+      continue;
+    }
+    std::error_code type_ec;
+    if (fs::exists(folder / "type.raw", type_ec)) {
+      found.push_back(folder.string());
     } else if (depth < 32) {
-      add_system_dirs(root, it->path(), depth + 1, found);
+      add_system_dirs(root, folder, depth + 1, seen, found);
     }
   }
 }
 
-/// Folders under `root` (recursively, following links, sorted) that hold type.raw.
+/// Folders under `root` (recursively, following links, each real folder once, sorted) that hold
+/// type.raw.
 std::vector<std::string> find_system_dirs(const fs::path& root) {
   std::vector<std::string> found;
-  add_system_dirs(root, root, 0, found);
+  std::set<FolderIdentity> seen;
+  if (const auto identity = folder_identity(root)) seen.insert(*identity);
+  add_system_dirs(root, root, 0, seen, found);
   std::sort(found.begin(), found.end());
   return found;
 }

@@ -6,9 +6,11 @@
 #ifdef MLIP_HAVE_LAMMPS
 #include <mpi.h>
 
+#include <array>
 #include <cstring>
 #include <exception>
 #include <typeinfo>
+#include <utility>
 
 // LAMMPS
 #include "force.h"
@@ -83,6 +85,45 @@ std::string lammps_input_script(const std::vector<std::string>& args) {
 
 #ifdef MLIP_HAVE_LAMMPS
 
+namespace {
+
+/// Adds pair_style mlip to this LAMMPS' pair styles. Debian's LAMMPS has no plugin loader; its
+/// style table is public (docs/lammps.md "Running it").
+void register_pair_style(LAMMPS_NS::LAMMPS* lmp) { (*lmp->force->pair_map)["mlip"] = &PairMlip::create; }
+
+// `clear` (and so the usual write_restart / clear / read_restart deck) replaces LAMMPS' Force and
+// with it the table of pair styles; the input and its table of commands stay. So every command
+// LAMMPS creates from that table (read_data, read_restart, create_box, run, ...) first adds the
+// style again: each table entry is replaced by a wrapper that registers, then calls the original
+// (docs/lammps.md "After clear"). A wrapper is a plain function, one per slot.
+using CommandCreator = LAMMPS_NS::Input::CommandCreator;
+constexpr size_t kCommandSlots = 512;
+std::array<CommandCreator, kCommandSlots> g_original_commands{};
+
+template <size_t K>
+LAMMPS_NS::Command* register_then_create(LAMMPS_NS::LAMMPS* lmp) {
+  register_pair_style(lmp);
+  return g_original_commands[K](lmp);
+}
+
+template <size_t... K>
+constexpr std::array<CommandCreator, sizeof...(K)> command_wrappers(std::index_sequence<K...>) {
+  return {&register_then_create<K>...};
+}
+
+void keep_registered_after_clear(LAMMPS_NS::LAMMPS& lmp) {
+  static constexpr auto kWrappers = command_wrappers(std::make_index_sequence<kCommandSlots>());
+  size_t k = 0;
+  for (auto& entry : *lmp.input->command_map) {
+    if (k == kCommandSlots) break;  // more commands than slots: the rest as they are
+    g_original_commands[k] = entry.second;
+    entry.second = kWrappers[k];
+    ++k;
+  }
+}
+
+}  // namespace
+
 bool lammps_available() { return true; }
 
 int run_lammps(const std::vector<std::string>& args) {
@@ -99,8 +140,8 @@ int run_lammps(const std::vector<std::string>& args) {
   int code = 0;
   try {
     LAMMPS_NS::LAMMPS lmp(argc, argp, MPI_COMM_WORLD);
-    // Debian's LAMMPS has no plugin loader; its style table is public (docs/lammps.md).
-    (*lmp.force->pair_map)["mlip"] = &PairMlip::create;
+    register_pair_style(&lmp);
+    keep_registered_after_clear(lmp);
     lmp.input->file();
   } catch (const std::exception& e) {
     // LAMMPS has printed its message. Error::one (one rank) throws an abort exception: the other

@@ -280,6 +280,9 @@ void PairMlip::settings(int narg, char** arg) {
                               std::to_string(deviation_settings_.out_freq) + " steps; deviations to " +
                               deviation_settings_.out_file + "\n");
   }
+  // Known now, not only at init_style(): pair_style hybrid takes its sub-styles' communication
+  // sizes right after their settings(), and LAMMPS sizes its buffers from those.
+  set_communication_sizes();
   counters_ = potential_->counters();
   counts_run_.assign(counters_.size(), 0);
   counts_unreported_.assign(counters_.size(), 0);
@@ -308,6 +311,20 @@ void PairMlip::coeff(int narg, char** arg) {
     for (int j = i; j <= ntypes; ++j) setflag[i][j] = 1;
 }
 
+void PairMlip::set_communication_sizes() {
+  exchange_ = allow_exchange_ && potential_->exchange_width() > 0;
+  comm_forward = comm_reverse = exchange_ ? int(potential_->exchange_width()) : 0;
+  // A committee's other models exchange their own features on output steps, and every model's
+  // forces on the ghosts go back to their owners in one reverse communication of [models * 3].
+  committee_exchange_.clear();
+  for (const auto& member : committee_) {
+    committee_exchange_.push_back(allow_exchange_ && member->exchange_width() > 0);
+    if (committee_exchange_.back()) comm_forward = std::max(comm_forward, int(member->exchange_width()));
+    if (committee_exchange_.back()) comm_reverse = std::max(comm_reverse, int(member->exchange_width()));
+  }
+  if (!committee_.empty()) comm_reverse = std::max(comm_reverse, 3 * int(committee_.size() + 1));
+}
+
 void PairMlip::init_style() {
   if (!potential_) fail("no model (pair_style mlip <frozen_model.pt>)");
   potential_->reset_timings();  // each run's own (printed when LAMMPS ends)
@@ -318,20 +335,8 @@ void PairMlip::init_style() {
     fail("expected 'atom_style atomic', got 'atom_style " + std::string(atom->atom_style) + "'");
   // No LAMMPS neighbour list: Potential builds the pairs of owned and ghost atoms itself
   // (docs/lammps.md "Neighbour list"). The ghost cutoff comes from init_one().
-  // Features exchanged per layer: LAMMPS sizes its buffers for the widest row (comm->init()
-  // comes after this).
-  exchange_ = allow_exchange_ && potential_->exchange_width() > 0;
-  comm_forward = comm_reverse = exchange_ ? int(potential_->exchange_width()) : 0;
-  // A committee's other models exchange their own features on output steps, and every model's
-  // forces on the ghosts go back to their owners in one reverse communication of [models * 3].
-  committee_exchange_.clear();
-  for (const auto& member : committee_) {
-    committee_exchange_.push_back(allow_exchange_ && member->exchange_width() > 0);
-    if (committee_exchange_.back()) comm_forward = std::max(comm_forward, int(member->exchange_width()));
-    if (committee_exchange_.back()) comm_reverse = std::max(comm_reverse, int(member->exchange_width()));
-    member->reset_timings();
-  }
-  if (!committee_.empty()) comm_reverse = std::max(comm_reverse, 3 * int(committee_.size() + 1));
+  set_communication_sizes();
+  for (const auto& member : committee_) member->reset_timings();
   deviation_steps_ = 0;
   if (comm->me == 0 && exchange_)
     utils::logmesg(lmp, "pair_style mlip: " + std::to_string(potential_->message_layers()) +

@@ -57,6 +57,10 @@ class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
   /// Loads the committee's other models and checks that they agree with the first.
   void load_committee(const std::vector<std::string>& models, const std::string& device, Evaluation evaluation,
                       PairBuilding pairs);
+  /// The widest rows this style's forward and reverse communication carry (comm_forward,
+  /// comm_reverse): the features of the models that exchange them between ranks, and a
+  /// committee's forces; which models exchange (exchange_, committee_exchange_).
+  void set_communication_sizes();
   /// On an output step: every other model on `atoms`, the forces folded onto their owners, one
   /// row of the deviation file (collective).
   void write_deviation(LocalAtoms atoms);
