@@ -13,6 +13,7 @@ script; it can also be run by hand: python3 tools/mlip_plot.py [--lcurve FILE] [
 """
 import argparse
 import os
+import stat
 import sys
 
 
@@ -21,49 +22,103 @@ def fail(message):
     sys.exit(1)
 
 
+def note(message):
+    print(f"mlip plot: note: {message}", file=sys.stderr)
+
+
 try:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 except ImportError as e:
-    fail(f"needs Python 3 with numpy and matplotlib ({e}; Debian: apt-get install python3-matplotlib)")
+    fail(f"the Python {sys.executable} lacks numpy or matplotlib ({e}): install them (Debian: apt-get install "
+         "python3-matplotlib) or set MLIP_PYTHON to a Python 3 that has them")
+
+
+def excerpt(text, limit=60):
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def read_table(path, what):
-    if not os.path.isfile(path):
+    """The column names of the '#' header and the rows of numbers of a text table. A last line cut
+    short (a file still being written) is skipped with a note; anything else that is not a row of
+    numbers is an error naming the file and the line."""
+    if not os.path.exists(path):
         fail(f"{path}: no such file (expected {what})")
-    with open(path) as f:
-        header = f.readline()
-    if not header.startswith("#"):
-        fail(f"{path}: expected a header line starting with '#' ({what}), got {header.strip()[:60]!r}")
+    if not os.path.isfile(path):
+        fail(f"{path}: not a regular file (expected {what})")
+    with open(path, "rb") as f:
+        raw = f.read()
+    if b"\0" in raw:
+        fail(f"{path}: a binary file (it holds NUL bytes), expected {what} as text")
     try:
-        data = np.loadtxt(path, ndmin=2)
-    except ValueError as e:
-        fail(f"{path}: expected rows of numbers ({what}): {e}")
-    return header[1:].split(), data
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        fail(f"{path}: not UTF-8 text at byte {e.start} (expected {what})")
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("#"):
+        fail(f"{path}: expected a header line starting with '#' ({what}), got "
+             f"{excerpt(lines[0]) if lines else 'an empty file'}")
+    names = lines[0][1:].split()
+    rows = []
+    body = [(k + 1, line) for k, line in enumerate(lines) if k > 0 and line.strip() and not line.startswith("#")]
+    for index, (number, line) in enumerate(body):
+        words = line.split()
+        try:
+            row = [float(w) for w in words]
+        except ValueError:
+            row = None
+        if row is not None and len(row) == len(names):
+            rows.append(row)
+            continue
+        if index == len(body) - 1 and not text.endswith("\n"):
+            note(f"{path}: line {number} is cut short (the file is still being written?): skipped")
+            continue
+        found = f"{len(words)} value(s)" if row is not None else f"{excerpt(line)}"
+        fail(f"{path}: line {number}: expected {len(names)} numbers (the columns {' '.join(names)}), got {found}")
+    return names, np.array(rows, dtype=float).reshape(len(rows), len(names))
 
 
 def lcurve(path, output):
     names, data = read_table(path, "lcurve.out of mlip train")
-    if data.shape[0] == 0 or "step" not in names or "lr" not in names:
-        fail(f"{path}: expected columns step ... lr and at least one row, got {' '.join(names)} and {data.shape[0]} row(s)")
+    if "step" not in names or "lr" not in names:
+        fail(f"{path}: expected the columns step ... lr of lcurve.out, got {' '.join(names)}")
+    if data.shape[0] == 0:
+        fail(f"{path}: no rows yet (the header only): nothing to draw")
     column = {n: data[:, k] for k, n in enumerate(names)}
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     labels = {"e": "energy (eV/atom)", "f": "forces (eV/Å)", "v": "virial (eV/atom)"}
     colours = {"e": "tab:blue", "f": "tab:orange", "v": "tab:green"}
+    drawn, left_out = 0, []
     for quantity, label in labels.items():
         for split, style in (("trn", "-"), ("val", "--")):
             key = f"rmse_{quantity}_{split}"
-            if key in column and np.all(column[key] > 0):
-                top.plot(column["step"], column[key], style, color=colours[quantity],
-                         label=f"{label}, {'training' if split == 'trn' else 'validation'}")
+            if key not in column:
+                continue
+            values = column[key]
+            usable = np.isfinite(values) & (values > 0)  # a log scale: NaN, inf and 0 cannot be drawn
+            if not np.any(usable):
+                left_out.append(key)
+                continue
+            if not np.all(usable):
+                note(f"{path}: {key}: {int(np.sum(~usable))} of {len(values)} value(s) NaN, infinite or 0: left out")
+            top.plot(column["step"][usable], values[usable], style, color=colours[quantity],
+                     label=f"{label}, {'training' if split == 'trn' else 'validation'}")
+            drawn += 1
+    if drawn == 0:
+        plt.close(fig)
+        fail(f"{path}: every RMSE column ({' '.join(left_out) or 'none'}) is NaN, infinite or 0: nothing to draw")
+    if left_out:
+        note(f"{path}: {' '.join(left_out)}: no finite positive value: not drawn")
     top.set_yscale("log")
     top.set_ylabel("RMSE")
     top.legend(fontsize=8)
     top.grid(True, which="both", alpha=0.3)
     top.set_title(path, fontsize=8)
-    bottom.plot(column["step"], column["lr"], color="black")
+    lr_usable = np.isfinite(column["lr"]) & (column["lr"] > 0)
+    bottom.plot(column["step"][lr_usable], column["lr"][lr_usable], color="black")
     bottom.set_yscale("log")
     bottom.set_xlabel("step")
     bottom.set_ylabel("learning rate")
@@ -87,9 +142,22 @@ def parity(ax, reference, predicted, label, unit):
     ax.grid(True, alpha=0.3)
 
 
+def finite_rows(path, data):
+    """The rows of a detail file without NaN or infinite values (noted), at least one."""
+    keep = np.all(np.isfinite(data), axis=1)
+    if not np.any(keep):
+        fail(f"{path}: {'no rows' if len(data) == 0 else 'every row holds NaN or infinite values'}: nothing to draw")
+    if not np.all(keep):
+        note(f"{path}: {int(np.sum(~keep))} of {len(data)} row(s) with NaN or infinite values: left out")
+    return data[keep]
+
+
 def test_plots(prefix, output):
     outputs = []
     _, energy = read_table(prefix + ".e_peratom.out", "the energy per atom detail file of mlip test -d")
+    if energy.shape[1] < 2:
+        fail(f"{prefix}.e_peratom.out: expected two columns (reference, prediction), got {energy.shape[1]}")
+    energy = finite_rows(prefix + ".e_peratom.out", energy)
     fig, ax = plt.subplots(figsize=(6, 6))
     rmse = 1000 * np.sqrt(np.mean((energy[:, 1] - energy[:, 0]) ** 2))
     ax.scatter(energy[:, 0], energy[:, 1], s=6, alpha=0.6, label=f"{len(energy)} frames, RMSE {rmse:.3g} meV/atom")
@@ -101,6 +169,8 @@ def test_plots(prefix, output):
     plt.close(fig)
 
     _, forces = read_table(prefix + ".f.out", "the force detail file of mlip test -d")
+    if forces.shape[1] < 6:
+        fail(f"{prefix}.f.out: expected six columns (reference and predicted x y z), got {forces.shape[1]}")
     elements_path = prefix + ".f_elements.out"
     if os.path.isfile(elements_path):
         with open(elements_path) as f:
@@ -110,6 +180,13 @@ def test_plots(prefix, output):
     else:
         elements = ["all"] * len(forces)
     elements = np.array(elements)
+    keep = np.all(np.isfinite(forces), axis=1)
+    if not np.any(keep):
+        fail(f"{prefix}.f.out: {'no rows' if len(forces) == 0 else 'every row holds NaN or infinite values'}: "
+             "nothing to draw")
+    if not np.all(keep):
+        note(f"{prefix}.f.out: {int(np.sum(~keep))} of {len(forces)} row(s) with NaN or infinite values: left out")
+    forces, elements = forces[keep], elements[keep]
     fig, ax = plt.subplots(figsize=(6, 6))
     for element in sorted(set(elements)):
         rows = elements == element
@@ -133,7 +210,7 @@ def main():
     args = parser.parse_args()
     if not args.lcurve and not args.test:
         fail("nothing to draw: give --lcurve and/or --test")
-    os.makedirs(args.output, exist_ok=True)
+    check_output_folder(args.output)
     written = []
     if args.lcurve:
         path = os.path.join(args.lcurve, "lcurve.out") if os.path.isdir(args.lcurve) else args.lcurve
@@ -144,5 +221,23 @@ def main():
         print(f"wrote {path}")
 
 
+def check_output_folder(output):
+    """The output folder exists (made when missing) and is a writable folder."""
+    if os.path.exists(output) and not os.path.isdir(output):
+        kind = "a FIFO" if stat.S_ISFIFO(os.stat(output).st_mode) else "a file"
+        fail(f"{output}: is {kind}, expected a folder for the PNG files (-o)")
+    try:
+        os.makedirs(output, exist_ok=True)
+    except OSError as e:
+        fail(f"{output}: cannot make the folder for the PNG files ({e.strerror})")
+    if not os.access(output, os.W_OK):
+        fail(f"{output}: cannot write in this folder (permission denied)")
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit:
+        raise
+    except BaseException as e:  # anything unforeseen: one line, never a traceback
+        fail(f"{type(e).__name__}: {e}")

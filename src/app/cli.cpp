@@ -748,7 +748,8 @@ int plot_command(const std::vector<std::string>& args) {
   if (lcurve_option->count() > 0) script_args.insert(script_args.end(), {"--lcurve", lcurve});
   if (test_option->count() > 0) script_args.insert(script_args.end(), {"--test", test});
   if (output_option->count() > 0) script_args.insert(script_args.end(), {"--output", output});
-  if (script_args.empty()) throw line.error("plot: nothing to draw: give -l and/or -t");
+  if (lcurve_option->count() == 0 && test_option->count() == 0)
+    throw line.error("plot: nothing to draw: give -l and/or -t");
   g_doing = "drawing pictures";
   return run_plot_script(script_args);
 }
