@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/extxyz.h"
+#include "data/extxyz_writer.h"
 #include "data/load.h"
 #include "error.h"
 #include "test_util.h"
@@ -425,3 +426,46 @@ TEST(Extxyz, LabelsOptionalReadsFramesWithoutThem) {
 }
 
 }  // namespace
+
+// --- Messages (docs/robustness.md "Messages about inputs") ----------------------------------
+
+// A file with carriage returns only is one 14 kB "line": the message quotes a short excerpt with
+// the \r visible, not the whole line. A NUL byte inside a key is shown as \0, and the message goes
+// on after it. Through the real program.
+TEST(Extxyz, MessagesQuoteShortExcerptsWithControlCharactersVisible) {
+  TempDir tmp;
+  std::string frame = "96\rLattice=\"9.8 0 0 0 9.8 0 0 0 9.8\" Properties=species:S:1:pos:R:3:forces:R:3 energy=-1\r";
+  for (int a = 0; a < 96; ++a) frame += std::string(a < 32 ? "O" : "H") + " 1.5 2.5 3.5 0.1 0.2 0.3\r";
+  write_text(tmp / "cr.xyz", frame + frame + frame);
+  auto r = mlip::test::run_command(std::string(MLIP_EXE) + " neighbor-stat -s " + (tmp / "cr.xyz") + " -r 6 -t O H");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "expected the atom count of a frame (an integer), got '96\\rLattice=")) << r.err;
+  EXPECT_TRUE(contains(r.err, "... (")) << r.err;
+  EXPECT_LT(r.err.size(), 400u) << r.err;
+  write_text(tmp / "nul.xyz", std::string("1\nLattice=\"9 0 0 0 9 0 0 0 9\" Properties=species:S:1:pos:R:3:forces:R:3 "
+                                          "ener\0gy=-1 pbc=\"T T T\"\nO 1 1 1 0 0 0\n", 102));
+  r = mlip::test::run_command(std::string(MLIP_EXE) + " neighbor-stat -s " + (tmp / "nul.xyz") + " -r 6 -t O H");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "its keys are Lattice, Properties, ener\\0gy, pbc (for labels")) << r.err;
+}
+
+// config_type values with spaces, quotes and backslashes are written quoted as ASE writes them
+// (test --xyz, model-devi --candidates) and read back as they were.
+TEST(Extxyz, ConfigTypesWithSpacesAndQuotesRoundTrip) {
+  TempDir tmp;
+  for (const std::string name : {"bulk water", "say \"hi\"", "back\\slash", "plain"}) {
+    std::string escaped;
+    for (char c : name) escaped += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    write_text(tmp / "in.xyz", "1\nLattice=\"9 0 0 0 9 0 0 0 9\" Properties=species:S:1:pos:R:3:forces:R:3 energy=-1 "
+                               "config_type=\"" + escaped + "\" pbc=\"T T T\"\nO 1 1 1 0.1 0.2 0.3\n");
+    const auto systems = read_extxyz(tmp / "in.xyz", {"O"});
+    ASSERT_EQ(systems.size(), 1u);
+    ASSERT_EQ(systems[0].config_type, name);
+    const mlip::data::Frame frame = systems[0].frame(0);
+    const double forces[3] = {0.1, 0.2, 0.3};
+    write_text(tmp / "out.xyz", mlip::data::extxyz_frame(systems[0], frame, {}, "mlip", -1.0, forces, nullptr));
+    const auto back = read_extxyz(tmp / "out.xyz", {"O"});
+    ASSERT_EQ(back.size(), 1u);
+    EXPECT_EQ(back[0].config_type, name) << mlip::test::read_file(tmp / "out.xyz");
+  }
+}

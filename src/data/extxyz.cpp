@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "data/file_identity.h"
+#include "data/text_excerpt.h"
 #include "error.h"
 
 namespace mlip::data {
@@ -101,14 +102,14 @@ std::map<std::string, KeyValue> parse_comment(const std::string& line, const std
           v.push_back(line[i++]);
         }
         if (!closed) {
-          throw Error(where + ": key '" + key + "': unterminated quoted value (missing '\"')");
+          throw Error(where + ": key '" + excerpt(key) + "': unterminated quoted value (missing '\"')");
         }
         value.value = v;
         value.quoted = true;
       } else if (i < n && line[i] == '{') {
         size_t close = line.find('}', i);
         if (close == std::string::npos) {
-          throw Error(where + ": key '" + key + "': unterminated {} value (missing '}')");
+          throw Error(where + ": key '" + excerpt(key) + "': unterminated {} value (missing '}')");
         }
         value.value = line.substr(i + 1, close - i - 1);
         value.quoted = true;
@@ -123,7 +124,7 @@ std::map<std::string, KeyValue> parse_comment(const std::string& line, const std
     }
     if (key.empty()) {
       throw Error(where + ": expected key=value pairs in the comment line, got a value without "
-                          "a key near '" + line.substr(start, 20) + "'");
+                          "a key near '" + excerpt(line.substr(start, 20)) + "'");
     }
     kv[key] = value;
   }
@@ -140,15 +141,15 @@ std::vector<double> parse_numbers(const std::string& text, const std::string& ke
   for (const std::string& tok : split_ws(t)) {
     double v;
     if (!parse_double(tok, v)) {
-      throw Error(where + ": key '" + key + "': expected numbers, got '" + text + "'");
+      throw Error(where + ": key '" + excerpt(key) + "': expected numbers, got '" + excerpt(text) + "'");
     }
     out.push_back(v);
   }
   if (out.size() != expected_a && out.size() != expected_b) {
     std::string exp = std::to_string(expected_a);
     if (expected_b != expected_a) exp += " or " + std::to_string(expected_b);
-    throw Error(where + ": key '" + key + "': expected " + exp + " numbers, got " +
-                std::to_string(out.size()) + " ('" + text + "')");
+    throw Error(where + ": key '" + excerpt(key) + "': expected " + exp + " numbers, got " +
+                std::to_string(out.size()) + " ('" + excerpt(text) + "')");
   }
   return out;
 }
@@ -204,7 +205,7 @@ double det3(const std::array<double, 9>& m) {
 /// The keys of a comment line, for messages: "Lattice, Properties, REF_energy, pbc".
 std::string key_list(const std::map<std::string, KeyValue>& kv) {
   std::string out;
-  for (const auto& [key, value] : kv) out += (out.empty() ? "" : ", ") + key;
+  for (const auto& [key, value] : kv) out += (out.empty() ? "" : ", ") + excerpt(key);
   return out.empty() ? "none" : out;
 }
 
@@ -228,7 +229,7 @@ std::vector<Column> parse_properties(const std::string& props, const std::string
     parts.push_back(cur);
   }
   if (parts.size() % 3 != 0) {
-    throw Error(where + ": key 'Properties': expected name:type:count triplets, got '" + props +
+    throw Error(where + ": key 'Properties': expected name:type:count triplets, got '" + excerpt(props) +
                 "'");
   }
   std::vector<Column> columns;
@@ -290,10 +291,10 @@ void read_atom_columns(const CommentKeys& kv, const LabelKeys& keys, const std::
   const Column* pos = find_column(out.all, {"pos", "positions"});
   out.force = keys.forces.empty() ? find_column(out.all, {"forces", "force"}) : find_column(out.all, {keys.forces.c_str()});
   if (!species || species->type != 'S' || species->count != 1) {
-    throw Error(where + ": key 'Properties': expected a species:S:1 column, got '" + out.properties + "'");
+    throw Error(where + ": key 'Properties': expected a species:S:1 column, got '" + excerpt(out.properties) + "'");
   }
   if (!pos || pos->type != 'R' || pos->count != 3) {
-    throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + out.properties + "'");
+    throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + excerpt(out.properties) + "'");
   }
   out.species = *species;
   out.pos = *pos;
@@ -322,7 +323,7 @@ double read_energy(const CommentKeys& kv, const LabelKeys& keys, const AtomColum
   double energy = 0;
   const std::string& ev = kv.at(energy_key).value;
   if (!parse_double(trim(ev), energy)) {
-    throw Error(where + ": key '" + energy_key + "': expected a number, got '" + ev + "'");
+    throw Error(where + ": key '" + energy_key + "': expected a number, got '" + excerpt(ev) + "'");
   }
   return energy;
 }
@@ -340,7 +341,7 @@ void check_forces(const AtomColumns& columns, bool isolated, const LabelKeys& ke
   }
   if (force && (force->type != 'R' || force->count != 3)) {
     throw Error(where + ": key 'Properties': expected column '" + force->name +
-                "' of type R and count 3, got '" + columns.properties + "'");
+                "' of type R and count 3, got '" + excerpt(columns.properties) + "'");
   }
 }
 
@@ -362,7 +363,7 @@ void read_cell_and_pbc(const CommentKeys& kv, const std::string& where, XyzFrame
       fr.pbc[d] = b;
     }
     if (!ok) {
-      throw Error(where + ": key 'pbc': expected three of T/F (e.g. pbc=\"T T T\"), got '" + pv +
+      throw Error(where + ": key 'pbc': expected three of T/F (e.g. pbc=\"T T T\"), got '" + excerpt(pv) +
                   "'");
     }
   } else {
@@ -410,13 +411,13 @@ void read_config_type_and_weight(const CommentKeys& kv, const LabelKeys& keys, c
   if (kv.count("config_type")) {
     fr.config_type = trim(kv.at("config_type").value);
     if (fr.config_type.empty() || fr.config_type.find_first_of(",[]") != std::string::npos)
-      throw Error(where + ": key 'config_type': expected a name without ',', '[' or ']', got '" + fr.config_type + "'");
+      throw Error(where + ": key 'config_type': expected a name without ',', '[' or ']', got '" + excerpt(fr.config_type) + "'");
   }
   const std::string weight_key = keys.weight_name();
   if (kv.count(weight_key)) {
     const std::string& wv = kv.at(weight_key).value;
     if (!parse_double(trim(wv), fr.weight) || !std::isfinite(fr.weight) || fr.weight < 0)
-      throw Error(where + ": key '" + weight_key + "': expected a number >= 0 (the frame's weight), got '" + wv + "'");
+      throw Error(where + ": key '" + weight_key + "': expected a number >= 0 (the frame's weight), got '" + excerpt(wv) + "'");
   }
 }
 
@@ -454,7 +455,7 @@ void read_atom_lines(std::istream& in, const std::string& path, int64_t& line_no
         const std::string& tok = toks[c.offset + d];
         if (!parse_double(tok, out[d])) {
           throw Error(aw + ": atom " + std::to_string(a) + ": column '" + c.name +
-                      "': expected a number, got '" + tok + "'");
+                      "': expected a number, got '" + excerpt(tok) + "'");
         }
       }
     };
@@ -559,7 +560,7 @@ XyzFrame read_frame_at(const std::string& path, const FileIdentity& identity, co
   if (!std::getline(in, line)) throw Error(path + ":" + std::to_string(place.line) + ": cannot read the frame (file changed since it was opened?)");
   const std::string t = trim(line);
   if (t.empty() || t.size() > 12 || t.find_first_not_of("0123456789") != std::string::npos)
-    throw Error(path + ":" + std::to_string(place.line) + ": expected the atom count of a frame, got '" + t +
+    throw Error(path + ":" + std::to_string(place.line) + ": expected the atom count of a frame, got '" + excerpt(t) +
                 "' (file changed since it was opened?)");
   int64_t line_no = place.line;
   return read_frame(in, path, line_no, std::stoll(t), place.line, keys, -1);
@@ -661,7 +662,7 @@ std::vector<FrameSummary> scan_frames(std::istream& in, const std::string& path,
     bool ok = t.size() <= 12 && t.find_first_not_of("0123456789") == std::string::npos;
     if (!ok) {
       throw Error(path + ":" + std::to_string(line_no) +
-                  ": expected the atom count of a frame (an integer), got '" + t +
+                  ": expected the atom count of a frame (an integer), got '" + excerpt(t) +
                   "'" + (seen.empty() ? "" : " (the previous frame's atom count may be wrong)"));
     }
     const int64_t natoms = std::stoll(t);

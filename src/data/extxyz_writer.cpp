@@ -7,6 +7,20 @@
 namespace mlip::data {
 namespace {
 
+/// A string value of the comment line as ASE writes one: bare when it is a plain word, else in
+/// double quotes with '"' and '\\' escaped (docs/data.md "Predictions as extended XYZ"), so
+/// that a config_type with spaces or quotes reads back as written.
+std::string comment_value(const std::string& value) {
+  const bool plain = !value.empty() && value.find_first_of(" \t\"'{}[]=\\") == std::string::npos;
+  if (plain) return value;
+  std::string quoted = "\"";
+  for (char c : value) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
 std::string number(double v, const char* format = "%.12g") {
   char buffer[40];
   std::snprintf(buffer, sizeof buffer, format, v);
@@ -51,7 +65,7 @@ std::string extxyz_frame(const System& system, const Frame& frame, const LabelKe
       text += " " + prefix + "_stress=\"" + numbers(stress, 9) + "\"";
     }
   }
-  text += " config_type=" + system.config_type;
+  text += " config_type=" + comment_value(system.config_type);
   text += std::string(" pbc=\"") + (system.pbc[0] ? "T" : "F") + " " + (system.pbc[1] ? "T" : "F") + " " +
           (system.pbc[2] ? "T" : "F") + "\"\n";
   for (int64_t a = 0; a < n; ++a) {
