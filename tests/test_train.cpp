@@ -520,6 +520,19 @@ TEST_F(TrainTest, CompressMakesAFrozenModelThatTestsAsTheOriginal) {
   auto step = mlip("compress -i frozen.pt -o x.pt -s -0.1 --min-distance 1");
   EXPECT_EQ(step.exit_code, 2);
   EXPECT_NE(step.err.find("-s: expected a positive number, got '-0.1'"), std::string::npos) << step.err;
+  // Values that gave a model predicting NaN, a table far off, or no end (docs/se_e2_a.md
+  // "Compression: the embedding nets as tables"): refused before any table is made.
+  for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--min-distance 1e-300", "the shortest pair distance 1e-300 Å: expected at least 0.001 Å"},
+           {"--min-distance 1e-6", "the shortest pair distance 1e-06 Å: expected at least 0.001 Å"},
+           {"-s 1e300 --min-distance 1", "compress -s 1e+300: the fine grid would have 1 interval(s)"},
+           {"-s 1e-9 --min-distance 1", "intervals (-s 1e-09 over ["},
+           {"-e 1e9 --min-distance 1", "-e 1e+09), expected at most 2000000 per embedding net"}}) {
+    auto refused = mlip("compress -i frozen.pt -o x.pt " + arguments);
+    EXPECT_EQ(refused.exit_code, 1) << arguments << ": " << refused.err;
+    EXPECT_NE(refused.err.find(message), std::string::npos) << arguments << ": " << refused.err;
+    EXPECT_FALSE(fs::exists(dir_ / "x.pt")) << arguments;
+  }
   auto elsewhere = run_command("cd / && " + kMlip + " compress -i " + (dir_ / "frozen.pt") + " -o " + (dir_ / "x.pt"));
   EXPECT_EQ(elsewhere.exit_code, 1);
   EXPECT_NE(elsewhere.err.find("does not exist here; give the training input (-t input.yaml)"), std::string::npos)
@@ -561,3 +574,19 @@ TEST_F(TrainTest, BadInputIsAClearErrorWithExitCode1) {
 }
 
 }  // namespace
+
+// Config type weights that are all 0 would train with loss 0 (docs/training.md "Weights"): the
+// run is refused before its first step, naming the key; one positive weight trains.
+TEST_F(TrainTest, ConfigTypeWeightsThatAreAllZeroAreRefused) {
+  write_text(dir_ / "zero.yaml", input_yaml(2, "  config_type_weights: {Default: 0}\n"));
+  auto refused = mlip("train zero.yaml -o zero");
+  EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("training.config_type_weights: every config type of the training frames weighs 0 "
+                             "(Default: 0)"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(dir_ / "zero/lcurve.out"));
+  write_text(dir_ / "half.yaml", input_yaml(2, "  config_type_weights: {Default: 0.5}\n"));
+  auto trained = mlip("train half.yaml -o half");
+  EXPECT_EQ(trained.exit_code, 0) << trained.err;
+}

@@ -439,6 +439,19 @@ void Trainer::print_data_summary() const {
     }
     std::cout << " frames with a '" << config_.training_data.keys.weight_name() << "' key weigh that much more\n";
   }
+  // Every frame weighed 0: the loss is 0 at every step and nothing is learned (docs/training.md
+  // "Weights").
+  bool any_weight = per_type.empty();
+  std::string zero_list;
+  for (const auto& [name, n] : per_type) {
+    const auto w = config_.config_type_weights.find(name);
+    if (w == config_.config_type_weights.end() || w->second > 0) any_weight = true;
+    else zero_list += (zero_list.empty() ? "" : ", ") + name + ": 0";
+  }
+  if (!any_weight)
+    throw Error("training.config_type_weights: every config type of the training frames weighs 0 (" + zero_list +
+                "): the loss would be 0 at every step and the model would learn nothing; give at least one a "
+                "positive weight");
   for (const auto& [name, weight] : config_.config_type_weights)
     if (per_type.count(name) == 0)
       std::cout << "warning: training.config_type_weights names '" << name

@@ -19,12 +19,30 @@ double switched_inverse_distance(double r, double rcut_smth, double rcut) {
   return (x * x * x * (-6 * x * x + 15 * x - 10) + 1) / r;
 }
 
+namespace {
+
+/// The closest pair a table covers: the distance below which data and MD refuse two atoms as
+/// overlapping (docs/lammps.md "Errors").
+constexpr double kShortestTabulatedDistance = 1e-3;
+
+std::string shortest_text(double value) {
+  std::ostringstream o;
+  o << value;
+  return o.str();
+}
+
+}  // namespace
+
 SeACompression se_e2_a_grids(const SeAConfig& c, const torch::Tensor& davg_in, const torch::Tensor& dstd_in,
                              const CompressOptions& options) {
   const int64_t ntypes = int64_t(c.type_map.size());
   if (!(options.min_distance > 0) || !std::isfinite(options.min_distance))
     throw Error("compress: the shortest pair distance of the training data: expected a positive number of Å, got " +
                 std::to_string(options.min_distance));
+  if (options.min_distance < kShortestTabulatedDistance)
+    throw Error("compress: the shortest pair distance " + shortest_text(options.min_distance) + " Å: expected at least " +
+                shortest_text(kShortestTabulatedDistance) +
+                " Å (atoms closer than that have no finite energy; mlip refuses them in MD and data alike)");
   if (options.min_distance >= c.rcut)
     throw Error("compress: the shortest pair distance " + std::to_string(options.min_distance) +
                 " Å is not below the model's rcut " + std::to_string(c.rcut) + " Å: nothing to tabulate");

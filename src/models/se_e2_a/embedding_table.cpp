@@ -67,6 +67,19 @@ TableGrid make_table_grid(double lower, double upper, double step, double extrap
     g.coarse_step = (top - g.upper) / double(g.coarse_intervals);
     g.max = top;
   }
+  // A table too coarse to follow the net, or too large to hold (docs/se_e2_a.md "Compression:
+  // the embedding nets as tables"): refused before any node is computed.
+  if (g.fine_intervals < kMinFineIntervals)
+    throw Error("compress -s " + text(step) + ": the fine grid would have " + std::to_string(g.fine_intervals) +
+                " interval(s) over the embedding input's range [" + text(g.lower) + ", " + text(g.upper) +
+                "], expected at least " + std::to_string(kMinFineIntervals) + " (a step of at most " +
+                text((g.upper - g.lower) / double(kMinFineIntervals)) + "; the default is 0.01)");
+  if (g.fine_intervals + g.coarse_intervals > kMaxIntervals)
+    throw Error("compress: the table would have " + std::to_string(g.fine_intervals) + " + " +
+                std::to_string(g.coarse_intervals) + " intervals (-s " + text(step) + " over [" + text(g.lower) +
+                ", " + text(g.upper) + "], -e " + text(extrapolate) + "), expected at most " +
+                std::to_string(kMaxIntervals) + " per embedding net (each interval holds every output's " +
+                "polynomial: a larger -s or a smaller -e)");
   return g;
 }
 

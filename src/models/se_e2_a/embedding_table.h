@@ -38,11 +38,17 @@ struct TableGrid {
   static TableGrid unpack(const double* values);
 };
 
+/// The fewest intervals a table's fine grid may have over the data's range, and the most
+/// intervals (fine + coarse) a table may have: make_table_grid refuses tables outside them.
+constexpr int64_t kMinFineIntervals = 20;
+constexpr int64_t kMaxIntervals = 2000000;
+
 /// The grid of a net whose inputs reach from `lower` to `upper` (ŝ; both rounded outwards to
 /// integers, as DeePMD-kit's `dp compress` does): fine intervals of about `step`, adjusted so that
 /// a whole number of them spans [lower, upper], then intervals of about 10 `step` up to
 /// `extrapolate` x upper (none when that is not above upper). Throws mlip::Error naming the
-/// option for a step that is not positive or an extrapolate below 1, and for upper <= lower.
+/// option for a step that is not positive or an extrapolate below 1, for upper <= lower, and for
+/// fewer than kMinFineIntervals fine intervals or more than kMaxIntervals in all.
 TableGrid make_table_grid(double lower, double upper, double step, double extrapolate);
 
 /// An embedding net in float64 (docs/se_e2_a.md's layer rule: y = tanh(x W + b), times idt, plus
