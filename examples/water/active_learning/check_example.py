@@ -47,7 +47,7 @@ lo, hi = (f[0] + f[1]) / 2, (f[-2] + f[-1]) / 2
 candidates = os.path.join(work, "selected.extxyz")
 proc = subprocess.run([mlip, "model-devi", "-m", *[os.path.join(work, "models", f"model_{k}.pt") for k in range(4)],
                        "-s", os.path.join(work, "md", "traj.dump"), "-f", str(EVERY), "-o",
-                       os.path.join(work, "selected.out"), "--select", repr(lo), repr(hi), "--candidates", candidates],
+                       os.path.join(work, "selected.out"), "--select", f"{lo:.17g}", f"{hi:.17g}", "--candidates", candidates],
                       capture_output=True, text=True, check=True)
 printed = re.search(r"below \S+: (\d+) frame\(s\); in \[\S+, \S+\): (\d+), written to \S+; at or above \S+: (\d+)",
                     proc.stdout)
