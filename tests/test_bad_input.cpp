@@ -413,6 +413,23 @@ TEST(BadInput, ExtxyzNanCoordinate) {
   expect_bad(path, {path + "[O1H1]", "frame 0, atom 0: coordinate z is NaN"});
 }
 
+// A slab as ASE writes it (pbc "T T F", third cell vector zero) with a stress: the virial
+// (-stress * volume) would be zero whatever the stress. Refused; the same slab with a virial loads.
+TEST(BadInput, ExtxyzStressOnACellWithoutVolume) {
+  TempDir tmp;
+  const std::string path = tmp / "slab.xyz";
+  const std::string head = "2\nLattice=\"10 0 0 0 10 0 0 0 0\" " + std::string(kProps) + "energy=-1.0 ";
+  const std::string atoms = "O 1 1 1 0 0 0\nH 2 1 1 0 0 0\n";
+  write_text(path, head + "stress=\"0.01 0 0 0 0.01 0 0 0 0\" pbc=\"T T F\"\n" + atoms);
+  expect_bad(path, {path + ":2", "key 'stress' given but the Lattice \"10 0 0 0 10 0 0 0 0\" has no volume",
+                    "give the virial"});
+  write_text(path, head + "virial=\"-1 0 0 0 -1 0 0 0 0\" pbc=\"T T F\"\n" + atoms);
+  std::vector<std::string> type_map = {"O", "H"};
+  const auto systems = mlip::data::load_systems({path}, type_map);
+  ASSERT_EQ(systems.size(), 1u);
+  EXPECT_EQ(systems[0].virial[0], -1.0);
+}
+
 // --- Symbolic links in folders of systems (docs/data.md "Folders of systems") ---------------
 
 // A link to its own folder, one two levels up and a second path to a folder already read: each

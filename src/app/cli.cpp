@@ -39,6 +39,7 @@
 #include "train/config.h"
 #include "train/device.h"
 #include "archive/output_file.h"
+#include "archive/run_lock.h"
 #include "frozen/model_deviation.h"
 #include "frozen/tester.h"
 #include "train/trainer.h"
@@ -463,23 +464,16 @@ bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& 
   return true;
 }
 
-/// Trains on this rank, its standard output per `log_mode`, and returns the exit code. A failure
-/// is printed here: once, by rank 0, when every rank raised it; else naming the rank, and then
-/// announced to the other ranks.
+/// Trains on this rank, its standard output per `log_mode`, and returns the exit code. Rank 0 holds
+/// the output folder's lock (archive::RunLock) while it trains. A failure is printed here: once, by
+/// rank 0, when every rank raised it; else naming the rank, and then announced to the other ranks.
 int run_training(const train::TrainConfig& config, const train::TrainOptions& options, dist::Communicator& comm,
                  const std::string& log_mode) {
   const int rank = comm.rank();
-  RankOutput output(rank, log_mode, options.output_dir);
-  try {
-    // Rank 0 writes every file: its paths are checked before any work (docs/robustness.md).
-    if (rank == 0) check_training_outputs(config, options);
-    g_doing = "training";
-    const int code = train::train(config, options);
-    output.restore();
-    return code;
-  } catch (const std::exception& e) {
+  std::unique_ptr<RankOutput> output;
+  const auto fail = [&](const std::exception& e) {
     std::cout.flush();
-    output.restore();
+    if (output) output->restore();
     const auto* error = dynamic_cast<const Error*>(&e);
     if (error != nullptr && error->raised_on_every_rank()) {
       if (rank == 0) print_error_line(std::string("mlip: error: ") + e.what());
@@ -492,6 +486,29 @@ int run_training(const train::TrainConfig& config, const train::TrainOptions& op
                      ": " + what);
     comm.announce_failure(what);
     return kExitError;
+  };
+  // Rank 0 owns the output folder until training returns (docs/robustness.md "A run owns its
+  // output folder"), from before any file is written there.
+  archive::RunLock folder_lock;
+  try {
+    const std::string dir = options.output_dir.empty() ? "." : options.output_dir;
+    if (rank == 0) folder_lock = archive::RunLock::for_folder(dir, "-o " + dir);
+    // Under --log-mode workers the other ranks write their logs there: only once rank 0 holds it
+    // (a refused lock reaches them here as rank 0's announced failure).
+    if (log_mode == "workers" && comm.size() > 1) comm.barrier();
+  } catch (const std::exception& e) {
+    return fail(e);
+  }
+  output = std::make_unique<RankOutput>(rank, log_mode, options.output_dir);
+  try {
+    // Rank 0 writes every file: its paths are checked before any work (docs/robustness.md).
+    if (rank == 0) check_training_outputs(config, options);
+    g_doing = "training";
+    const int code = train::train(config, options);
+    output->restore();
+    return code;
+  } catch (const std::exception& e) {
+    return fail(e);
   }
 }
 
@@ -621,6 +638,7 @@ int compress_command(const std::vector<std::string>& args) {
   if (!request.training_input.empty()) check_input_path(request.training_input, "the training input");
   archive::check_output_target(request.output, archive::SpecialTarget::kRefuse, "compress -o " + request.output,
                                "the compressed model");
+  const archive::RunLock lock = archive::RunLock::for_output(request.output, "-o " + request.output);
   g_doing = "compressing " + request.input;
   frozen::compress(request, std::cout);
   std::cout << "compressed " << request.input << " into " << request.output << "\n";
@@ -635,6 +653,7 @@ int freeze_command(const std::vector<std::string>& args) {
   if (!line.read(args)) return kExitOk;
   check_checkpoint_path(checkpoint, "the checkpoint");
   archive::check_output_target(output, archive::SpecialTarget::kRefuse, "freeze -o " + output, "the frozen model");
+  const archive::RunLock lock = archive::RunLock::for_output(output, "-o " + output);
   g_doing = "freezing " + checkpoint;
   frozen::freeze(checkpoint, output);
   std::cout << "froze " << archive::resolve_checkpoint(checkpoint) << " into " << output << "\n";
@@ -677,6 +696,10 @@ int test_command(const std::vector<std::string>& args) {
   if (!options.xyz.empty())
     archive::check_output_target(options.xyz, archive::SpecialTarget::kStream, "--xyz " + options.xyz,
                                  "the predictions file");
+  // Held while testing: another mlip run writing the same files is refused (streams are not locked).
+  archive::RunLock detail_lock, xyz_lock;
+  if (!options.detail.empty()) detail_lock = archive::RunLock::for_output(options.detail, "-d " + options.detail);
+  if (!options.xyz.empty()) xyz_lock = archive::RunLock::for_output(options.xyz, "--xyz " + options.xyz);
   g_doing = "testing " + options.model;
   return frozen::run_test(options);
 }

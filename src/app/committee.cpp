@@ -26,6 +26,7 @@
 #include "app/command_paths.h"
 #include "archive/model_archive.h"
 #include "archive/output_file.h"
+#include "archive/run_lock.h"
 #include "error.h"
 
 extern char** environ;
@@ -383,7 +384,10 @@ int summarise(const std::vector<Member>& members, const CommitteeLaunch& launch,
 int run_committee(const CommitteeLaunch& launch) {
   const std::string exe = this_executable();
   const std::string& output = launch.options.output_dir;
-  archive::prepare_output_folder(output, "-o " + output);
+  // The committee's folder is this process's while the members run (each member locks its own
+  // model_k); the lock's descriptor is not inherited by them (O_CLOEXEC).
+  const std::string dir = output.empty() ? "." : output;
+  const archive::RunLock lock = archive::RunLock::for_folder(dir, "-o " + dir);
   std::vector<Member> members(std::size_t(launch.size));
   for (int k = 0; k < launch.size; ++k) {
     Member& m = members[std::size_t(k)];
@@ -392,6 +396,9 @@ int run_committee(const CommitteeLaunch& launch) {
     m.folder = member_folder(output, k);
     m.log = (fs::path(m.folder) / "train.log").string();
     archive::prepare_output_folder(m.folder, "-o " + output);
+    // A member folder held by another run (a `--member k` job of the same committee) is refused
+    // now, before its train.log is replaced; the member itself takes the lock when it starts.
+    archive::RunLock::for_folder(m.folder, "-o " + m.folder).release();
   }
   std::cout << "committee of " << launch.size << " models in " << member_folder(output, 0)
             << (launch.size > 1 ? " ... " + member_folder(output, launch.size - 1) : "") << ": " << launch.plan.jobs

@@ -68,8 +68,9 @@ struct CommitteeLaunch {
 /// line as each member starts and ends (exit status, wall time, last step), the end of a failed
 /// member's log, and a summary. SIGINT and SIGTERM are forwarded to the running members (which
 /// save a checkpoint and stop); members not yet started are not started. Returns 0 when every
-/// member succeeded, 130 or 143 after SIGINT or SIGTERM, else 1. Throws mlip::Error when a
-/// member's folder cannot be made.
+/// member succeeded, 130 or 143 after SIGINT or SIGTERM, else 1. Holds the output folder's lock
+/// (archive::RunLock) meanwhile. Throws mlip::Error when another mlip run holds it or a member's
+/// folder cannot be made.
 int run_committee(const CommitteeLaunch& launch);
 
 }  // namespace mlip::app

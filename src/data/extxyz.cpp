@@ -399,6 +399,18 @@ void read_virial(const CommentKeys& kv, const LabelKeys& keys, const std::string
     std::vector<double> c = parse_numbers(kv.at("Lattice").value, "Lattice", where, 9, 9);
     std::copy(c.begin(), c.end(), cell.begin());
     const double volume = std::abs(det3(cell));
+    // A cell with a zero (or coplanar) vector, as ASE writes for a slab with pbc "T T F", has no
+    // volume: its virial would be zero whatever the stress, a silently wrong label.
+    double lengths = 1.0;
+    for (int d = 0; d < 3; ++d) {
+      const double* a = &cell[size_t(3 * d)];
+      lengths *= std::sqrt(a[0] * a[0] + a[1] * a[1] + a[2] * a[2]);
+    }
+    if (!(volume > 1e-9 * lengths))
+      throw Error(where + ": key '" + stress_key + "' given but the Lattice \"" + excerpt(kv.at("Lattice").value) +
+                  "\" has no volume (a zero or flat cell vector, as for a slab with pbc \"T T F\"): the virial "
+                  "(-stress * volume) needs a three-dimensional cell; give the virial (key '" + virial_key +
+                  "', eV) instead, or leave the stress out");
     for (int k = 0; k < 9; ++k) fr.virial[k] = -s[k] * volume;
     fr.has_virial = true;
   }

@@ -58,9 +58,9 @@ std::string extxyz_frame(const System& system, const Frame& frame, const LabelKe
   text += " " + prefix + "_energy=" + number(energy);
   if (virial != nullptr) {
     text += " " + prefix + "_virial=\"" + numbers(virial, 9) + "\"";
-    if (frame.cell() != nullptr) {
+    const double v = frame.cell() != nullptr ? volume(frame.cell()) : 0.0;
+    if (v != 0.0) {  // a cell without volume (a slab's zero vector) has no stress
       double stress[9];
-      const double v = volume(frame.cell());
       for (int k = 0; k < 9; ++k) stress[k] = -virial[k] / v;
       text += " " + prefix + "_stress=\"" + numbers(stress, 9) + "\"";
     }

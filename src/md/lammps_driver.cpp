@@ -13,6 +13,8 @@
 #include <utility>
 
 // LAMMPS
+#include <lammps/error.h>
+
 #include "force.h"
 #include "input.h"
 #include "lammps.h"
@@ -123,6 +125,25 @@ void keep_registered_after_clear(LAMMPS_NS::LAMMPS& lmp) {
 }
 
 }  // namespace
+}  // namespace mlip::md
+
+// LAMMPS' `clear`, as LAMMPS defines it (delete and recreate the instance's parts, then the
+// command-line settings again), followed by adding pair_style mlip to the new table of pair
+// styles, so that the style is known for the whole instance, also to a `pair_style mlip` that
+// comes before any command of LAMMPS' table after a `clear` (docs/lammps.md "After clear").
+// liblammps.so calls Input::clear through its procedure linkage table, so this definition in the
+// mlip executable (exported to the dynamic symbol table: src/md/CMakeLists.txt) takes the place
+// of the library's. Where a LAMMPS binds it internally, the library's runs and the command-table
+// wrappers above still add the style before read_data, read_restart or create_box.
+void LAMMPS_NS::Input::clear() {
+  if (narg > 0) error->all(FLERR, std::string("Illegal clear command"));
+  lmp->destroy();
+  lmp->create();
+  lmp->post_create();
+  mlip::md::register_pair_style(lmp);
+}
+
+namespace mlip::md {
 
 bool lammps_available() { return true; }
 

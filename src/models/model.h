@@ -32,6 +32,11 @@ struct ReferenceEnergies {
   std::string file;
 };
 
+/// The smallest cutoff a model accepts, Å: the shortest bond (H2) is 0.74 Å long, so a model
+/// with a smaller one would see no neighbour; smaller values (1e-5, 1e-300) are typos that
+/// otherwise end in NaN or in a neighbour-list grid of more cells than there are numbers.
+constexpr double kMinCutoff = 0.5;
+
 struct ModelSettings {
   virtual ~ModelSettings() = default;
   /// The registry name of the model ("se_e2_a", "equivariant", ...).

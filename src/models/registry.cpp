@@ -93,6 +93,12 @@ Capabilities capabilities_of(const ModelSettings& settings) {
   return c;
 }
 
+MemoryEstimate estimate_training_memory(const ModelSettings& settings, const BatchSizes& batch) {
+  const ModelEntry* entry = find_model_type(settings.type);
+  if (entry == nullptr || !entry->memory) return {};
+  return entry->memory(settings, batch);
+}
+
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context) {
   const ModelEntry* entry = find_model_type(settings.type);
   if (entry == nullptr) throw Error("model type \"" + settings.type + "\" is not registered");

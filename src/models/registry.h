@@ -8,6 +8,7 @@
 
 #include "input/section.h"
 #include "models/capabilities.h"
+#include "models/memory_estimate.h"
 #include "models/model.h"
 #include "models/settings_record.h"
 
@@ -35,6 +36,10 @@ struct ModelEntry {
   /// as se_e2_a's sel, is read from the module). Its inference side (models/inference_registry.h,
   /// an entry of the same type) reads them back.
   std::function<SettingsRecord(const ModelSettings& settings, const torch::jit::Module& module)> record;
+  /// At least the memory a training of the model with these settings takes for one batch of
+  /// `batch`'s sizes, from the settings alone (nothing allocated; docs/training.md "Memory checked
+  /// before the first allocation"). Optional: a model without it is not checked.
+  std::function<MemoryEstimate(const ModelSettings& settings, const BatchSizes& batch)> memory;
 };
 
 /// Adds a model type (e.g. one defined in a test). Throws mlip::Error when the name is taken.
@@ -68,6 +73,10 @@ SettingsRecord inference_record(const ModelSettings& settings, const torch::jit:
 /// The capabilities of a model with these settings (docs/deploy.md "Capabilities"); the
 /// inference registry says whether it has its own inference.
 Capabilities capabilities_of(const ModelSettings& settings);
+
+/// The entry's memory estimate for `settings` and a batch of `batch`'s sizes (no parts when the
+/// entry has none).
+MemoryEstimate estimate_training_memory(const ModelSettings& settings, const BatchSizes& batch);
 
 /// Builds the model of `settings` through its entry. Throws mlip::Error for an unknown type.
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context);

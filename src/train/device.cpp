@@ -54,6 +54,14 @@ c10::Device resolve_device(const std::string& request, const std::string& what, 
   return c10::Device(c10::kCUDA, c10::DeviceIndex(index));
 }
 
+double device_memory_bytes(const c10::Device& device) {
+#ifdef MLIP_HAVE_CUDA
+  if (device.is_cuda()) return double(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+#endif
+  (void)device;
+  return 0.0;
+}
+
 std::string describe_device(const c10::Device& device) {
   if (!device.is_cuda()) return device.str();
 #ifdef MLIP_HAVE_CUDA

@@ -18,6 +18,9 @@ bool build_has_cuda();
 /// `--device cuda:3: this machine has 1 CUDA device (cuda:0)`.
 c10::Device resolve_device(const std::string& request, const std::string& what, int local_rank = 0);
 
+/// The memory of a CUDA device in bytes (its total); 0 for the CPU or when unknown.
+double device_memory_bytes(const c10::Device& device);
+
 /// The device for the summary: "cpu", or "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)".
 std::string describe_device(const c10::Device& device);
 

@@ -22,6 +22,7 @@
 #include "archive/output_file.h"
 #include "compat/blas_kernels.h"
 #include "data/load.h"
+#include "data/neighbor_stat.h"
 #include "dist/host_ranks.h"
 #include "dist/simple_ddp.h"
 #include "error.h"
@@ -162,6 +163,9 @@ class Trainer {
  private:
   // Stages of run(), in order.
   void set_up_threads_and_ranks();
+  /// Refuses settings whose training would need more memory than the device has, before the
+  /// model is built (models::check_memory).
+  void check_memory() const;
   void load_data();
   /// training.cuda_graphs against the device and the ranks (docs/device.md "Static shapes").
   void choose_step();
@@ -472,6 +476,41 @@ void Trainer::choose_step() {
     return;
   }
   static_step_on_ = asked.has_value() || device_.is_cuda();
+}
+
+void Trainer::check_memory() const {
+  // Before the model exists: its weights and one batch of each training system, estimated from
+  // the settings and the first frame of each system (docs/training.md "Memory checked before the
+  // first allocation"); the largest batch is checked.
+  const models::ModelSettings& settings = *config_.model;
+  models::MemoryEstimate worst;
+  models::BatchSizes worst_batch;
+  for (size_t s = 0; s < train_raw_.size(); ++s) {
+    const data::System& sys = train_raw_[s];
+    if (sys.nframes == 0) continue;
+    models::BatchSizes batch;
+    batch.system = sys.name;
+    batch.atoms = sys.natoms();
+    batch.frames = config_.training_data.batch_size.for_system(s, sys.natoms());
+    const data::Frame frame = sys.frame(0);
+    batch.pairs = data::estimate_neighbor_pairs(frame.coord.data(), sys.natoms(), frame.cell(), sys.pbc,
+                                                settings.cutoff());
+    models::MemoryEstimate estimate = models::estimate_training_memory(settings, batch);
+    if (worst.parts.empty() || estimate.total() > worst.total()) worst = std::move(estimate), worst_batch = batch;
+  }
+  if (root() && !worst.parts.empty())
+    std::cout << "memory: about " << models::memory_in_words(worst.total()) << " for the weights and a batch of "
+              << worst_batch.frames << " x " << worst_batch.atoms << " atoms (docs/training.md \"Memory checked before "
+              << "the first allocation\")\n";
+  if (device_.is_cuda()) {
+    models::check_memory(worst, device_memory_bytes(device_), worst_batch, "has " + device_.str());
+  } else {
+    const int host_ranks = comm_->size() > 1 ? dist::ranks_on_this_host(*comm_) : 1;
+    models::check_memory(worst, data::available_memory_bytes() / double(host_ranks), worst_batch,
+                         host_ranks > 1 ? "are available to each of the " + std::to_string(host_ranks) +
+                                              " ranks on this machine"
+                                        : "are available");
+  }
 }
 
 void Trainer::build_model() {
@@ -1067,6 +1106,7 @@ int Trainer::run() {
   // Before anything whose shape depends on the input (docs/distributed.md "Ranks that disagree").
   check_ranks_agree(*comm_, agreement_items(config_, train_raw_, valid_raw_), device_);
   choose_step();
+  check_memory();
   build_model();
   prepare_sets();
   make_samplers();
@@ -1081,12 +1121,43 @@ int Trainer::run() {
 
 }  // namespace
 
+namespace {
+
+/// The mlip::Error for LibTorch's text of a failed allocation ("[enforce fail at alloc_cpu.cpp:75]
+/// ... DefaultCPUAllocator: can't allocate memory: you tried to allocate 25600000000 bytes", "CUDA
+/// out of memory"), also inside a TorchScript interpreter's traceback; nullopt for other text.
+std::optional<Error> out_of_memory_error(const std::string& what) {
+  if (what.find("can't allocate memory") == std::string::npos && what.find("out of memory") == std::string::npos)
+    return std::nullopt;
+  std::string bytes;
+  const std::string tried = "you tried to allocate ";
+  const size_t at = what.find(tried);
+  if (at != std::string::npos) {
+    const size_t first = at + tried.size(), last = what.find_first_not_of("0123456789", first);
+    const std::string digits = what.substr(first, last == std::string::npos ? std::string::npos : last - first);
+    if (!digits.empty()) bytes = " (one allocation of " + models::memory_in_words(std::stod(digits)) + ")";
+  }
+  return Error("training ran out of memory" + bytes +
+               "; the \"memory:\" line above estimates what the weights and one batch take: smaller batches "
+               "(training.training_data.batch_size) or model sizes need less");
+}
+
+}  // namespace
+
 int train(const TrainConfig& config, const TrainOptions& options) {
   try {
     Trainer trainer(config, options);
     return trainer.run();
+  } catch (const Error&) {
+    throw;
   } catch (const c10::Error& e) {
+    if (auto error = out_of_memory_error(e.what_without_backtrace())) throw *error;
     throw Error(std::string("training failed in LibTorch: ") + e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    throw *out_of_memory_error("out of memory");
+  } catch (const std::exception& e) {  // the TorchScript interpreter's errors
+    if (auto error = out_of_memory_error(e.what())) throw *error;
+    throw;
   }
 }
 

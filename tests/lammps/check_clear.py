@@ -1,7 +1,8 @@
 """pair_style mlip after `clear` (docs/lammps.md "After clear"): the usual write_restart / clear
-/ read_restart deck, and a second `clear` with read_data and another model, on 1 and 2 ranks:
-the style is known again and the energies after `clear` equal those before (the same atoms and
-model: exactly), and the other model's equal its own run in a fresh LAMMPS.
+/ read_restart deck, and a second `clear` followed by `pair_style mlip` with another model before
+the box exists (before read_data: no command of LAMMPS' table has run since the `clear`), on 1
+and 2 ranks: the style is known again and the energies after `clear` equal those before (the
+same atoms and model: exactly), and the other model's equal its own run in a fresh LAMMPS.
 
 usage: check_clear.py <mlip> <models dir> <water npy system> <work dir>
 """
@@ -32,7 +33,7 @@ for ranks in (1, 2):
     os.makedirs(folder, exist_ok=True)
     deck = (SETUP + f"read_data {data}\npair_style mlip {eq}\n" + EVALUATE + "write_restart water.restart\n"
             "clear\n" + SETUP + "read_restart water.restart\n" + f"pair_style mlip {eq}\n" + EVALUATE +
-            "clear\n" + SETUP + f"read_data {data}\npair_style mlip {se}\n" + EVALUATE)
+            "clear\n" + SETUP + f"pair_style mlip {se}\nread_data {data}\n" + EVALUATE)
     run_mlip_lammps(mlip, folder, deck, ranks=ranks)
     fresh = os.path.join(work, f"fresh-np{ranks}")
     os.makedirs(fresh, exist_ok=True)

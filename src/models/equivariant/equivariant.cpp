@@ -776,42 +776,64 @@ std::vector<ProductTables> product_couplings(const EquivariantConfig& c) {
   return out;
 }
 
-torch::jit::Module build_equivariant(const EquivariantConfig& c) {
+EquivariantSizes equivariant_sizes(const EquivariantConfig& c) {
   c.validate();
-  const auto dtype = c.dtype();
   const int64_t ntypes = int64_t(c.type_map.size()), f = c.num_features;
-  auto gen = at::detail::createCPUGenerator(c.seed);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  // Drawn in float64 then cast: float32 and float64 models start from the same numbers.
-  auto param = [&](torch::jit::Module& m, const std::string& name, std::vector<int64_t> shape) {
-    m.register_parameter(name, at::randn(shape, gen, f64).to(dtype).requires_grad_(), false);
+  EquivariantSizes out;
+  auto param = [&](const std::string& name, std::vector<int64_t> shape) {
+    out.parameters.emplace_back(name, std::move(shape));
   };
-  torch::jit::Module m("mlip_equivariant");
-  param(m, "embed", {ntypes, f});
+  param("embed", {ntypes, f});
   const auto blocks = plan(c);
   for (size_t k = 0; k < blocks.size(); ++k) {
     const Block& b = blocks[k];
     const std::string L = "l" + std::to_string(k) + "_";
     for (int64_t d = 0; d < c.radial_depth; ++d)
-      param(m, L + "r" + std::to_string(d), {d == 0 ? c.num_bessels : c.radial_width, c.radial_width});
-    param(m, L + "rout", {c.radial_width, f * int64_t(b.paths.size())});
-    for (const auto& in : b.in) param(m, L + "lin1_" + in.name(), {f, f});
-    if (c.readout_every_layer && k > 0) param(m, L + "readout", {f, 1});
+      param(L + "r" + std::to_string(d), {d == 0 ? c.num_bessels : c.radial_width, c.radial_width});
+    param(L + "rout", {c.radial_width, f * int64_t(b.paths.size())});
+    for (const auto& in : b.in) param(L + "lin1_" + in.name(), {f, f});
+    if (c.readout_every_layer && k > 0) param(L + "readout", {f, 1});
     const auto gated = b.gated();
-    auto width_of = [&](const Irrep& out) {
-      const bool gates_here = out == Irrep{0, c.parity ? 1 : 0} && !gated.empty();
+    auto width_of = [&](const Irrep& o) {
+      const bool gates_here = o == Irrep{0, c.parity ? 1 : 0} && !gated.empty();
       return f * (gates_here ? 1 + int64_t(gated.size()) : 1);
     };
-    for (const auto& out : b.out)
-      param(m, L + "lin2_" + out.name(), {f * int64_t(b.paths_to(out).size()), c.correlation == 1 ? width_of(out) : f});
-    for (const auto& out : b.targets) {
+    for (const auto& o : b.out)
+      param(L + "lin2_" + o.name(), {f * int64_t(b.paths_to(o).size()), c.correlation == 1 ? width_of(o) : f});
+    for (const auto& o : b.targets) {
       if (c.correlation > 1) {
-        param(m, L + "pw_" + out.name(), {ntypes, int64_t(b.products_to(out).size()), f});
-        param(m, L + "lin3_" + out.name(), {f, width_of(out)});
+        param(L + "pw_" + o.name(), {ntypes, int64_t(b.products_to(o).size()), f});
+        param(L + "lin3_" + o.name(), {f, width_of(o)});
       }
-      if (k > 0 && std::find(b.in.begin(), b.in.end(), out) != b.in.end())
-        param(m, L + "sc_" + out.name(), {ntypes, f, width_of(out)});
+      if (k > 0 && std::find(b.in.begin(), b.in.end(), o) != b.in.end())
+        param(L + "sc_" + o.name(), {ntypes, f, width_of(o)});
     }
+    out.paths.push_back(int64_t(b.paths.size()));
+    int64_t components = 0, inputs = 0;
+    for (const Path& path : b.paths) components += 2 * path.out.l + 1;
+    for (const auto& in : b.in) inputs += 2 * in.l + 1;
+    out.message_components.push_back(components);
+    out.input_components.push_back(inputs);
+  }
+  param("readout", {f, 1});
+  return out;
+}
+
+torch::jit::Module build_equivariant(const EquivariantConfig& c) {
+  const EquivariantSizes sizes = equivariant_sizes(c);  // validates c
+  const auto dtype = c.dtype();
+  const int64_t ntypes = int64_t(c.type_map.size());
+  auto gen = at::detail::createCPUGenerator(c.seed);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::jit::Module m("mlip_equivariant");
+  // Drawn in float64 then cast, in the order of equivariant_sizes: float32 and float64 models
+  // start from the same numbers.
+  for (const auto& [name, shape] : sizes.parameters)
+    m.register_parameter(name, at::randn(shape, gen, f64).to(dtype).requires_grad_(), false);
+  const auto blocks = plan(c);
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const Block& b = blocks[k];
+    const std::string L = "l" + std::to_string(k) + "_";
     for (size_t p = 0; p < b.paths.size(); ++p) {
       const Path& path = b.paths[p];
       // Scaled so that a unit-variance input gives a unit-variance output component.
@@ -832,7 +854,6 @@ torch::jit::Module build_equivariant(const EquivariantConfig& c) {
         m.register_buffer(name + "b", coupling(pr.middle, b.out[pr.factors[2]], pr.target).to(dtype));
     }
   }
-  param(m, "readout", {f, 1});
   m.register_attribute("avg_num_neighbors", c10::FloatType::get(), c.avg_num_neighbors);
   m.register_attribute("scale", c10::TensorType::get(), at::ones({ntypes}, torch::TensorOptions().dtype(dtype)));
   m.register_attribute("shift", c10::TensorType::get(), at::zeros({ntypes}, torch::TensorOptions().dtype(dtype)));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/equivariant/product_basis.h"
@@ -105,6 +106,23 @@ struct ProductTables {
 /// Every block's product-basis contractions (correlation > 1; none otherwise), block by block:
 /// P first, then each target's by number of factors (those with any term).
 std::vector<ProductTables> product_couplings(const EquivariantConfig& config);
+
+/// The sizes a model of `config` has, read off its plan without building it (validates config;
+/// nothing is allocated but the lists): what the memory estimate before training counts
+/// (docs/training.md "Memory checked before the first allocation").
+struct EquivariantSizes {
+  /// Every parameter's name and shape, in the order build_equivariant registers (and draws) them.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
+  /// Per interaction layer: its tensor-product paths (the radial MLP's outputs per edge are
+  /// num_features x paths).
+  std::vector<int64_t> paths;
+  /// Per interaction layer: the components of its messages per edge and channel, the sum over
+  /// paths of 2 l_out + 1.
+  std::vector<int64_t> message_components;
+  /// Per interaction layer: the components of its input features per atom and channel.
+  std::vector<int64_t> input_components;
+};
+EquivariantSizes equivariant_sizes(const EquivariantConfig& config);
 
 /// Builds the model as a TorchScript module (Module::define) with seeded parameters, the
 /// coupling coefficients as buffers, per-type scale 1 and shift 0. Methods:

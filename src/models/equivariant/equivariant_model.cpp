@@ -12,6 +12,7 @@
 
 #include "data/kokkos_runtime.h"
 #include "data/neighbor_list.h"
+#include "data/neighbor_stat.h"
 #include "error.h"
 #include "models/energy_bias.h"
 #include "models/equivariant/edge_forces.h"
@@ -29,6 +30,15 @@ using input::Section;
 
 namespace {
 
+/// The smallest avg_num_neighbors accepted when given (messages are divided by its square root).
+constexpr double kMinAverageNeighbors = 1e-3;
+
+int64_t frames_counted(const std::vector<StatisticsFrames>& frames) {
+  int64_t n = 0;
+  for (const StatisticsFrames& s : frames) n += int64_t(s.frames.size());
+  return n;
+}
+
 std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vector<std::string>& type_map) {
   auto s = std::make_shared<EquivariantSettings>();
   s->type = "equivariant";
@@ -36,6 +46,9 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
   EquivariantConfig& e = s->config;
   e.type_map = type_map;
   e.r_max = m.number("r_max", e.r_max, Bound::kPositive);
+  if (e.r_max < kMinCutoff)
+    input::expected(m.path_of("r_max"), "a cutoff of at least 0.5 Å (the shortest bond, H2, is 0.74 Å)",
+                    m.get("r_max"));
   e.num_features = m.integer("num_features", e.num_features);
   e.l_max = m.integer("l_max", e.l_max, Bound::kNonNegative);
   if (e.l_max > 3) input::expected(m.path_of("l_max"), "an integer from 0 to 3", m.get("l_max"));
@@ -56,6 +69,9 @@ std::shared_ptr<ModelSettings> read_equivariant(const Section& m, const std::vec
   if (m.has_value("avg_num_neighbors") &&
       !(input::is_scalar(m.get("avg_num_neighbors")) && m.get("avg_num_neighbors").Scalar() == "auto"))
     s->avg_num_neighbors = m.number("avg_num_neighbors", 1.0, Bound::kPositive);
+  if (s->avg_num_neighbors && *s->avg_num_neighbors < kMinAverageNeighbors)
+    input::expected(m.path_of("avg_num_neighbors"),
+                    "a number of at least 0.001 (messages are divided by its square root)", m.get("avg_num_neighbors"));
   s->precision = m.choice("precision", s->precision, {"float64", "float32"}, {{"default", "float64"}});
   e.precision = s->precision;
   s->seed = m.seed("seed", s->seed);
@@ -163,6 +179,13 @@ class EquivariantModel final : public Model {
     const double scale = nf > 0 && f2 > 0 ? std::sqrt(f2 / nf) : 1.0;
     module_.run_method("set_scale_shift", torch::full({ntypes}, scale, torch::kFloat64).to(device_),
                        shift.to(device_));
+    if (!settings_.avg_num_neighbors && !(pairs > 0)) {
+      std::ostringstream msg;
+      msg << "model.r_max " << settings_.config.r_max << ": no pair of atoms of the " << frames_counted(frames)
+          << " statistics frames is within it, so the model would see no neighbour (avg_num_neighbors: auto is "
+             "0); is r_max right (in Å)?";
+      throw Error(msg.str());
+    }
     const double avg = settings_.avg_num_neighbors.value_or(atoms > 0 ? pairs / atoms : 1.0);
     module_.setattr("avg_num_neighbors", avg);
     log << "scale " << std::setprecision(6) << scale << " (RMS of the force labels, eV/Å); avg_num_neighbors "
@@ -287,6 +310,56 @@ class EquivariantModel final : public Model {
 
 }  // namespace
 
+namespace {
+
+/// What a training batch of the equivariant model holds, about (docs/training.md "Memory checked
+/// before the first allocation"): the weights with their gradients and Adam's two moments; the
+/// neighbour list and cached geometry of the batch's pairs (basis, harmonics, vectors); per
+/// layer and pair, the radial MLP's hidden and output values and the messages; per layer and
+/// atom, the features. Measured peaks (docs/training.md) are 0.7-1.5x this.
+MemoryEstimate equivariant_memory(const ModelSettings& settings, const BatchSizes& batch) {
+  const EquivariantConfig& c = dynamic_cast<const EquivariantSettings&>(settings).config;
+  const EquivariantSizes sizes = equivariant_sizes(c);
+  const double value = c.precision == "float32" ? 4.0 : 8.0;
+  double weights = 0.0;
+  for (const auto& [name, shape] : sizes.parameters) {
+    double n = 1.0;
+    for (int64_t d : shape) n *= double(d);
+    weights += n;
+  }
+  const double frames = double(batch.frames), pairs = batch.pairs, atoms = double(batch.atoms);
+  const double harmonics = double((c.l_max + 1) * (c.l_max + 1));
+  double per_pair = 0.0, per_atom = 0.0;
+  for (size_t k = 0; k < sizes.paths.size(); ++k) {
+    per_pair += double(c.radial_width) * double(c.radial_depth) + double(c.num_features) * double(sizes.paths[k]) +
+                double(c.num_features) * double(sizes.message_components[k]);
+    per_atom += double(c.num_features) * double(sizes.input_components[k] + sizes.message_components[k]);
+  }
+  std::ostringstream radius_text;
+  radius_text << "model.r_max " << c.r_max << " Å (about " << std::setprecision(2) << pairs << " pairs in a frame of "
+              << batch.atoms << " atoms)";
+  const std::string radius = radius_text.str();
+  const std::string layers = "num_layers " + std::to_string(c.num_layers) + ", num_features " +
+                             std::to_string(c.num_features) + ", radial_width " + std::to_string(c.radial_width) +
+                             ", radial_depth " + std::to_string(c.radial_depth);
+  MemoryEstimate e;
+  std::ostringstream weight_count;
+  weight_count << std::setprecision(3) << weights;
+  e.parts.push_back({"the " + weight_count.str() + " weights, their gradients and Adam's two moments",
+                     "model." + layers + ", num_bessels " + std::to_string(c.num_bessels), 4.0 * weights * value});
+  e.parts.push_back({"the neighbour list of one frame", radius, pairs * data::kNeighborPairBytes});
+  e.parts.push_back({"the cached geometry of the batch's pairs (basis, harmonics, vectors)",
+                     radius + ", num_bessels " + std::to_string(c.num_bessels),
+                     frames * pairs * (double(c.num_bessels) + harmonics + 4.0) * value});
+  e.parts.push_back({"the radial MLPs' values and the messages of the batch's pairs in every layer",
+                     radius + ", " + layers, frames * pairs * per_pair * value});
+  e.parts.push_back({"the features of the batch's atoms in every layer", "model." + layers,
+                     frames * atoms * per_atom * value});
+  return e;
+}
+
+}  // namespace
+
 ModelEntry equivariant_entry() {
   ModelEntry e;
   e.name = "equivariant";
@@ -301,6 +374,7 @@ ModelEntry equivariant_entry() {
   e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
     return std::make_unique<EquivariantModel>(dynamic_cast<const EquivariantSettings&>(settings), context);
   };
+  e.memory = equivariant_memory;
   return e;
 }
 

@@ -1,6 +1,8 @@
 #include "models/se_e2_a/se_e2_a_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <cstdlib>
 #include <ostream>
 #include <atomic>
@@ -62,6 +64,9 @@ void read_descriptor(const Section& d, SeASettings& s) {
                                       std::to_string(s.type_map.size()) + " types in model.type_map");
   }
   c.rcut = d.number("rcut", c.rcut, Bound::kPositive);
+  if (c.rcut < kMinCutoff)
+    input::expected(d.path_of("rcut"), "a cutoff of at least 0.5 Å (the shortest bond, H2, is 0.74 Å)",
+                    d.get("rcut"));
   c.rcut_smth = d.number("rcut_smth", c.rcut_smth, Bound::kNonNegative);
   if (c.rcut_smth >= c.rcut) {
     input::expected(d.path_of("rcut_smth"), "a number below rcut (" + input::describe(d.get("rcut")) + ")",
@@ -300,6 +305,74 @@ SeAPathKind se_e2_a_path_kind(torch::Device device) {
   return device.is_cpu() ? SeAPathKind::kHandWritten : SeAPathKind::kGeneric;
 }
 
+namespace {
+
+/// The weights of a net of these widths (matrices and biases; resnet_dt's timesteps left out).
+double net_weights(const std::vector<int64_t>& widths) {
+  double n = 0.0;
+  for (size_t l = 0; l + 1 < widths.size(); ++l) n += double(widths[l]) * double(widths[l + 1]) + double(widths[l + 1]);
+  return n;
+}
+
+/// What a training batch of se_e2_a holds, at least (docs/training.md "Memory checked before the
+/// first allocation"): the weights with their gradients and Adam's two moments; the neighbour
+/// list and the dense environment matrix of one frame; the batch's real pairs with their
+/// embedding outputs; per atom, the descriptor and the fitting net's layers.
+MemoryEstimate se_e2_a_memory(const ModelSettings& settings, const BatchSizes& batch) {
+  const auto& se = dynamic_cast<const SeASettings&>(settings);
+  const SeAConfig& c = se.config;
+  const double value = se.precision == "float32" ? 4.0 : 8.0;
+  const double ntypes = double(se.type_map.size());
+  const double m = double(c.neuron.back()), axis = double(c.axis_neuron);
+  std::vector<int64_t> embedding = {1}, fitting = {c.neuron.back() * c.axis_neuron};
+  embedding.insert(embedding.end(), c.neuron.begin(), c.neuron.end());
+  fitting.insert(fitting.end(), c.fitting_neuron.begin(), c.fitting_neuron.end());
+  fitting.push_back(1);
+  const double embedding_weights = (c.type_one_side ? ntypes : ntypes * ntypes) * net_weights(embedding);
+  const double fitting_weights = ntypes * net_weights(fitting);
+  double slots = 0.0;
+  std::string sel_text;
+  if (se.sel.automatic) {
+    slots = std::max(1.0, std::ceil(batch.pairs / double(std::max<int64_t>(batch.atoms, 1))));
+    std::ostringstream text;
+    text << "model.descriptor.sel auto (about " << slots << " neighbours per atom)";
+    sel_text = text.str();
+  } else {
+    for (int64_t v : se.sel.values) slots += double(v);
+    sel_text = "model.descriptor.sel " + list_text(se.sel.values);
+  }
+  double fitting_sum = 0.0;
+  for (int64_t w : c.fitting_neuron) fitting_sum += double(w);
+  const double atoms = double(batch.frames) * double(batch.atoms);
+  std::ostringstream radius;
+  radius << "model.descriptor.rcut " << c.rcut << " Å (about " << std::setprecision(2) << batch.pairs
+         << " pairs in a frame of " << batch.atoms << " atoms)";
+  const std::string fitting_text = "model.fitting_net.neuron " + list_text(c.fitting_neuron) +
+                                   " (its input: descriptor.neuron[-1] " + std::to_string(c.neuron.back()) +
+                                   " x axis_neuron " + std::to_string(c.axis_neuron) + ")";
+  MemoryEstimate e;
+  e.parts.push_back({"the embedding nets' weights, their gradients and Adam's two moments",
+                     "model.descriptor.neuron " + list_text(c.neuron), 4.0 * embedding_weights * value});
+  e.parts.push_back({"the fitting nets' weights, their gradients and Adam's two moments", fitting_text,
+                     4.0 * fitting_weights * value});
+  e.parts.push_back({"the neighbour list of one frame", radius.str(), batch.pairs * data::kNeighborPairBytes});
+  // A frame is prepared through its dense environment matrix, [atoms, slots] rows R, their
+  // derivatives, the pair vectors and the neighbour indices (19 numbers and an int64 per slot);
+  // the batch keeps the real pairs of its frames (the same numbers and two int64 per pair) and
+  // their embedding outputs.
+  const double real_pairs = double(batch.frames) * std::min(batch.pairs, double(batch.atoms) * slots);
+  e.parts.push_back({"the dense environment matrix of one frame while it is prepared", sel_text,
+                     double(batch.atoms) * slots * (19.0 * value + 8.0)});
+  e.parts.push_back({"the environment rows and embedding outputs of the batch's pairs",
+                     radius.str() + ", neuron " + list_text(c.neuron),
+                     real_pairs * ((19.0 + m) * value + 16.0)});
+  e.parts.push_back({"the descriptors and fitting-net layers of the batch's atoms", fitting_text,
+                     atoms * (m * axis + m * 4.0 + fitting_sum) * value});
+  return e;
+}
+
+}  // namespace
+
 ModelEntry se_e2_a_entry() {
   ModelEntry e;
   e.name = "se_e2_a";
@@ -318,6 +391,7 @@ ModelEntry se_e2_a_entry() {
     config.precision = se.precision;
     return se_e2_a_record(config);
   };
+  e.memory = se_e2_a_memory;
   return e;
 }
 
