@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "byte_size.h"
 #include "error.h"
 #include "models/equivariant/equivariant.h"
 #include "models/memory_estimate.h"
@@ -100,7 +101,9 @@ TEST(MemoryEstimate, TheMessageNamesTheLargestPartAndNothingIsCheckedWhenMemoryI
       << msg;
   EXPECT_NO_THROW(mlip::models::check_memory(e, 4.5 * 1024 * 1024 * 1024, batch, "are available"));
   EXPECT_NO_THROW(mlip::models::check_memory(e, 0.0, batch, "are available"));
-  EXPECT_EQ(mlip::models::memory_in_words(1.5 * 1024 * 1024 * 1024 * 1024 * 1024), "1.5e+03 TiB");
+  EXPECT_EQ(mlip::bytes_in_words(1.5 * 1024 * 1024 * 1024 * 1024 * 1024), "1.5e+03 TiB");
+  EXPECT_EQ(mlip::bytes_in_words(200.0 * 1024 * 1024), "200.0 MiB");
+  EXPECT_EQ(mlip::bytes_in_words(2.5 * 1024 * 1024 * 1024 * 1024), "2.5 TiB");
 }
 
 // Each size of the issue, through the real CLI: refused in seconds, naming the key and the memory.

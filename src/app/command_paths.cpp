@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "byte_size.h"
 #include "error.h"
 #include "archive/output_file.h"
 
@@ -12,13 +13,6 @@ namespace fs = std::filesystem;
 
 namespace mlip::app {
 namespace {
-
-std::string size_in_words(std::uintmax_t bytes) {
-  char text[64];
-  if (bytes >= (std::uintmax_t(1) << 30)) std::snprintf(text, sizeof text, "%.1f GiB", double(bytes) / double(1 << 30));
-  else std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / double(1 << 20));
-  return text;
-}
 
 /// The kind of an existing input (following links), or nullptr-like kAbsent when stat fails.
 archive::TargetKind input_kind(const std::string& path) {
@@ -39,8 +33,8 @@ void check_input_file(const std::string& path, const std::string& holds, std::ui
                 ", not a regular file; mlip reads input files from regular files only)");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && std::uintmax_t(st.st_size) > max_bytes)
-    throw Error(path + ": cannot read " + holds + " (it is " + size_in_words(std::uintmax_t(st.st_size)) +
-                "; " + holds + " is read whole and may be at most " + size_in_words(max_bytes) +
+    throw Error(path + ": cannot read " + holds + " (it is " + bytes_in_words(double(st.st_size)) +
+                "; " + holds + " is read whole and may be at most " + bytes_in_words(double(max_bytes)) +
                 ": is this the right file?)");
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "data/neighbor_list.h"
+#include "byte_size.h"
 #include "error.h"
 
 namespace mlip::data {
@@ -23,17 +24,6 @@ Vec3 cross(const Vec3& a, const Vec3& b) {
 }
 double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
 double norm(const Vec3& a) { return std::sqrt(dot(a, a)); }
-
-std::string bytes_in_words(double bytes) {
-  std::ostringstream text;
-  text.precision(1);
-  text << std::fixed;
-  if (bytes >= std::pow(1024.0, 5)) text << std::scientific << bytes / std::pow(1024.0, 5) << " PiB";
-  else if (bytes >= 1024.0 * 1024 * 1024 * 1024) text << bytes / (1024.0 * 1024 * 1024 * 1024) << " TiB";
-  else if (bytes >= 1024.0 * 1024 * 1024) text << bytes / (1024.0 * 1024 * 1024) << " GiB";
-  else text << bytes / (1024.0 * 1024) << " MiB";
-  return text.str();
-}
 
 /// Whether an exception is an allocation failure: std::bad_alloc, or Kokkos' runtime error that
 /// wraps one ("Kokkos failed to allocate memory ...").

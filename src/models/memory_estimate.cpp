@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "byte_size.h"
 #include "error.h"
 
 namespace mlip::models {
@@ -13,20 +14,6 @@ double MemoryEstimate::total() const {
   double sum = 0.0;
   for (const MemoryPart& p : parts) sum += p.bytes;
   return sum;
-}
-
-std::string memory_in_words(double bytes) {
-  char text[64];
-  const double kib = 1024.0, mib = kib * kib, gib = mib * kib, tib = gib * kib;
-  if (bytes >= 1000.0 * tib)
-    std::snprintf(text, sizeof text, "%.2g TiB", bytes / tib);
-  else if (bytes >= tib)
-    std::snprintf(text, sizeof text, "%.1f TiB", bytes / tib);
-  else if (bytes >= gib)
-    std::snprintf(text, sizeof text, "%.1f GiB", bytes / gib);
-  else
-    std::snprintf(text, sizeof text, "%.1f MiB", bytes / mib);
-  return text;
 }
 
 std::string list_text(const std::vector<int64_t>& values) {
@@ -42,10 +29,10 @@ void check_memory(const MemoryEstimate& estimate, double available_bytes, const 
   const auto largest = std::max_element(estimate.parts.begin(), estimate.parts.end(),
                                         [](const MemoryPart& a, const MemoryPart& b) { return a.bytes < b.bytes; });
   std::ostringstream msg;
-  msg << largest->settings << ": training would need about " << memory_in_words(total) << " of memory, "
-      << memory_in_words(largest->bytes) << " of it for " << largest->what << " (for a batch of " << batch.frames
+  msg << largest->settings << ": training would need about " << bytes_in_words(total) << " of memory, "
+      << bytes_in_words(largest->bytes) << " of it for " << largest->what << " (for a batch of " << batch.frames
       << " frame" << (batch.frames == 1 ? "" : "s") << " of " << batch.atoms << " atoms of " << batch.system
-      << "), and " << memory_in_words(available_bytes) << " " << available_what
+      << "), and " << bytes_in_words(available_bytes) << " " << available_what
       << "; is the size right? (docs/training.md \"Memory checked before the first allocation\")";
   throw Error(msg.str());
 }

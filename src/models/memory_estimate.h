@@ -33,9 +33,6 @@ struct MemoryEstimate {
   double total() const;
 };
 
-/// Bytes as a person reads them: "512.0 MiB", "3.2 GiB", "1.5e+03 TiB".
-std::string memory_in_words(double bytes);
-
 /// Throws mlip::Error when `estimate` needs more than `available_bytes` (0: unknown, nothing is
 /// checked). The message names the largest part (its settings and bytes), the total, what is
 /// available and `batch` (the batch the estimate is for): e.g. `model.num_features 100000,

@@ -25,6 +25,7 @@
 #include "data/neighbor_stat.h"
 #include "dist/host_ranks.h"
 #include "dist/simple_ddp.h"
+#include "byte_size.h"
 #include "error.h"
 #include "models/registry.h"
 #include "train/adam_step.h"
@@ -499,7 +500,7 @@ void Trainer::check_memory() const {
     if (worst.parts.empty() || estimate.total() > worst.total()) worst = std::move(estimate), worst_batch = batch;
   }
   if (root() && !worst.parts.empty())
-    std::cout << "memory: about " << models::memory_in_words(worst.total()) << " for the weights and a batch of "
+    std::cout << "memory: about " << bytes_in_words(worst.total()) << " for the weights and a batch of "
               << worst_batch.frames << " x " << worst_batch.atoms << " atoms (docs/training.md \"Memory checked before "
               << "the first allocation\")\n";
   if (device_.is_cuda()) {
@@ -1135,7 +1136,7 @@ std::optional<Error> out_of_memory_error(const std::string& what) {
   if (at != std::string::npos) {
     const size_t first = at + tried.size(), last = what.find_first_not_of("0123456789", first);
     const std::string digits = what.substr(first, last == std::string::npos ? std::string::npos : last - first);
-    if (!digits.empty()) bytes = " (one allocation of " + models::memory_in_words(std::stod(digits)) + ")";
+    if (!digits.empty()) bytes = " (one allocation of " + bytes_in_words(std::stod(digits)) + ")";
   }
   return Error("training ran out of memory" + bytes +
                "; the \"memory:\" line above estimates what the weights and one batch take: smaller batches "
