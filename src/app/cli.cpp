@@ -18,6 +18,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "app/command_line.h"
@@ -35,6 +36,7 @@
 #include "md/lammps_driver.h"
 #include "archive/model_archive.h"
 #include "frozen/compress.h"
+#include "frozen/change_bias.h"
 #include "frozen/freeze.h"
 #include "train/config.h"
 #include "train/device.h"
@@ -61,6 +63,7 @@ const char* kMainUsage =
     "  train           train a model from an input file (YAML, or DeePMD's input.json)\n"
     "  freeze          turn a checkpoint into one self-contained TorchScript file\n"
     "  compress        a faster frozen se_e2_a model for MD: its embedding nets as tables\n"
+    "  change-bias     a model's per-element energy shifts re-fitted to labelled frames, or set\n"
     "  test            errors of a model (frozen or checkpoint) on labelled systems\n"
     "  model-devi      how much a committee of models disagrees on each frame (DeePMD-kit's model_devi.out)\n"
     "  neighbor-stat   minimum neighbour distance and maximum neighbour counts of a data set\n"
@@ -165,7 +168,7 @@ int neighbor_stat_command(const std::vector<std::string>& args) {
 }
 
 const char* kTrainUsage =
-    "usage: mlip train <input.yaml> [--restart <checkpoint>] [--init-model <checkpoint>] [-o <dir>]\n"
+    "usage: mlip train <input.yaml> [--restart <ckpt> | --init-model <ckpt> | --finetune <model>] [-o <dir>]\n"
     "                  [--committee <N> [--member <k>] [--committee-jobs <J>]]\n"
     "\n"
     "Trains the model of the input file (docs/training.md; DeePMD's input.json works unchanged).\n"
@@ -177,6 +180,10 @@ const char* kTrainUsage =
     "  --restart <ckpt>     continue that run exactly (weights, optimiser, step, sampler)\n"
     "  --init-model <ckpt>  start from those weights (its moving average, when it has one)\n"
     "                       and statistics, at step 0\n"
+    "  --finetune <model>   start from a trained model (frozen or checkpoint) of the same\n"
+    "                       architecture: the weights of the elements both know, new elements\n"
+    "                       as a fresh model's, energy shifts fitted to the new data, at step 0\n"
+    "                       (docs/training.md \"Fine-tuning\")\n"
     "  -o, --output <dir>   folder for lcurve.out and checkpoints (default: .)\n"
     "  --step-times <file>  write the wall time of every step (ms) there, and the part spent making frames\n"
     "  --device <d>         auto, cpu, cuda or cuda:K (default: training.device, else auto:\n"
@@ -435,6 +442,7 @@ bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& 
   });
   line.add_value("--restart", out.options.restart);
   line.add_value("--init-model", out.options.init_model);
+  line.add_value("--finetune", out.options.finetune);
   line.add_value("-o,--output", out.options.output_dir);
   line.add_value("--step-times", out.options.step_times);
   line.add_value("--device", out.options.device);
@@ -450,6 +458,9 @@ bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& 
   if (out.input.empty()) throw line.error("train: an input file is required");
   if (!out.options.restart.empty() && !out.options.init_model.empty())
     throw line.error("train: --restart and --init-model exclude each other");
+  if (!out.options.finetune.empty() && (!out.options.restart.empty() || !out.options.init_model.empty()))
+    throw line.error(std::string("train: --finetune and ") +
+                     (out.options.restart.empty() ? "--init-model" : "--restart") + " exclude each other");
   const CommitteeRequest& committee = out.committee;
   if (committee.size == 0 && committee.member >= 0)
     throw line.error("train: --member " + std::to_string(committee.member) + " needs --committee <N>");
@@ -551,6 +562,7 @@ int train_command(const std::vector<std::string>& args) {
   check_input_file(arguments.input, "the training input");
   if (!options.restart.empty()) check_checkpoint_path(options.restart, "the checkpoint to restart from");
   if (!options.init_model.empty()) check_checkpoint_path(options.init_model, "the checkpoint to start from");
+  if (!options.finetune.empty()) check_checkpoint_path(options.finetune, "the model to fine-tune");
   g_doing = "reading the training input " + arguments.input;
   // The input and the device come first: --backend auto picks NCCL for ranks on CUDA devices.
   const train::TrainConfig config = train::load_train_config(arguments.input);
@@ -668,6 +680,75 @@ std::string parse_frame_count(const std::string& value, int64_t& frames) {
   frames = int64_t(number);
   if (double(frames) != number) return "expected a positive integer, got '" + value + "'";
   return "";
+}
+
+const char* kChangeBiasUsage =
+    "usage: mlip change-bias <model> -s <system>... [-n <frames>] -o <model.pt>\n"
+    "       mlip change-bias <model> -b <element>=<eV>... -o <model.pt>\n"
+    "\n"
+    "Writes a copy of a frozen model, compressed model or checkpoint whose per-element energy\n"
+    "shifts (eV per atom, added after the network) are re-fitted to the systems' energies by least\n"
+    "squares, or set to the given values, as DeePMD-kit's dp change-bias does (docs/training.md\n"
+    "\"Changing the energy shifts\"). Forces and virials do not change; a checkpoint stays\n"
+    "restartable.\n"
+    "\n"
+    "options:\n"
+    "  -s, --system <path> ...  labelled systems (DeePMD npy folders, extended XYZ, HDF5)\n"
+    "  -n, --numb-frames <N>    the first N frames of each system (default: all)\n"
+    "  -b, --bias <el>=<eV> ... set these elements' shifts (e.g. -b H=-13.6 O=-432.1); the others keep theirs\n"
+    "  -o, --output <path>      output file (required; not the model itself)\n"
+    "  -h, --help               show this help\n";
+
+/// change-bias's -b: "<element>=<eV>" items into `values`.
+void parse_bias_values(const std::vector<std::string>& items, std::map<std::string, double>& values,
+                       const CommandLine& line) {
+  for (const std::string& item : items) {
+    const auto eq = item.find('=');
+    double value = 0.0;
+    const std::string number = eq == std::string::npos ? "" : item.substr(eq + 1);
+    std::string problem = eq == std::string::npos || eq == 0 ? "expected <element>=<eV>" : "";
+    if (problem.empty()) {
+      char* end = nullptr;
+      value = std::strtod(number.c_str(), &end);
+      if (number.empty() || *end != '\0' || !std::isfinite(value)) problem = "expected a finite number of eV after '='";
+    }
+    if (!problem.empty()) throw line.error("-b " + item + ": " + problem + " (e.g. -b H=-13.6 O=-432.1)");
+    if (!values.emplace(item.substr(0, eq), value).second)
+      throw line.error("-b " + item + ": " + item.substr(0, eq) + " is given twice");
+  }
+}
+
+int change_bias_command(const std::vector<std::string>& args) {
+  if (dist::detect_launch([](const char* name) { return std::getenv(name); }).rank > 0) return kExitOk;
+  frozen::ChangeBiasRequest request;
+  std::vector<std::string> bias_items;
+  CommandLine line("change-bias", kChangeBiasUsage);
+  line.add_positional("model", request.model, [](const std::string& first, const std::string& other) {
+    return "one model is changed at a time, got " + first + " and " + other;
+  });
+  line.add_list("-s,--system", request.systems, "expected at least one system path");
+  line.add_parsed("-n,--numb-frames", request.frames_per_system, parse_frame_count);
+  line.add_list("-b,--bias", bias_items, "expected <element>=<eV> values, e.g. -b H=-13.6 O=-432.1");
+  line.add_value("-o,--output", request.output);
+  add_label_key_options(line, request.keys);
+  if (!line.read(args)) return kExitOk;
+  parse_bias_values(bias_items, request.values, line);
+  if (request.model.empty()) throw line.error("change-bias: the model is required");
+  if (request.output.empty()) throw line.error("change-bias: -o <output> is required");
+  if (request.systems.empty() == request.values.empty())
+    throw line.error(request.systems.empty() ? "change-bias: give systems to re-fit to (-s) or values to set (-b)"
+                                             : "change-bias: -s (re-fit) and -b (set) exclude each other");
+  if (!request.values.empty() && request.frames_per_system > 0)
+    throw line.error("change-bias: -n counts frames of -s systems; with -b there are none");
+  check_checkpoint_path(request.model, "the model");
+  for (const auto& system : request.systems) check_input_path(system, "the system");
+  archive::check_output_target(request.output, archive::SpecialTarget::kRefuse, "change-bias -o " + request.output,
+                               "the changed model");
+  const archive::RunLock lock = archive::RunLock::for_output(request.output, "-o " + request.output);
+  g_doing = "changing the energy shifts of " + request.model;
+  frozen::change_bias(request, std::cout);
+  std::cout << "wrote " << request.output << "\n";
+  return kExitOk;
 }
 
 /// Reads test's arguments into `options`; false when --help printed the usage.
@@ -820,6 +901,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (cmd == "train") return train_command(rest);
     if (cmd == "freeze") return freeze_command(rest);
     if (cmd == "compress") return compress_command(rest);
+    if (cmd == "change-bias") return change_bias_command(rest);
     if (cmd == "test") return test_command(rest);
     if (cmd == "model-devi") return model_deviation_command(rest);
     if (cmd == "lammps") return lammps_command(rest);

@@ -66,6 +66,7 @@ train::TrainOptions member_options(const train::TrainOptions& committee, int mem
   options.output_dir = member_folder(committee.output_dir, member);
   if (!options.restart.empty()) options.restart = member_source(committee.restart, member);
   if (!options.init_model.empty()) options.init_model = member_source(committee.init_model, member);
+  if (!options.finetune.empty()) options.finetune = member_source(committee.finetune, member);
   if (!options.step_times.empty()) options.step_times = member_file(committee.step_times, member);
   options.seed_offset = uint64_t(member);
   return options;
@@ -179,6 +180,7 @@ std::vector<std::string> member_arguments(const CommitteeLaunch& launch, int mem
   };
   pass("--restart", options.restart);
   pass("--init-model", options.init_model);
+  pass("--finetune", options.finetune);
   pass("--step-times", options.step_times);
   pass("--device", options.device);
   pass("--distributed", "off");

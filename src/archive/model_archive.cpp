@@ -21,6 +21,10 @@ const char* const kMetadataKeys[] = {"r_max", "type_names", "num_types", "model_
 /// What `mlip freeze` adds (models/capabilities.h, models/settings_record.h), and `mlip
 /// compress` (frozen/compress.h).
 const char* const kFrozenKeys[] = {"capabilities", "inference_settings", "compression"};
+/// Where a model came from, written when it applies and copied with the metadata: `finetune` (a
+/// model trained with --finetune: what it took from which model) and `change_bias` (its energy
+/// shifts changed by `mlip change-bias`).
+const char* const kProvenanceKeys[] = {"finetune", "change_bias"};
 const char* const kTrainingKeys[] = {"step",       "sampler",  "val_sampler", "optimizer", "mlip_checkpoint",
                                "world_size", "weights", "ema_updates"};
 
@@ -93,6 +97,10 @@ ExtraFiles model_metadata(const ExtraFiles& extra, const std::string& source, co
     if (it == extra.end()) throw Error(source + ": the " + kind + " lacks '" + k + "' metadata");
     meta[k] = it->second;
   }
+  for (const char* k : kProvenanceKeys) {
+    auto it = extra.find(k);
+    if (it != extra.end()) meta[k] = it->second;
+  }
   return meta;
 }
 
@@ -152,6 +160,7 @@ torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
   for (const char* k : kMetadataKeys) files[k] = "";
   for (const char* k : kTrainingKeys) files[k] = "";
   for (const char* k : kFrozenKeys) files[k] = "";
+  for (const char* k : kProvenanceKeys) files[k] = "";
   torch::jit::Module module;
   try {
     std::istringstream in(archive);

@@ -17,7 +17,8 @@ using ExtraFiles = std::map<std::string, std::string>;
 const std::vector<std::string>& model_metadata_keys();
 
 /// The extra files of model_metadata_keys() out of `extra` (what a frozen model copies from the
-/// checkpoint or model it is made from). A missing one is an mlip::Error "<source>: the <kind>
+/// checkpoint or model it is made from), and the provenance files `finetune` and `change_bias`
+/// where `extra` has them. A missing one is an mlip::Error "<source>: the <kind>
 /// lacks '<key>' metadata".
 ExtraFiles model_metadata(const ExtraFiles& extra, const std::string& source, const std::string& kind);
 

@@ -68,11 +68,7 @@ void compress(const CompressRequest& request, std::ostream& log) {
   archive::ExtraFiles meta = archive::model_metadata(extra, source, "model");
   // The model's settings as frozen (docs/deploy.md "Inference settings"); a checkpoint's (no
   // record yet) from the training input it stores, read as `mlip freeze` reads it.
-  const bool checkpoint = extra.count("step") != 0 || extra.count("optimizer") != 0;
-  const models::SettingsRecord record =
-      checkpoint ? models::inference_record(*models::parse_model_settings(meta["config"], source + " (its training input)"),
-                                            module)
-                 : models::frozen_settings(extra, source);
+  const models::SettingsRecord record = models::stored_settings(extra, module, source);
   const models::InferenceEntry* entry = models::find_inference(meta["model_type"]);
   if (entry == nullptr || !entry->compress)
     throw Error("compress: " + source + ": the " + meta["model_type"] +

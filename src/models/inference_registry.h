@@ -37,6 +37,11 @@ struct InferenceEntry {
   std::function<torch::jit::Module(const SettingsRecord& record, const torch::jit::Module& module,
                                    const CompressOptions& options, std::ostream& log)>
       compress;
+  /// The name of the module's tensor attribute holding the per-type energy shift, [ntypes] in the
+  /// model's dtype, eV per atom of each type, added to every atom's energy after the network (so
+  /// forces and virials never see it): se_e2_a "bias", equivariant "shift". `mlip change-bias`
+  /// and fine-tuning re-fit it (models/energy_shift.h). Empty: the model has none.
+  std::string energy_shift;
 };
 
 /// Adds a model type's inference entry (e.g. one defined in a test). Throws mlip::Error when

@@ -80,6 +80,15 @@ SettingsRecord inference_record(const ModelSettings& settings, const torch::jit:
   return record;
 }
 
+SettingsRecord stored_settings(const std::map<std::string, std::string>& extra, const torch::jit::Module& module,
+                               const std::string& source) {
+  const bool checkpoint = extra.count("step") != 0 || extra.count("optimizer") != 0;
+  if (!checkpoint) return frozen_settings(extra, source);
+  const auto config = extra.find("config");
+  if (config == extra.end()) throw Error(source + ": the checkpoint lacks 'config' metadata");
+  return inference_record(*parse_model_settings(config->second, source + " (its training input)"), module);
+}
+
 Capabilities capabilities_of(const ModelSettings& settings) {
   Capabilities c;
   c.model_type = settings.type;

@@ -10,6 +10,7 @@
 #include "models/capabilities.h"
 #include "models/memory_estimate.h"
 #include "models/model.h"
+#include "models/pretrained_weights.h"
 #include "models/settings_record.h"
 
 namespace mlip::models {
@@ -40,6 +41,10 @@ struct ModelEntry {
   /// `batch`'s sizes, from the settings alone (nothing allocated; docs/training.md "Memory checked
   /// before the first allocation"). Optional: a model without it is not checked.
   std::function<MemoryEstimate(const ModelSettings& settings, const BatchSizes& batch)> memory;
+  /// --finetune (docs/training.md "Fine-tuning"): how each attribute of a module built with
+  /// these settings depends on the type map: shared by all elements, one row per type, one per
+  /// type named by its ids, or made from the settings. Empty: the type cannot be fine-tuned.
+  std::function<AttributeRole(const ModelSettings& settings, const std::string& name)> attribute_role;
 };
 
 /// Adds a model type (e.g. one defined in a test). Throws mlip::Error when the name is taken.
@@ -69,6 +74,12 @@ std::shared_ptr<const ModelSettings> parse_model_settings(const std::string& tex
 /// type_map, precision, cutoff, message_layers) and its entry's own. Throws mlip::Error for an
 /// unknown type.
 SettingsRecord inference_record(const ModelSettings& settings, const torch::jit::Module& module);
+
+/// The settings record of a checkpoint or frozen model read with `extra` from `source`: a frozen
+/// model's own (frozen_settings), a checkpoint's made from the training input it stores, as
+/// `mlip freeze` makes it.
+SettingsRecord stored_settings(const std::map<std::string, std::string>& extra, const torch::jit::Module& module,
+                               const std::string& source);
 
 /// The capabilities of a model with these settings (docs/deploy.md "Capabilities"); the
 /// inference registry says whether it has its own inference.

@@ -214,6 +214,9 @@ int64_t restore_training_state(const std::string& given, RestoreMode mode, const
     throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + model_type);
   check_same_types(path, stored_type_names(extra), type_map, full ? "--restart" : "--init-model");
   copy_module_attributes(path, loaded, state.model->module());
+  if (state.metadata != nullptr)
+    for (const char* key : {"finetune", "change_bias"})
+      if (extra.count(key)) (*state.metadata)[key] = extra[key];
   if (!full) return 0;
   if (extra.count("step") == 0) throw Error(path + ": a frozen model, not a checkpoint: --restart needs a checkpoint");
   const int64_t step = std::stoll(extra["step"]);

@@ -3,6 +3,7 @@
 #include <torch/optim/adam.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct TrainingState {
   torch::Device device = torch::kCPU;
   /// The ranks of the run: its size is saved as world_size; rank 0 prints the notes.
   dist::Communicator* comm = nullptr;
+  /// The extra files the run's checkpoints will carry: where the weights came from (the
+  /// provenance files `finetune` and `change_bias` of the model restored from) is added.
+  std::map<std::string, std::string>* metadata = nullptr;
 };
 
 /// The checkpoints of a run in its output folder (docs/training.md "Checkpoints"):

@@ -33,6 +33,7 @@
 #include "train/checkpoint_store.h"
 #include "train/device.h"
 #include "train/ema.h"
+#include "train/finetune.h"
 #include "train/frame_store.h"
 #include "train/learning_curve.h"
 #include "train/non_finite_guard.h"
@@ -229,7 +230,12 @@ class Trainer {
 
   std::vector<SystemData> prepare(const std::vector<data::System>& systems, const DataConfig& data,
                                   const std::string& key);
+  /// The frames the statistics are computed from (rank 0's view of the first batches).
+  std::vector<models::StatisticsFrames> statistics_frames() const;
   void compute_statistics();
+  /// --finetune on rank 0: the fresh statistics, then the pretrained model's shared weights and
+  /// the energy shifts (train/finetune.h); its record goes into the metadata.
+  void start_from_pretrained();
   /// The labels and weights of `frames` of system `system` of set `set`.
   BatchLabels labels_of(int set, size_t system, const std::vector<std::shared_ptr<const PreparedFrame>>& frames) const;
   /// Prediction and loss on one batch; adds to the error sums. When training, also
@@ -279,6 +285,7 @@ class Trainer {
   std::unique_ptr<torch::optim::Adam> optimizer_;
   std::unique_ptr<NonFiniteGuard> guard_;  // stops at a non-finite loss (made by train_loop)
   std::unique_ptr<Ema> ema_;  // the moving average of the weights (null when ema_decay is 0)
+  std::unique_ptr<Pretrained> pretrained_;  // --finetune's model (null without)
   std::unique_ptr<SystemSampler> sampler_, val_sampler_;
   int64_t start_step_ = 0;
   ExtraFiles metadata_;
@@ -589,7 +596,7 @@ void Trainer::prepare_sets() {
   }
 }
 
-void Trainer::compute_statistics() {
+std::vector<models::StatisticsFrames> Trainer::statistics_frames() const {
   // The first data_stat_nbatch global batches (batch_size x ranks frames) of every training
   // system: the frames one rank with the global batch would use.
   // Only these frames are read before step 1 (docs/data.md "Statistics from a sample").
@@ -602,7 +609,18 @@ void Trainer::compute_statistics() {
     for (int64_t f = 0; f < n; ++f) sample.frames.push_back(train_raw_[s].frame(f));
     frames.push_back(std::move(sample));
   }
+  return frames;
+}
+
+void Trainer::compute_statistics() { model_->compute_statistics(statistics_frames(), reference_energies(), std::cout); }
+
+void Trainer::start_from_pretrained() {
+  // The fresh model's statistics on the new data first (the added elements keep them), then
+  // what the pretrained model shares with it (docs/training.md "Fine-tuning").
+  const std::vector<models::StatisticsFrames> frames = statistics_frames();
   model_->compute_statistics(frames, reference_energies(), std::cout);
+  const bool refit = config_.model->e0s.kind == models::ReferenceEnergies::Kind::kFit;
+  metadata_["finetune"] = train::start_from_pretrained(*pretrained_, *model_, frames, refit, std::cout);
 }
 
 std::vector<double> Trainer::reference_energies() const {
@@ -706,6 +724,7 @@ TrainingState Trainer::training_state() {
   state.validation_sampler = val_sampler_.get();
   state.device = device_;
   state.comm = comm_;
+  state.metadata = &metadata_;
   return state;
 }
 
@@ -783,7 +802,13 @@ void Trainer::set_up_optimisation() {
       params_, torch::optim::AdamOptions(c.learning_rate.at(0)).betas({0.9, 0.999}).weight_decay(0.0));
   if (c.ema_decay > 0) ema_ = std::make_unique<Ema>(params_, c.ema_decay);
   const bool restart = !options_.restart.empty();
-  if (restart || !options_.init_model.empty()) {
+  if (!options_.finetune.empty()) {
+    // Every rank reads the pretrained model and checks the settings (the same error everywhere);
+    // rank 0 starts from it, and the broadcast below gives the others its start.
+    pretrained_ = std::make_unique<Pretrained>(read_pretrained(options_.finetune, c.model->type));
+    check_finetune_settings(*pretrained_, models::inference_record(*c.model, model_->module()));
+    if (root()) start_from_pretrained();
+  } else if (restart || !options_.init_model.empty()) {
     TrainingState state = training_state();
     start_step_ = restore_training_state(restart ? options_.restart : options_.init_model,
                                          restart ? RestoreMode::kRestart : RestoreMode::kInitModel, c.model->type,

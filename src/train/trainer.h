@@ -14,6 +14,10 @@ struct TrainOptions {
   std::string restart;
   /// Start from these weights and statistics, at step 0 with a fresh optimiser.
   std::string init_model;
+  /// Start from the weights of this trained model (frozen or checkpoint) that the input's model
+  /// shares with it by element, the type map free (docs/training.md "Fine-tuning"), at step 0
+  /// with a fresh optimiser; the energy shifts fitted to the new data.
+  std::string finetune;
   /// Folder for lcurve.out and the checkpoints (default: the working folder).
   std::string output_dir = ".";
   /// When set, the wall time of every step (forward, backward, update; ms) is written there.

@@ -310,6 +310,7 @@ InferenceEntry equivariant_inference_entry() {
   InferenceEntry e;
   e.type = "equivariant";
   e.legacy_record = legacy_equivariant_record;
+  e.energy_shift = "shift";
   e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
     return std::make_unique<EquivariantInference>(equivariant_config(record, module), module);
   };

@@ -7,6 +7,7 @@
 #include <map>
 #include <iomanip>
 #include <ostream>
+#include <regex>
 #include <mutex>
 #include <sstream>
 
@@ -358,6 +359,19 @@ MemoryEstimate equivariant_memory(const ModelSettings& settings, const BatchSize
   return e;
 }
 
+/// Fine-tuning roles of the module's attributes (docs/training.md "Fine-tuning"): the element
+/// embedding, each layer's per-element product weights (pw_) and self-connections (sc_), and the
+/// per-type scale and shift have a row per type; the coupling coefficients (cg, pc) are made from
+/// the settings; every other weight is shared by all elements.
+AttributeRole equivariant_attribute_role(const ModelSettings&, const std::string& name) {
+  static const std::regex per_type(R"(^(embed|scale|shift|l\d+_pw_.*|l\d+_sc_.*)$)");
+  static const std::regex coupling(R"(^l\d+_(cg\d+|pc\d+[ab])$)");
+  AttributeRole role;
+  if (std::regex_match(name, per_type)) role.kind = AttributeRole::Kind::kTypeRows;
+  else if (std::regex_match(name, coupling)) role.kind = AttributeRole::Kind::kDerived;
+  return role;
+}
+
 }  // namespace
 
 ModelEntry equivariant_entry() {
@@ -371,6 +385,7 @@ ModelEntry equivariant_entry() {
   e.record = [](const ModelSettings& settings, const torch::jit::Module&) {
     return equivariant_record(dynamic_cast<const EquivariantSettings&>(settings).config);
   };
+  e.attribute_role = equivariant_attribute_role;
   e.create = [](const ModelSettings& settings, const ModelContext& context) -> std::unique_ptr<Model> {
     return std::make_unique<EquivariantModel>(dynamic_cast<const EquivariantSettings&>(settings), context);
   };

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 #include <sstream>
+#include <regex>
 
 #include "data/kokkos_runtime.h"
 #include "models/module_device.h"
@@ -371,6 +372,35 @@ MemoryEstimate se_e2_a_memory(const ModelSettings& settings, const BatchSizes& b
   return e;
 }
 
+/// Fine-tuning roles of the module's attributes (docs/training.md "Fine-tuning"): every net is
+/// an element's (emb_<t>, emb_<i>_<t>, fit_<t>: the ids in the name); davg, dstd and the energy
+/// bias have a row per type; sel must agree for the elements both models know; the offsets and
+/// a compressed model's tables are made from the settings.
+AttributeRole se_e2_a_attribute_role(const ModelSettings&, const std::string& name) {
+  static const std::regex per_element(R"(^(emb|fit)_(\d+)(?:_(\d+))?_([a-z]+\d*)$)");
+  AttributeRole role;
+  std::smatch m;
+  if (std::regex_match(name, m, per_element)) {
+    role.kind = AttributeRole::Kind::kTypeNamed;
+    role.types.push_back(std::stoll(m[2]));
+    if (m[3].matched) role.types.push_back(std::stoll(m[3]));
+    const std::string net = m[1], layer = m[4];
+    role.renamed = [net, layer](const std::vector<int64_t>& ids) {
+      std::string out = net;
+      for (int64_t id : ids) out += "_" + std::to_string(id);
+      return out + "_" + layer;
+    };
+  } else if (name == "davg" || name == "dstd" || name == "bias") {
+    role.kind = AttributeRole::Kind::kTypeRows;
+  } else if (name == "sel") {
+    role.kind = AttributeRole::Kind::kTypeRowsChecked;
+    role.setting = "model.descriptor.sel";
+  } else {
+    role.kind = AttributeRole::Kind::kDerived;  // sel_offset, compressed tables
+  }
+  return role;
+}
+
 }  // namespace
 
 ModelEntry se_e2_a_entry() {
@@ -392,6 +422,7 @@ ModelEntry se_e2_a_entry() {
     return se_e2_a_record(config);
   };
   e.memory = se_e2_a_memory;
+  e.attribute_role = se_e2_a_attribute_role;
   return e;
 }
 
