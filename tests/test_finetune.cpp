@@ -208,6 +208,14 @@ TEST_P(FinetuneTest, AddedElement) {
     }
   }
   EXPECT_GT(fresh_checked, 0);
+  if (GetParam().name == "equivariant") {
+    // The mean neighbour count (auto) is the new data's, as the fresh model's.
+    auto a = torch::jit::load(dir_ / "added.pt"), b = torch::jit::load(dir_ / "fresh.pt");
+    auto first = torch::jit::load(dir_ / "first.pt");
+    EXPECT_EQ(a.attr("avg_num_neighbors").toDouble(), b.attr("avg_num_neighbors").toDouble());
+    EXPECT_NE(a.attr("avg_num_neighbors").toDouble(), first.attr("avg_num_neighbors").toDouble());
+    EXPECT_TRUE(contains(run.out, "fine-tune: numbers taken: none")) << run.out;
+  }
   // The start's energy errors on the training frames (all of them are statistics frames here).
   ASSERT_EQ(mlip("test -m added.pt -s data/sys_a data/sys_n -d start").exit_code, 0);
   const auto e = read_numbers(dir_ / "start.e.out");  // label, prediction per frame

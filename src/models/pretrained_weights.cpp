@@ -81,6 +81,11 @@ TakenWeights take_pretrained_weights(const torch::jit::Module& pretrained, const
   for (const auto& item : model.named_attributes(false)) {
     const std::string& name = item.name;
     if (item.value.isDouble()) {
+      if (roles(name).kind == AttributeRole::Kind::kDerived) {
+        taken.derived.push_back(name);
+        read.insert(name);
+        continue;
+      }
       const auto it = source.find(name);
       if (it != source.end() && it->second.isDouble()) {
         model.setattr(name, it->second);

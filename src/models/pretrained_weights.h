@@ -19,7 +19,8 @@ struct AttributeRole {
                        ///< pretrained attribute named with the pretrained ids, when they all exist
     kTypeRowsChecked,  ///< dim 0 is the type id and the rows of shared elements must be equal
                        ///< (se_e2_a's sel): checked, not taken
-    kDerived,          ///< made from the settings (coupling coefficients, tables): not taken
+    kDerived,          ///< made from the settings or the new data (coupling coefficients,
+                       ///< tables, the mean neighbour count): the input model's own
   };
   Kind kind = Kind::kShared;
   /// kTypeNamed: the type ids in the name, in order.
@@ -51,7 +52,7 @@ struct TakenWeights {
   std::vector<std::string> fresh;       ///< per-element attributes of added elements: as built
   std::vector<std::string> derived;     ///< made from the settings, the input model's own
   std::vector<std::string> not_taken;   ///< pretrained attributes nothing read (dropped elements)
-  std::vector<std::string> numbers;     ///< float attributes taken (avg_num_neighbors)
+  std::vector<std::string> numbers;     ///< float attributes taken
   std::string text() const;             ///< counts and names, a few lines
 };
 

@@ -79,7 +79,7 @@ void check_finetune_settings(const Pretrained& pretrained, const models::Setting
 }
 
 std::string start_from_pretrained(const Pretrained& pretrained, models::Model& model,
-                                  const std::vector<models::StatisticsFrames>& frames, bool refit_shift,
+                                  const std::vector<models::StatisticsFrames>& frames, bool keep_pretrained_shifts,
                                   std::ostream& log) {
   const models::ModelSettings& settings = model.settings();
   const std::vector<std::string>& names = settings.type_map;
@@ -98,20 +98,18 @@ std::string start_from_pretrained(const Pretrained& pretrained, models::Model& m
        << taken.text();
   torch::Tensor counts, labels;
   const torch::Tensor predicted = predicted_energies(model, frames, int64_t(names.size()), counts, labels);
-  const torch::Tensor natoms = counts.sum(1);
-  if (refit_shift) {
-    std::ostringstream change_log;
-    const torch::Tensor change = models::shift_change(counts, labels - predicted, names, change_log);
-    models::set_energy_shift(module, settings.type, carried_shift + change);
-    text << change_log.str();
-  } else {
-    // model.e0s isolated or given: the input's reference energies, as a fresh model has them.
-    models::set_energy_shift(module, settings.type, fresh_shift);
-    const torch::Tensor moved = counts.matmul(fresh_shift - carried_shift);
-    const torch::Tensor error = (predicted + moved - labels) / natoms;
-    text << "energy shifts: model.e0s (not re-fitted); per-atom energy RMSE of the start model on " << counts.size(0)
-         << " frame(s): " << std::setprecision(4) << error.pow(2).mean().sqrt().item<double>() << " eV/atom\n";
-  }
+  // The start: the pretrained shifts of the shared elements (e0s: fit; the added elements' from
+  // the fresh fit), or the input's E0s (isolated, given); then the least-squares change that
+  // explains the residual energies, so that step 1 starts from small energy errors even when the
+  // new data's level of theory offsets every element (docs/training.md "Fine-tuning").
+  const torch::Tensor start = keep_pretrained_shifts ? carried_shift : fresh_shift;
+  const torch::Tensor residual = labels - (predicted + counts.matmul(start - carried_shift));
+  std::ostringstream change_log;
+  const torch::Tensor change = models::shift_change(counts, residual, names, change_log);
+  models::set_energy_shift(module, settings.type, start + change);
+  text << "energy shifts start from " << (keep_pretrained_shifts ? "the pretrained model's" : "model.e0s")
+       << ", changed by the least-squares fit of the residual energies\n"
+       << change_log.str();
   text << "energy shifts (eV per atom): " << models::shifts_text(models::energy_shift(module, settings.type), names)
        << "\n";
   std::string out = text.str();

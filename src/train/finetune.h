@@ -35,13 +35,14 @@ void check_finetune_settings(const Pretrained& pretrained, const models::Setting
 /// Starts `model` (freshly built for the input, its statistics just computed from `frames`)
 /// from the pretrained weights: every weight and statistic the two share by role and element
 /// (models/pretrained_weights.h); the added elements keep what the fresh model has. Then the
-/// per-type energy shift: with `refit_shift` (model.e0s: fit) the pretrained shifts of shared
-/// elements (the fresh fit for added ones) changed by the least-squares fit of the residual
-/// energies of `frames` (models/energy_shift.h); otherwise the reference energies the input
-/// gives, as a fresh model has them. Prints what it did to `log`; returns the provenance text
-/// the checkpoints and frozen model carry as `finetune`.
+/// per-type energy shift: the pretrained shifts of the shared elements and the fresh fit's of
+/// the added ones (`keep_pretrained_shifts`, model.e0s: fit), or the input's E0s (isolated,
+/// given), changed by the least-squares fit of the residual energies of `frames`
+/// (models/energy_shift.h), so that the count-weighted energy errors of the start model on them
+/// sum to zero. Prints what it did to `log`; returns the provenance text the checkpoints and
+/// frozen model carry as `finetune`.
 std::string start_from_pretrained(const Pretrained& pretrained, models::Model& model,
-                                  const std::vector<models::StatisticsFrames>& frames, bool refit_shift,
+                                  const std::vector<models::StatisticsFrames>& frames, bool keep_pretrained_shifts,
                                   std::ostream& log);
 
 }  // namespace mlip::train

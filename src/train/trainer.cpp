@@ -619,8 +619,8 @@ void Trainer::start_from_pretrained() {
   // what the pretrained model shares with it (docs/training.md "Fine-tuning").
   const std::vector<models::StatisticsFrames> frames = statistics_frames();
   model_->compute_statistics(frames, reference_energies(), std::cout);
-  const bool refit = config_.model->e0s.kind == models::ReferenceEnergies::Kind::kFit;
-  metadata_["finetune"] = train::start_from_pretrained(*pretrained_, *model_, frames, refit, std::cout);
+  const bool keep_pretrained_shifts = config_.model->e0s.kind == models::ReferenceEnergies::Kind::kFit;
+  metadata_["finetune"] = train::start_from_pretrained(*pretrained_, *model_, frames, keep_pretrained_shifts, std::cout);
 }
 
 std::vector<double> Trainer::reference_energies() const {

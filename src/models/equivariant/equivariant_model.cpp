@@ -362,13 +362,15 @@ MemoryEstimate equivariant_memory(const ModelSettings& settings, const BatchSize
 /// Fine-tuning roles of the module's attributes (docs/training.md "Fine-tuning"): the element
 /// embedding, each layer's per-element product weights (pw_) and self-connections (sc_), and the
 /// per-type scale and shift have a row per type; the coupling coefficients (cg, pc) are made from
-/// the settings; every other weight is shared by all elements.
+/// the settings, and the mean neighbour count from the input (auto: the new data), so that the
+/// messages keep the size the shared weights were trained on when the new molecules are denser
+/// (bench/README.md "Fine-tuning"); every other weight is shared by all elements.
 AttributeRole equivariant_attribute_role(const ModelSettings&, const std::string& name) {
   static const std::regex per_type(R"(^(embed|scale|shift|l\d+_pw_.*|l\d+_sc_.*)$)");
-  static const std::regex coupling(R"(^l\d+_(cg\d+|pc\d+[ab])$)");
+  static const std::regex from_settings(R"(^(l\d+_(cg\d+|pc\d+[ab])|avg_num_neighbors)$)");
   AttributeRole role;
   if (std::regex_match(name, per_type)) role.kind = AttributeRole::Kind::kTypeRows;
-  else if (std::regex_match(name, coupling)) role.kind = AttributeRole::Kind::kDerived;
+  else if (std::regex_match(name, from_settings)) role.kind = AttributeRole::Kind::kDerived;
   return role;
 }
 
