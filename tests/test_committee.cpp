@@ -1,6 +1,6 @@
 // `mlip train --committee N` (docs/training.md "A committee of models"), run as a user would:
 // the members' folders, seeds (member 0 is the plain run, bit for bit; the members differ), the
-// scheduling (it does not change a member), --member, --restart and --init-model per member, a
+// scheduling (it does not change a member), --member, --restart, --init-model and --finetune per member, a
 // failing member, Ctrl-C forwarded to the members, and the command-line errors. Tiny data and a
 // few steps: nothing here depends on the machine's speed.
 #include <gtest/gtest.h>
@@ -192,6 +192,28 @@ TEST_F(CommitteeTest, RestartAndInitModelTakeEachMembersFolderOrTheOneGiven) {
   EXPECT_TRUE(contains(three.err, "mlip: error: model_2: --init-model cmt: cmt: a folder without a 'checkpoint'"))
       << three.err;
   EXPECT_FALSE(fs::exists(dir_ / "three"));
+}
+
+// --finetune with a committee: a frozen model is every member's start; a committee folder gives
+// member k its own model_k (docs/training.md "A committee of models").
+TEST_F(CommitteeTest, FinetuneTakesEachMembersFolderOrTheModelGiven) {
+  write_text(dir_ / "input.yaml", input_yaml(kSeFloat64, 5));
+  ASSERT_EQ(mlip("train input.yaml --committee 2 -o cmt").exit_code, 0);
+  ASSERT_EQ(mlip("train input.yaml -o one").exit_code, 0);
+  ASSERT_EQ(mlip("freeze -c one -o one.pt").exit_code, 0);
+  const CommandResult from_one = mlip("train input.yaml --committee 2 -o from_one --finetune one.pt");
+  ASSERT_EQ(from_one.exit_code, 0) << from_one.out << from_one.err;
+  const CommandResult from_cmt = mlip("train input.yaml --committee 2 -o from_cmt --finetune cmt");
+  ASSERT_EQ(from_cmt.exit_code, 0) << from_cmt.out << from_cmt.err;
+  for (const std::string member : {"model_0", "model_1"}) {
+    const std::string one_log = read("from_one/" + member + "/train.log");
+    EXPECT_TRUE(contains(one_log, "fine-tune: pretrained model one.pt (")) << one_log;
+    const std::string cmt_log = read("from_cmt/" + member + "/train.log");
+    EXPECT_TRUE(contains(cmt_log, "fine-tune: pretrained model cmt/" + member + "/")) << cmt_log;
+    EXPECT_TRUE(fs::exists(dir_ / ("from_cmt/" + member + "/model.ckpt-5.pt")));
+  }
+  // The members start from different models (and seeds): their weights differ.
+  EXPECT_FALSE(same_parameters(dir_ / "from_cmt/model_0/model.ckpt-5.pt", dir_ / "from_cmt/model_1/model.ckpt-5.pt"));
 }
 
 // A member that fails is reported with the end of its log; the other one finishes; exit code 1.

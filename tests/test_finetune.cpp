@@ -1,10 +1,10 @@
 // `mlip train --finetune` (docs/training.md "Fine-tuning"), run as a user would, for se_e2_a in
-// both precisions and the equivariant model: the carried weights equal the pretrained model's by
-// element after the type map is reordered, extended or cut; new elements start as a fresh model;
-// the energy shifts are fitted to the new data; a differing setting is refused naming it; a
-// fine-tuned run freezes, tests and restarts. Tiny data and a few steps: nothing here depends on
-// the machine's speed. The start model is read from a run of one step at a learning rate of
-// 1e-30, which moves no weight by a bit.
+// both precisions (and with type_one_side: false, a net per pair of elements) and the equivariant
+// model: the carried weights equal the pretrained model's by element after the type map is
+// reordered, extended or cut; new elements start as a fresh model; the energy shifts are fitted
+// to the new data; a differing setting is refused naming it; a fine-tuned run freezes, tests and
+// restarts. Tiny data and a few steps: nothing here depends on the machine's speed. The start
+// model is read from a run of one step at a learning rate of 1e-30, which moves no weight by a bit.
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
@@ -39,7 +39,8 @@ struct ModelCase {
   bool float64;
 };
 
-std::string se_yaml(const std::string& type_map, const std::string& sel, const std::string& precision) {
+std::string se_yaml(const std::string& type_map, const std::string& sel, const std::string& precision,
+                    bool one_side = true) {
   return "model:\n"
          "  type_map: " +
          type_map +
@@ -47,7 +48,8 @@ std::string se_yaml(const std::string& type_map, const std::string& sel, const s
          "  descriptor: {type: se_e2_a, sel: " +
          sel +
          ", rcut: 4.0, rcut_smth: 1.0, neuron: [4, 8],\n"
-         "               axis_neuron: 4, type_one_side: true, seed: 3, precision: " +
+         "               axis_neuron: 4, type_one_side: " +
+         std::string(one_side ? "true" : "false") + ", seed: 3, precision: " +
          precision +
          "}\n"
          "  fitting_net: {neuron: [8, 8], resnet_dt: true, seed: 3, precision: " +
@@ -58,6 +60,10 @@ const ModelCase kSeFloat64{"se_e2_a_float64",
                            [](const std::string& t, const std::string& s) { return se_yaml(t, s, "float64"); }, true};
 const ModelCase kSeFloat32{"se_e2_a_float32",
                            [](const std::string& t, const std::string& s) { return se_yaml(t, s, "float32"); }, false};
+// type_one_side: false: a net per pair of elements (emb_<centre>_<neighbour>), both ids renamed.
+const ModelCase kSeTwoSided{
+    "se_e2_a_two_sided",
+    [](const std::string& t, const std::string& s) { return se_yaml(t, s, "float64", false); }, true};
 const ModelCase kEquivariant{"equivariant",
                              [](const std::string& t, const std::string&) {
                                return "model: {type: equivariant, type_map: " + t +
@@ -130,33 +136,55 @@ class FinetuneTest : public ::testing::TestWithParam<ModelCase> {
                             const std::string& option = "--finetune first.pt") {
     write_text(dir_ / (name + ".yaml"), model_section + training_yaml(systems, 1, 1e-30));
     const CommandResult run = mlip("train " + name + ".yaml " + option + " -o " + name, "OMP_NUM_THREADS=1");
-    if (run.exit_code == 0) EXPECT_EQ(mlip("freeze -c " + name + " -o " + name + ".pt").exit_code, 0);
+    if (run.exit_code == 0) {
+      EXPECT_EQ(mlip("freeze -c " + name + " -o " + name + ".pt").exit_code, 0);
+    }
     return run;
   }
   TempDir dir_;
 };
 
-/// se_e2_a names a net by its type ids (type_one_side: emb_<t>, fit_<t>); the equivariant model
-/// keeps a row per type. `from[t]`: the pretrained id of the input's type t (-1: new).
+/// The type ids in an se_e2_a net's name (emb_<t>_<layer>, fit_<t>_<layer>; two-sided:
+/// emb_<centre>_<neighbour>_<layer>); empty for any other name. `layer`: the rest.
+std::vector<int> net_ids(const std::string& name, std::string* net = nullptr, std::string* layer = nullptr) {
+  static const std::regex named(R"(^(emb|fit)_(\d+)(?:_(\d+))?_([a-z]+\d*)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, named)) return {};
+  std::vector<int> ids = {std::stoi(m[2])};
+  if (m[3].matched) ids.push_back(std::stoi(m[3]));
+  if (net) *net = m[1];
+  if (layer) *layer = m[4];
+  return ids;
+}
+
+/// se_e2_a names a net by its type ids (net_ids); the equivariant model keeps a row per type.
+/// `from[t]`: the pretrained id of the input's type t (-1: new).
 void expect_taken(const std::map<std::string, torch::Tensor>& pretrained,
                   const std::map<std::string, torch::Tensor>& tuned, const std::vector<int>& from) {
-  const std::regex named(R"(^(emb|fit)_(\d+)_(.*)$)");
   const std::vector<std::string> rows = {"davg", "dstd", "embed", "scale"};
   int checked = 0;
   for (const auto& [name, value] : tuned) {
-    std::smatch m;
-    if (std::regex_match(name, m, named)) {
-      const int t = std::stoi(m[2]);
-      if (from[size_t(t)] < 0) continue;
-      const std::string source = std::string(m[1]) + "_" + std::to_string(from[size_t(t)]) + "_" + std::string(m[3]);
+    std::string net, layer;
+    const std::vector<int> ids = net_ids(name, &net, &layer);
+    if (!ids.empty()) {
+      std::string source = net;
+      bool shared = true;
+      for (int t : ids) {
+        shared = shared && from[size_t(t)] >= 0;
+        if (shared) source += "_" + std::to_string(from[size_t(t)]);
+      }
+      if (!shared) continue;
+      source += "_" + layer;
       ASSERT_TRUE(pretrained.count(source)) << source;
       EXPECT_TRUE(torch::equal(value, pretrained.at(source))) << name << " <- " << source;
       ++checked;
     } else if (std::find(rows.begin(), rows.end(), name) != rows.end() ||
                std::regex_match(name, std::regex(R"(^l\d+_(pw|sc)_.*)"))) {
-      for (size_t t = 0; t < from.size(); ++t)
-        if (from[t] >= 0)
+      for (size_t t = 0; t < from.size(); ++t) {
+        if (from[t] >= 0) {
           EXPECT_TRUE(torch::equal(value[int64_t(t)], pretrained.at(name)[from[t]])) << name << " row " << t;
+        }
+      }
       ++checked;
     } else if (pretrained.count(name) && name != "bias" && name != "shift" && name != "sel" && name != "sel_offset") {
       EXPECT_TRUE(torch::equal(value, pretrained.at(name))) << name;
@@ -199,7 +227,8 @@ TEST_P(FinetuneTest, AddedElement) {
   const auto scratch = attributes_of(dir_ / "fresh.pt");
   int fresh_checked = 0;
   for (const auto& [name, value] : tuned) {
-    if (name.rfind("emb_2_", 0) == 0 || name.rfind("fit_2_", 0) == 0) {
+    const std::vector<int> ids = net_ids(name);
+    if (std::find(ids.begin(), ids.end(), 2) != ids.end()) {
       EXPECT_TRUE(torch::equal(value, scratch.at(name))) << name;
       ++fresh_checked;
     } else if (name == "embed" || name == "davg" || name == "dstd") {
@@ -235,8 +264,12 @@ TEST_P(FinetuneTest, DroppedElement) {
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_TRUE(contains(run.out, "fine-tune: elements: O <- type 0; not in the input: H")) << run.out;
   expect_taken(attributes_of(dir_ / "first.pt"), attributes_of(dir_ / "dropped.pt"), {0});
-  if (GetParam().name != "equivariant")
+  if (GetParam().name == "se_e2_a_float64" || GetParam().name == "se_e2_a_float32") {
     EXPECT_TRUE(contains(run.out, "not taken from the pretrained model: 11 (emb_1_b0, emb_1_b1")) << run.out;
+  }
+  if (GetParam().name == "se_e2_a_two_sided") {  // emb_0_1, emb_1_0, emb_1_1 (4 each) and fit_1 (7)
+    EXPECT_TRUE(contains(run.out, "not taken from the pretrained model: 19 (emb_0_1_b0, emb_0_1_b1")) << run.out;
+  }
 }
 
 // A fine-tuned run restarts bit for bit: 10 steps equal 5, then --restart to 10.
@@ -286,7 +319,7 @@ TEST_P(FinetuneTest, MismatchesAreRefused) {
   EXPECT_TRUE(contains(both.err, "--finetune and --restart exclude each other")) << both.err;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, FinetuneTest, ::testing::Values(kSeFloat64, kSeFloat32, kEquivariant),
+INSTANTIATE_TEST_SUITE_P(Models, FinetuneTest, ::testing::Values(kSeFloat64, kSeFloat32, kSeTwoSided, kEquivariant),
                          [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
 }  // namespace

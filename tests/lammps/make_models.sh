@@ -6,7 +6,8 @@
 # NVE test: quick.yaml's se_e2_a made smaller (embedding 16-32-64, axis 8, fitting 64-64-64) on
 # a schedule of 6,000 steps (lr 1e-3 down to 1e-5), about 50 s on 2 cores, stable in MD as the
 # README's 12,000-step model is (docs/lammps.md "Energy conservation"); se64c.pt, nvec.pt and
-# se64narrow.pt are compressed (mlip compress). Exit 77 (skipped) when
+# se64narrow.pt are compressed (mlip compress); seft.pt and eqft.pt are se64.pt and eq.pt
+# fine-tuned (mlip train --finetune) with the type map [H, O]. Exit 77 (skipped) when
 # this mlip has no LAMMPS.
 # usage: make_models.sh <mlip> <dir>
 set -euo pipefail
@@ -49,10 +50,22 @@ grep -q "^  type_map: \[H, O\]$" eqho.yaml || {
   echo "make_models.sh: examples/water/equivariant.yaml changed: the [H, O] model's edit no longer applies" >&2
   exit 1
 }
+# se64 with type map [H, O] (sel reordered with it): fine-tuned from se64.pt below.
+sed -e "s/^  type_map: \[O, H\]$/  type_map: [H, O]/" -e "s/^    sel: \[46, 92\]$/    sel: [92, 46]/" se64.yaml > seho.yaml
+grep -q "^  type_map: \[H, O\]$" seho.yaml && grep -q "^    sel: \[92, 46\]$" seho.yaml || {
+  echo "make_models.sh: examples/water/quick.yaml changed: the [H, O] model's edits no longer apply" >&2
+  exit 1
+}
 for m in se64 se32 eq eq2 eqho nve; do
   "$MLIP" train "$m.yaml" -o "$m" > "$m.log"
   "$MLIP" freeze -c "$m" -o "$m.pt"
 done
+# Fine-tuned models (docs/training.md "Fine-tuning"): se64.pt and eq.pt carried into the type
+# map [H, O], their weights reordered by element, trained on (seft.pt, eqft.pt).
+"$MLIP" train seho.yaml -o seft --finetune se64.pt > seft.log
+"$MLIP" freeze -c seft -o seft.pt
+"$MLIP" train eqho.yaml -o eqft --finetune eq.pt > eqft.log
+"$MLIP" freeze -c eqft -o eqft.pt
 # Compressed (mlip compress, default grid; docs/lammps.md "Compressed models"), and se64
 # compressed for pairs no closer than 1.2 Å without a coarse part (its O-H bonds beyond the
 # tables), reporting every 10 steps.
