@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "md/potential.h"
 #include "test_util.h"
 
 namespace mlip::test {
@@ -35,6 +36,14 @@ RankAtoms rank_atoms(const Frame& f, const std::vector<int64_t>& owned, bool ima
 /// Rows of `width` values summed onto the atoms of the frame they image (`owner`): a ghost's
 /// force and virial belong to its owner, and two evaluation paths may leave them on different rows.
 std::vector<double> fold(const std::vector<double>& rows, const std::vector<int64_t>& owner, int64_t natoms, int width);
+
+/// md::Potential of the frozen model at `model_path` on two "ranks" owning the two halves of a
+/// periodic 40-atom frame (9.5 Å, pairs no closer than 0.9 Å), summed, against the frozen forward
+/// on the whole frame: energy, per-atom energies, forces, virial and per-atom virials to `tol`
+/// relative. ids: pass the atoms' ids (ghosts that image an atom already present are folded
+/// onto it).
+void check_against_forward(const std::string& model_path, double r_max, md::Evaluation evaluation, double tol,
+                           bool ids);
 
 /// Largest |a - b| over the values, and the largest |b| (the scale a tolerance is relative to);
 /// a size mismatch is a test failure.

@@ -11,6 +11,7 @@
 #include "data/load.h"
 #include "data/npy.h"
 #include "models/registry.h"
+#include "models/repulsion_labels.h"
 #include "test_util.h"
 #include "train/config.h"
 #include "train/frame_store.h"
@@ -43,6 +44,15 @@ struct Fixture {
   }
 };
 
+/// The store's options: budget (bytes), worker threads, log.
+mlip::train::FrameStoreOptions options(int64_t budget, int workers, std::ostream* log) {
+  mlip::train::FrameStoreOptions o;
+  o.budget_bytes = budget;
+  o.workers = workers;
+  o.log = log;
+  return o;
+}
+
 /// The packed tensors of a made frame, for comparison (se_e2_a's input is opaque: compare
 /// through predict, which reads every tensor of it).
 torch::Tensor prediction_of(mlip::models::Model& model, const mlip::data::System& sys,
@@ -62,7 +72,7 @@ TEST(FrameStore, FramesAreTheSameWhateverTheWorkersAndTheBudget) {
   // Reference: every frame made by the calling thread, nothing cached.
   std::vector<torch::Tensor> expected;
   {
-    mlip::train::FrameStore store(*fx.model, torch::kCPU, {0, 0, nullptr});
+    mlip::train::FrameStore store(*fx.model, torch::kCPU, options(0, 0, nullptr));
     const int set = store.add_set(fx.systems);
     for (int64_t f = 0; f < sys.nframes; ++f) expected.push_back(prediction_of(*fx.model, sys, *store.get(set, 0, f)));
     EXPECT_EQ(store.waits(), sys.nframes);
@@ -71,7 +81,7 @@ TEST(FrameStore, FramesAreTheSameWhateverTheWorkersAndTheBudget) {
   for (int workers : {1, 3}) {
     for (int64_t budget : {int64_t(-1), int64_t(50000), int64_t(0)}) {
       std::ostringstream log;
-      mlip::train::FrameStore store(*fx.model, torch::kCPU, {budget, workers, &log});
+      mlip::train::FrameStore store(*fx.model, torch::kCPU, options(budget, workers, &log));
       const int set = store.add_set(fx.systems);
       // Two passes in a scrambled order, prefetched two frames ahead.
       std::vector<int64_t> order;
@@ -102,14 +112,43 @@ TEST(FrameStore, FramesAreTheSameWhateverTheWorkersAndTheBudget) {
   }
 }
 
+// model.pair_repulsion (docs/repulsion.md "In training"): the labels handed out are the frame's
+// less the repulsion's energy, forces and virial; the model's input is unchanged.
+TEST(FrameStore, ThePairRepulsionIsTakenOffTheLabels) {
+  Fixture fx;
+  const auto& sys = fx.systems[0];
+  mlip::train::FrameStoreOptions plain = options(0, 0, nullptr), with = options(0, 1, nullptr);
+  with.repulsion = mlip::models::repulsion_labels({"zbl", 0.5, 3.0}, {"O", "H"});
+  mlip::train::FrameStore plain_store(*fx.model, torch::kCPU, plain), store(*fx.model, torch::kCPU, with);
+  const int plain_set = plain_store.add_set(fx.systems), set = store.add_set(fx.systems);
+  double largest = 0;
+  for (int64_t f = 0; f < sys.nframes; ++f) {
+    store.prefetch(set, 0, {f});
+    const auto a = store.get(set, 0, f);
+    const auto b = plain_store.get(plain_set, 0, f);
+    const auto terms = with.repulsion->terms(sys, sys.frame(f));
+    largest = std::max(largest, terms.energy);
+    EXPECT_DOUBLE_EQ(a->energy.item<double>(), b->energy.item<double>() - terms.energy) << "frame " << f;
+    const auto forces = torch::tensor(terms.forces, torch::kFloat64).reshape({-1, 3});
+    EXPECT_TRUE(torch::allclose(a->force, b->force - forces, 0, 1e-12)) << "frame " << f;
+    if (b->virial.defined()) {
+      EXPECT_TRUE(torch::allclose(a->virial, b->virial - torch::tensor(terms.virial, torch::kFloat64), 0, 1e-12));
+    }
+    // The model's input is not the labels': the prediction part is the same.
+    EXPECT_TRUE(torch::equal(prediction_of(*fx.model, sys, *a).slice(0, 0, 1 + sys.natoms() * 3 + 9),
+                             prediction_of(*fx.model, sys, *b).slice(0, 0, 1 + sys.natoms() * 3 + 9)));
+  }
+  EXPECT_GT(largest, 0.1) << "the frames must have pairs within the repulsion";
+}
+
 TEST(FrameStore, CachedFramesAreNotWaitedForAndTheLeastRecentlyUsedGoFirst) {
   Fixture fx;
-  mlip::train::FrameStore probe(*fx.model, torch::kCPU, {-1, 0, nullptr});
+  mlip::train::FrameStore probe(*fx.model, torch::kCPU, options(-1, 0, nullptr));
   const int probe_set = probe.add_set(fx.systems);
   const int64_t frame_bytes = probe.get(probe_set, 0, 0)->bytes;
   ASSERT_GT(frame_bytes, 0);
   // Room for about three frames.
-  mlip::train::FrameStore store(*fx.model, torch::kCPU, {3 * frame_bytes + frame_bytes / 2, 0, nullptr});
+  mlip::train::FrameStore store(*fx.model, torch::kCPU, options(3 * frame_bytes + frame_bytes / 2, 0, nullptr));
   const int set = store.add_set(fx.systems);
   for (int64_t f : {0, 1, 2}) store.get(set, 0, f);
   EXPECT_EQ(store.waits(), 3);
@@ -130,10 +169,10 @@ TEST(FrameStore, FramesMadeIntoTheCacheAreNotWaitedForAndNeverPushOthersOut) {
   // and keeps what is cached.
   Fixture fx;
   const auto& sys = fx.systems[0];
-  mlip::train::FrameStore probe(*fx.model, torch::kCPU, {-1, 0, nullptr});
+  mlip::train::FrameStore probe(*fx.model, torch::kCPU, options(-1, 0, nullptr));
   const int probe_set = probe.add_set(fx.systems);
   const int64_t frame_bytes = probe.get(probe_set, 0, 0)->bytes;
-  mlip::train::FrameStore store(*fx.model, torch::kCPU, {2 * frame_bytes + frame_bytes / 2, 0, nullptr});
+  mlip::train::FrameStore store(*fx.model, torch::kCPU, options(2 * frame_bytes + frame_bytes / 2, 0, nullptr));
   const int set = store.add_set(fx.systems);
   EXPECT_TRUE(store.make_into_cache(set, 0, 2));
   EXPECT_TRUE(store.make_into_cache(set, 0, 0));
@@ -163,7 +202,7 @@ TEST(FrameStore, AWorkersErrorReachesTheCaller) {
   mlip::data::write_npy(coord, array.shape, array.values);
   std::vector<std::string> type_map{"O", "H"};
   fx.systems = mlip::data::load_systems({fx.dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
-  mlip::train::FrameStore store(*fx.model, torch::kCPU, {-1, 1, nullptr});
+  mlip::train::FrameStore store(*fx.model, torch::kCPU, options(-1, 1, nullptr));
   const int set = store.add_set(fx.systems);
   store.prefetch(set, 0, {0, 1, 2});
   EXPECT_NE(store.get(set, 0, 0), nullptr);

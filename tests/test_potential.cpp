@@ -34,6 +34,7 @@ using test::rank_atoms;
 using test::RankAtoms;
 using test::se_yaml;
 using test::write_frozen;
+using test::check_against_forward;
 
 template <typename T>
 struct PotentialTest : ::testing::Test {
@@ -43,52 +44,6 @@ struct PotentialTest : ::testing::Test {
 };
 using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(PotentialTest, Reals);
-
-/// Potential on two "ranks" owning the two halves of the frame, summed, against the frozen
-/// forward on the periodic frame.
-/// ids: pass the atoms' ids (ghosts that image an atom already present are folded onto it).
-void check_against_forward(const std::string& model_path, double r_max, md::Evaluation evaluation, double tol,
-                           bool ids) {
-  md::Potential potential(model_path, "cpu", evaluation);
-  const Frame f = test::random_frame(40, true, 7, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
-  ASSERT_GE(9.5 - 1.0, potential.ghost_cutoff()) << "the images in [-1, 1]^3 must cover the ghost cutoff";
-  archive::ExtraFiles extra;
-  torch::jit::Module module = archive::load_model(model_path, extra);
-  const auto dtype = extra["model_dtype"] == "float32" ? torch::kFloat32 : torch::kFloat64;
-  const test::ModelResult ref = test::run_deploy(module, f, r_max, dtype);
-
-  std::vector<int64_t> first, second;
-  for (int64_t i = 0; i < f.natoms(); ++i) (i % 3 == 0 ? first : second).push_back(i);
-  double energy = 0;
-  std::vector<double> forces(size_t(f.natoms()) * 3, 0.0), virial(9, 0.0), atom_virial_sum(9, 0.0);
-  for (const auto* owned : {&first, &second}) {
-    const RankAtoms r = rank_atoms(f, *owned);
-    md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
-    if (ids) atoms.ids = r.owner.data();
-    md::Results out;
-    potential.compute(atoms, true, true, out);
-    energy += out.energy;
-    double atomic_sum = 0;
-    for (double e : out.atomic_energy) atomic_sum += e;
-    EXPECT_NEAR(atomic_sum, out.energy, 1e-9 * std::abs(out.energy)) << "per-atom energies sum to the energy";
-    for (size_t k = 0; k < r.owner.size(); ++k)
-      for (int d = 0; d < 3; ++d) forces[size_t(r.owner[k] * 3 + d)] += out.forces[k * 3 + size_t(d)];
-    for (int k = 0; k < 9; ++k) virial[size_t(k)] += out.virial[size_t(k)];
-    for (size_t k = 0; k < r.owner.size(); ++k)
-      for (int c = 0; c < 9; ++c) atom_virial_sum[size_t(c)] += out.atom_virial[k * 9 + size_t(c)];
-  }
-  EXPECT_NEAR(energy, ref.energy, tol * std::abs(ref.energy));
-  const double fscale = ref.forces.abs().max().item<double>();
-  const auto rf = ref.forces.contiguous();
-  for (int64_t k = 0; k < f.natoms() * 3; ++k)
-    ASSERT_NEAR(forces[size_t(k)], rf.data_ptr<double>()[k], tol * fscale) << "force component " << k;
-  const double vscale = ref.virial.abs().max().item<double>();
-  const auto rv = ref.virial.contiguous();
-  for (int k = 0; k < 9; ++k) {
-    EXPECT_NEAR(virial[size_t(k)], rv.data_ptr<double>()[k], tol * vscale) << "virial " << k;
-    EXPECT_NEAR(atom_virial_sum[size_t(k)], rv.data_ptr<double>()[k], tol * vscale) << "per-atom virials, sum " << k;
-  }
-}
 
 TYPED_TEST(PotentialTest, SeE2ATwoRanksEqualTheWholeFrameBothPaths) {
   test::TempDir dir;

@@ -21,6 +21,7 @@
 #include "models/inference.h"
 #include "models/inference_registry.h"
 #include "models/module_device.h"
+#include "models/repulsion_inference.h"
 #include "models/torchscript_inference.h"
 
 namespace mlip::md {
@@ -256,10 +257,15 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
   // where"): Module::to moves only parameters and buffers.
   models::move_module(module, device);
 
-  const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), device.str()) != caps.inference.end();
+  // A model with a pair repulsion lists its own inference as "cpu+zbl" (docs/repulsion.md): this
+  // mlip adds the repulsion to it; an older one, which could not, runs the TorchScript forward.
+  const models::PairRepulsionSettings repulsion = models::pair_repulsion_from(record);
+  const std::string own = models::own_inference_capability(device.str(), repulsion);
+  const bool own_here = std::find(caps.inference.begin(), caps.inference.end(), own) != caps.inference.end();
   if (wanted == Evaluation::kAuto && own_here) {
     const models::InferenceEntry* entry = models::find_inference(model_type);
-    if (entry != nullptr && entry->inference) inference = entry->inference(record, module);
+    if (entry != nullptr && entry->inference)
+      inference = models::with_pair_repulsion(entry->inference(record, module), repulsion, type_names);
   }
   if (!inference) {
     inference = std::make_unique<models::TorchScriptInference>(module, device, dtype, r_max);

@@ -1,6 +1,16 @@
 #include "models/deploy_source.h"
 
+#include <cstdio>
+
 namespace mlip::models {
+
+std::string torchscript_number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
 
 std::string deploy_pair_vectors_source(const std::string& nested) {
   return "    pos = data['pos']\n"
@@ -20,10 +30,14 @@ std::string deploy_interface_source(const std::string& def_indent) {
          "    return " + std::to_string(kDeployInterface) + "\n\n";
 }
 
-std::string deploy_outputs_source(const std::string& nested) {
+std::string deploy_outputs_source(const std::string& nested, bool pair_repulsion) {
+  // docs/repulsion.md "In the frozen model": the repulsion is part of every atom's energy.
+  const std::string repulsion =
+      pair_repulsion ? "    e = e + self.pair_repulsion_energy(r_all, edge_index, atype, n).to(e.dtype)\n" : "";
   // `nlocal` (optional, docs/deploy.md "Inside an MD code"): only the first nlocal atoms' energies
   // count; the others are ghosts whose atoms are owned elsewhere.
-  return "    e_own = e\n"
+  return repulsion +
+         "    e_own = e\n"
          "    if 'nlocal' in data:\n"
          "    " + nested + "e_own = e[:int(data['nlocal'].item())]\n"
          // A frame where no atom has a neighbour gives energies that do not depend on d_all

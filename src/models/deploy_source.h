@@ -8,6 +8,10 @@ namespace mlip::models {
 /// by 4 spaces; `nested` is the further indentation of a block inside them (the model source's
 /// own indentation unit).
 
+/// A float as TorchScript source reads it back: 17 significant digits, always with a decimal point
+/// or exponent (so that it is a float, not an int).
+std::string torchscript_number(double v);
+
 /// Reads the input dictionary: defines pos, atype, edge_index, n, shift, d_all [E, 3] (the pair
 /// vectors pos[j] - pos[i] + shift·cell, requiring grad) and r_all [E].
 std::string deploy_pair_vectors_source(const std::string& nested);
@@ -23,6 +27,7 @@ std::string deploy_interface_source(const std::string& def_indent);
 /// From e [N] (atomic energies, a function of d_all) to the output dictionary: forces from
 /// the pair gradients, virial = -sum d ⊗ dE/dd, total energy summed in float64. With the
 /// input `nlocal`, only atoms [0, nlocal) count (energy, forces, virial, edge_gradient).
-std::string deploy_outputs_source(const std::string& nested);
+/// pair_repulsion: first adds the module's pair_repulsion_energy (models/pair_repulsion.h) to e.
+std::string deploy_outputs_source(const std::string& nested, bool pair_repulsion = false);
 
 }  // namespace mlip::models

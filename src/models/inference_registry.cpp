@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "models/equivariant/equivariant_inference.h"
+#include "models/repulsion_inference.h"
 #include "models/se_e2_a/se_e2_a_inference.h"
 
 namespace mlip::models {
@@ -121,7 +122,7 @@ Capabilities capabilities_from(const SettingsRecord& record) {
   c.message_layers = record.integer("message_layers", 1);
   c.devices = {"cpu", "cuda"};
   const InferenceEntry* entry = find_inference(c.model_type);
-  if (entry != nullptr && entry->inference) c.inference = {"cpu"};
+  if (entry != nullptr && entry->inference) c.inference = {own_inference_capability("cpu", pair_repulsion_from(record))};
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/system.h"
+#include "models/pair_repulsion.h"
 
 namespace mlip::models {
 
@@ -50,6 +51,8 @@ struct ModelSettings {
   int64_t statistics_batches = 10;
   /// model.e0s.
   ReferenceEnergies e0s;
+  /// model.pair_repulsion (docs/repulsion.md): every model type adds it to its energy.
+  PairRepulsionSettings pair_repulsion;
 
   /// The interaction range, Å: pairs farther apart never interact (the frozen model's r_max).
   virtual double cutoff() const = 0;

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <deque>
 #include <mutex>
+#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "error.h"
 #include "input/section.h"
 #include "models/inference_registry.h"
+#include "models/repulsion_inference.h"
 #include "models/equivariant/equivariant_model.h"
 #include "models/se_e2_a/se_e2_a_model.h"
 
@@ -77,6 +79,7 @@ SettingsRecord inference_record(const ModelSettings& settings, const torch::jit:
   record.set("precision", settings.precision);
   record.set_number("cutoff", settings.cutoff());
   record.set_integer("message_layers", settings.message_layers());
+  record_pair_repulsion(record, settings.pair_repulsion);
   return record;
 }
 
@@ -98,7 +101,7 @@ Capabilities capabilities_of(const ModelSettings& settings) {
   c.message_layers = settings.message_layers();
   c.devices = {"cpu", "cuda"};
   const InferenceEntry* entry = find_inference(settings.type);
-  if (entry != nullptr && entry->inference) c.inference = {"cpu"};
+  if (entry != nullptr && entry->inference) c.inference = {own_inference_capability("cpu", settings.pair_repulsion)};
   return c;
 }
 
@@ -193,12 +196,42 @@ ReferenceEnergies read_e0s(const Section& m, const std::vector<std::string>& typ
   return e;
 }
 
+/// model.pair_repulsion: {type: zbl, inner: Å, outer: Å}, 0 < inner < outer <= the cutoff, every
+/// type an element (docs/repulsion.md).
+PairRepulsionSettings read_pair_repulsion(const Section& m, const ModelSettings& settings) {
+  PairRepulsionSettings s;
+  if (!m.has_value("pair_repulsion")) return s;
+  auto angstrom = [](double v) {
+    std::ostringstream o;
+    o << v << " Å";
+    return o.str();
+  };
+  const std::string what = "a mapping {type: zbl, inner: Å, outer: Å}";
+  if (!m.get("pair_repulsion").IsMap()) expected(m.path_of("pair_repulsion"), what, m.get("pair_repulsion"));
+  const Section r = m.section("pair_repulsion", {"type", "inner", "outer"});
+  r.require({"type", "inner", "outer"});
+  s.type = r.choice("type", "zbl", {"zbl"});
+  s.inner = r.number("inner", 0.0, Bound::kPositive);
+  s.outer = r.number("outer", 0.0, Bound::kPositive);
+  if (!(s.inner < s.outer))
+    expected(r.path_of("outer"), "a radius larger than inner (" + angstrom(s.inner) + ")", r.get("outer"));
+  if (s.outer > settings.cutoff())
+    expected(r.path_of("outer"), "at most the model's cutoff (" + angstrom(settings.cutoff()) + ")",
+             r.get("outer"));
+  for (const auto& name : settings.type_map)
+    if (atomic_number(name) == 0)
+      fail(m.path_of("pair_repulsion"), "needs element symbols in model.type_map (the nuclear charges), got \"" +
+                                            name + "\"");
+  return s;
+}
+
 }  // namespace
 
 std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& node) {
   const ModelEntry& entry = select_model(node);
   std::vector<std::string> keys = entry.keys;
-  keys.push_back("e0s");  // every model's (ModelSettings::e0s)
+  keys.push_back("e0s");             // every model's (ModelSettings::e0s)
+  keys.push_back("pair_repulsion");  // every model's (ModelSettings::pair_repulsion)
   const Section m(node, "model", keys);
   m.require({"type_map"});
   std::vector<std::string> type_map;
@@ -207,6 +240,7 @@ std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& node) 
   settings->type_map = type_map;
   settings->statistics_batches = m.integer("data_stat_nbatch", settings->statistics_batches);
   settings->e0s = read_e0s(m, type_map);
+  settings->pair_repulsion = read_pair_repulsion(m, *settings);
   return settings;
 }
 

@@ -60,11 +60,17 @@ Pretrained read_pretrained(const std::string& given, const std::string& model_ty
   return p;
 }
 
+/// Settings the input may change: the type map and dtype (weights are moved and cast), and the
+/// pair repulsion, which is no weight (docs/repulsion.md "Fine-tuning").
+bool may_differ(const std::string& key) {
+  return key == "type_map" || key == "precision" || key.rfind("pair_repulsion", 0) == 0;
+}
+
 void check_finetune_settings(const Pretrained& pretrained, const models::SettingsRecord& input) {
   const auto& mine = input.values();
   const auto& theirs = pretrained.record.values();
   for (const auto& [key, value] : mine) {
-    if (key == "type_map" || key == "precision") continue;
+    if (may_differ(key)) continue;
     const auto it = theirs.find(key);
     const std::string other = it == theirs.end() ? "none" : it->second;
     if (other != value)
@@ -73,7 +79,7 @@ void check_finetune_settings(const Pretrained& pretrained, const models::Setting
                   "write its value in the input");
   }
   for (const auto& [key, value] : theirs)
-    if (key != "type_map" && key != "precision" && mine.count(key) == 0)
+    if (!may_differ(key) && mine.count(key) == 0)
       throw Error("--finetune " + pretrained.path + ": the pretrained model has the setting '" + key + "' (" + value +
                   "), the input's model has none");
 }

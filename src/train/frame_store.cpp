@@ -56,10 +56,11 @@ std::shared_ptr<const PreparedFrame> FrameStore::make(const Key& key) {
     }
   } timer{start, this};
   const data::System& system = (*sets_[size_t(std::get<0>(key))])[std::get<1>(key)];
-  const data::Frame frame = system.frame(std::get<2>(key));
+  data::Frame frame = system.frame(std::get<2>(key));
   auto out = std::make_shared<PreparedFrame>();
   try {
     out->input = model_.prepare_frame(system, frame);
+    if (options_.repulsion) options_.repulsion->subtract(system, frame);
   } catch (const std::exception& e) {
     // Reading names the file and frame itself (data::System::frame); what the model finds in a
     // frame's values (a neighbour list that cannot be built) must name them too.

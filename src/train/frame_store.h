@@ -17,6 +17,7 @@
 
 #include "data/system.h"
 #include "models/model.h"
+#include "models/repulsion_labels.h"
 
 namespace mlip::train {
 
@@ -40,6 +41,9 @@ struct FrameStoreOptions {
   int workers = 1;
   /// Where to say, once, that the budget is smaller than one frame (nullptr: nowhere).
   std::ostream* log = nullptr;
+  /// model.pair_repulsion's part of the labels, subtracted from each frame's (docs/repulsion.md
+  /// "In training"); nullptr: none.
+  std::shared_ptr<const models::RepulsionLabels> repulsion;
 };
 
 /// Reads frames of systems (streamed or in memory), makes the model's inputs for them on worker

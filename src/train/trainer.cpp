@@ -159,6 +159,7 @@ class Trainer {
       : config_(config),
         options_(options),
         checkpoints_(options.output_dir, config.save_ckpt, config.max_ckpt_keep),
+        repulsion_(models::repulsion_labels(config.model->pair_repulsion, config.model->type_map)),
         started_(std::chrono::steady_clock::now()) {}
   int run();
 
@@ -276,6 +277,8 @@ class Trainer {
   std::vector<SystemData> train_, valid_;
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<FrameStore> store_;
+  /// model.pair_repulsion's part of the labels (docs/repulsion.md "In training"); nullptr: none.
+  std::shared_ptr<const models::RepulsionLabels> repulsion_;
   int train_set_ = 0, valid_set_ = 0;
   // A copy of the training sampler that runs ahead of it: its draws are the batches to prefetch.
   std::unique_ptr<SystemSampler> ahead_, val_ahead_;
@@ -573,6 +576,7 @@ void Trainer::prepare_sets() {
   FrameStoreOptions options;
   options.budget_bytes = config_.cache_mb < 0 ? -1 : int64_t(config_.cache_mb * double(1 << 20));
   options.workers = int(config_.data_workers);
+  options.repulsion = repulsion_;
   std::string why;
   if (config_.data_workers < 0) {
     // auto: on the CPU with a training thread on every CPU a worker has no core of its own and
@@ -606,7 +610,11 @@ std::vector<models::StatisticsFrames> Trainer::statistics_frames() const {
     models::StatisticsFrames sample;
     sample.system = &train_raw_[s];
     const int64_t n = std::min<int64_t>(train_raw_[s].nframes, batches * train_[s].batch);
-    for (int64_t f = 0; f < n; ++f) sample.frames.push_back(train_raw_[s].frame(f));
+    for (int64_t f = 0; f < n; ++f) {
+      sample.frames.push_back(train_raw_[s].frame(f));
+      // The statistics are of what the network learns: the labels less the repulsion.
+      if (repulsion_) repulsion_->subtract(train_raw_[s], sample.frames.back());
+    }
     frames.push_back(std::move(sample));
   }
   return frames;

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from lammps_util import read_dump, read_thermo, run_mlip_lammps, water_frame, write_data
+from lammps_util import static_evaluation, water_frame, write_data
 
 mlip, models, water, work = sys.argv[1:5]
 models = os.path.abspath(models)
@@ -21,24 +21,8 @@ ZBL_COEFFS = "pair_coeff 1 1 {p}8 8\npair_coeff 1 2 {p}8 1\npair_coeff 2 2 {p}1 
 
 
 def evaluate(name, style, coeffs, ranks):
-    folder = os.path.join(work, f"{name}-np{ranks}")
-    os.makedirs(folder, exist_ok=True)
-    script = f"""units metal
-atom_style atomic
-boundary p p p
-read_data {os.path.join(work, 'conf.data')}
-pair_style {style}
-{coeffs}
-neighbor 1.0 bin
-thermo_style custom step pe press
-thermo_modify format float %.17g
-run 0
-write_dump all custom forces.txt id fx fy fz modify format float %.17g sort id
-"""
-    run_mlip_lammps(mlip, folder, script, ranks=ranks)
-    thermo = read_thermo(os.path.join(folder, "log.lammps"))
-    d = read_dump(os.path.join(folder, "forces.txt"))
-    return thermo["PotEng"][-1], thermo["Press"][-1], np.stack([d["fx"], d["fy"], d["fz"]], 1)
+    return static_evaluation(mlip, os.path.join(work, f"{name}-np{ranks}"), os.path.join(work, "conf.data"), style,
+                             coeffs, ranks)
 
 
 failed = []

@@ -114,6 +114,28 @@ def run_mlip_lammps(mlip, folder, script, ranks=1, threads=1, extra=(), check=Tr
     return proc
 
 
+def static_evaluation(mlip, folder, data_path, pair_style, coeffs, ranks=1):
+    """`run 0` of the periodic atoms of a data file with a pair style: the energy (eV), the
+    pressure (bar) and the forces [N, 3] (eV/Å, by atom id)."""
+    os.makedirs(folder, exist_ok=True)
+    script = f"""units metal
+atom_style atomic
+boundary p p p
+read_data {data_path}
+pair_style {pair_style}
+{coeffs}
+neighbor 1.0 bin
+thermo_style custom step pe press
+thermo_modify format float %.17g
+run 0
+write_dump all custom forces.txt id fx fy fz modify format float %.17g sort id
+"""
+    run_mlip_lammps(mlip, folder, script, ranks=ranks)
+    thermo = read_thermo(os.path.join(folder, "log.lammps"))
+    d = read_dump(os.path.join(folder, "forces.txt"))
+    return thermo["PotEng"][-1], thermo["Press"][-1], np.stack([d["fx"], d["fy"], d["fz"]], 1)
+
+
 def read_dump(path):
     """A `dump custom ... id type x y z fx fy fz c_pe c_stress[1..6]` file of one snapshot,
     sorted by id: a dict of arrays."""

@@ -7,8 +7,11 @@
 # a schedule of 6,000 steps (lr 1e-3 down to 1e-5), about 50 s on 2 cores, stable in MD as the
 # README's 12,000-step model is (docs/lammps.md "Energy conservation"); se64c.pt, nvec.pt and
 # se64narrow.pt are compressed (mlip compress); seft.pt and eqft.pt are se64.pt and eq.pt
-# fine-tuned (mlip train --finetune) with the type map [H, O]. Exit 77 (skipped) when
-# this mlip has no LAMMPS.
+# fine-tuned (mlip train --finetune) with the type map [H, O]; sez.pt and eqz.pt are se64.pt and
+# eq.pt with model.pair_repulsion ZBL 0.5-1.0 Å (docs/repulsion.md), fine-tuned one step at a
+# learning rate of 1e-30: the same weights, other energy shifts (the twins of check_zbl.py);
+# sezc.pt is sez.pt compressed.
+# Exit 77 (skipped) when this mlip has no LAMMPS.
 # usage: make_models.sh <mlip> <dir>
 set -euo pipefail
 MLIP="$1"
@@ -66,6 +69,20 @@ done
 "$MLIP" freeze -c seft -o seft.pt
 "$MLIP" train eqho.yaml -o eqft --finetune eq.pt > eqft.log
 "$MLIP" freeze -c eqft -o eqft.pt
+# The repulsion twins (docs/repulsion.md "Tests"): the same weights with ZBL added.
+for m in se64 eq; do
+  sed -e "s/^  type_map: \[O, H\]$/  type_map: [O, H]\n  pair_repulsion: {type: zbl, inner: 0.5, outer: 1.0}/" \
+      -e "s/^  numb_steps: .*/  numb_steps: 1/" -e "s/^  save_freq: .*/  save_freq: 1/" \
+      -e "s/^  start_lr: .*/  start_lr: 1.0e-30/" -e "s/^  stop_lr: .*/  stop_lr: 1.0e-31/" "$m.yaml" > "${m:0:2}z.yaml"
+  grep -q "pair_repulsion: {type: zbl" "${m:0:2}z.yaml" && grep -q "start_lr: 1.0e-30" "${m:0:2}z.yaml" || {
+    echo "make_models.sh: $m.yaml changed: the repulsion twin's edits no longer apply" >&2
+    exit 1
+  }
+  "$MLIP" train "${m:0:2}z.yaml" -o "${m:0:2}z" --finetune "$m.pt" > "${m:0:2}z.log"
+  "$MLIP" freeze -c "${m:0:2}z" -o "${m:0:2}z.pt"
+done
+# ... and sez.pt compressed as se64c.pt is below (the same grid: the same training data).
+"$MLIP" compress -i sez.pt -o sezc.pt -t sez.yaml
 # Compressed (mlip compress, default grid; docs/lammps.md "Compressed models"), and se64
 # compressed for pairs no closer than 1.2 Å without a coarse part (its O-H bonds beyond the
 # tables), reporting every 10 steps.

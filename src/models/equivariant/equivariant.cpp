@@ -15,13 +15,8 @@
 namespace mlip::models {
 namespace {
 
-std::string literal(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  std::string s = buf;
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
+/// A float in the model source (models/deploy_source.h).
+std::string literal(double v) { return torchscript_number(v); }
 
 /// `name = ` the features of `irreps` side by side along the component axis (channels last):
 /// the one irrep's tensor itself, or their concatenation.
@@ -581,13 +576,14 @@ std::string equivariant_source(const EquivariantConfig& c) {
   o << "def set_scale_shift(self, scale: Tensor, shift: Tensor):\n"
        "    self.scale = scale.to(self.scale.dtype)\n"
        "    self.shift = shift.to(self.shift.dtype)\n\n";
+  o << pair_repulsion_source(c.pair_repulsion, int64_t(c.type_map.size()), "");
   o << deploy_interface_source("");
   o << "def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
     << deploy_pair_vectors_source("    ")
     << "    keep = torch.nonzero(r_all < " << literal(c.r_max) << ").squeeze(1)\n"
        "    e = self.atomic_energy(d_all.index_select(0, keep), edge_index[0].index_select(0, keep), "
        "edge_index[1].index_select(0, keep), atype)\n"
-    << deploy_outputs_source("    ");
+    << deploy_outputs_source("    ", c.pair_repulsion.enabled());
   return o.str();
 }
 
@@ -857,6 +853,7 @@ torch::jit::Module build_equivariant(const EquivariantConfig& c) {
   m.register_attribute("avg_num_neighbors", c10::FloatType::get(), c.avg_num_neighbors);
   m.register_attribute("scale", c10::TensorType::get(), at::ones({ntypes}, torch::TensorOptions().dtype(dtype)));
   m.register_attribute("shift", c10::TensorType::get(), at::zeros({ntypes}, torch::TensorOptions().dtype(dtype)));
+  register_repulsion_buffers(m, c.pair_repulsion, c.type_map);
   try {
     m.define(equivariant_source(c));
   } catch (const c10::Error& e) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/equivariant/product_basis.h"
+#include "models/pair_repulsion.h"
 
 namespace mlip::models {
 
@@ -38,6 +39,8 @@ struct EquivariantConfig {
   double avg_num_neighbors = 1.0;   ///< messages are divided by its square root
   std::string precision = "float64";
   uint64_t seed = 1;
+  /// model.pair_repulsion: a short-range repulsion added to every atom's energy (docs/repulsion.md).
+  PairRepulsionSettings pair_repulsion;
 
   /// Throws mlip::Error naming the key (model.l_max, ...) that is invalid.
   void validate() const;

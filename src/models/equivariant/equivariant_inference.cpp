@@ -297,6 +297,7 @@ EquivariantConfig equivariant_config(const SettingsRecord& record, const torch::
   c.polynomial_p = record.number("polynomial_p", defaults.polynomial_p);
   c.radial_width = record.integer("radial_width", defaults.radial_width);
   c.radial_depth = record.integer("radial_depth", defaults.radial_depth);
+  c.pair_repulsion = pair_repulsion_from(record);
   if (module.hasattr("avg_num_neighbors")) c.avg_num_neighbors = module.attr("avg_num_neighbors").toDouble();
   try {
     c.validate();

@@ -112,6 +112,7 @@ class EquivariantModel final : public Model {
   EquivariantModel(const EquivariantSettings& settings, const ModelContext& context)
       : settings_(settings), device_(context.device), static_shapes_(context.static_shapes) {
     EquivariantConfig& c = settings_.config;
+    c.pair_repulsion = settings_.pair_repulsion;
     c.avg_num_neighbors = settings_.avg_num_neighbors.value_or(1.0);
     c.seed = (settings_.seed ? *settings_.seed : context.training_seed.value_or(1)) + context.seed_offset;
     module_ = build_equivariant(c);
@@ -367,7 +368,7 @@ MemoryEstimate equivariant_memory(const ModelSettings& settings, const BatchSize
 /// (bench/README.md "Fine-tuning"); every other weight is shared by all elements.
 AttributeRole equivariant_attribute_role(const ModelSettings&, const std::string& name) {
   static const std::regex per_type(R"(^(embed|scale|shift|l\d+_pw_.*|l\d+_sc_.*)$)");
-  static const std::regex from_settings(R"(^(l\d+_(cg\d+|pc\d+[ab])|avg_num_neighbors)$)");
+  static const std::regex from_settings(R"(^(l\d+_(cg\d+|pc\d+[ab])|avg_num_neighbors|zbl_.*)$)");
   AttributeRole role;
   if (std::regex_match(name, per_type)) role.kind = AttributeRole::Kind::kTypeRows;
   else if (std::regex_match(name, from_settings)) role.kind = AttributeRole::Kind::kDerived;

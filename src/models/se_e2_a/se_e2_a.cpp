@@ -12,6 +12,9 @@
 namespace mlip::models {
 namespace {
 
+/// A float in the model source (models/deploy_source.h).
+std::string literal(double v) { return torchscript_number(v); }
+
 /// TorchScript of a net `fn` whose parameters are self.<prefix>_w<l>, _b<l>, _idt<l>
 /// (and _wout/_bout for a linear output layer).
 void emit_net(std::ostringstream& o, const std::string& fn, const std::string& prefix,
@@ -27,15 +30,6 @@ void emit_net(std::ostringstream& o, const std::string& fn, const std::string& p
   }
   if (linear_out) o << "    x = torch.matmul(x, self." << prefix << "_wout) + self." << prefix << "_bout\n";
   o << "    return x\n\n";
-}
-
-std::string literal(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  std::string t = s.str();
-  if (t.find_first_of(".eE") == std::string::npos) t += ".0";
-  return t;
 }
 
 /// TorchScript of a tabulated embedding net `fn(self, x [..., 1]) -> [..., M]`
@@ -259,7 +253,7 @@ void emit_deploy_forward(std::ostringstream& o, const SeAConfig& c) {
        "    rows = torch.cat([sw.unsqueeze(1), (sw / r).unsqueeze(1) * d], 1)\n"
        "    rij = torch.zeros([n * " << nc << ", 4], dtype=pos.dtype, device=pos.device).index_copy(0, slot, rows)\n"
        "    e = self.atomic_energy(rij.reshape(1, n, " << nc << ", 4), atype)[0]\n"
-    << deploy_outputs_source("  ");
+    << deploy_outputs_source("  ", c.pair_repulsion.enabled());
 }
 
 }  // namespace
@@ -293,6 +287,7 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
 
   emit_atomic_energy(o, c);
   emit_energy_force_env(o);
+  o << pair_repulsion_source(c.pair_repulsion, ntypes, "  ");
   emit_deploy_forward(o, c);
   return o.str();
 }
@@ -373,6 +368,7 @@ torch::jit::Module build_se_e2_a(const SeAConfig& c, const SeACompression* compr
   module.register_buffer("sel_offset", torch::cumsum(sel, 0) - sel);
   module.register_attribute("isolated_energy_is_bias", c10::BoolType::get(), c.isolated_energy_is_bias);
   if (compression != nullptr) register_tables(module, c, *compression);
+  register_repulsion_buffers(module, c.pair_repulsion, c.type_map);
   try {
     module.define(se_e2_a_source(c, compression));
   } catch (const c10::Error& e) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/compress_options.h"
+#include "models/pair_repulsion.h"
 #include "models/se_e2_a/embedding_table.h"
 
 namespace mlip::models {
@@ -31,6 +32,8 @@ struct SeAConfig {
   /// the energy bias[t] (the reference energy E0; docs/se_e2_a.md "Reference energies"). false
   /// (model.e0s: fit): E_i = FN(D_i) + bias.
   bool isolated_energy_is_bias = false;
+  /// model.pair_repulsion: a short-range repulsion added to every atom's energy (docs/repulsion.md).
+  PairRepulsionSettings pair_repulsion;
 
   /// Throws mlip::Error naming the key (model.descriptor.sel, ...) that is invalid.
   void validate() const;

@@ -115,6 +115,7 @@ SeAConfig se_e2_a_config(const SettingsRecord& record, const torch::jit::Module&
   c.resnet_dt = record.flag("resnet_dt", defaults.resnet_dt);
   c.fitting_neuron = record.integers("fitting_neuron", defaults.fitting_neuron);
   c.fitting_resnet_dt = record.flag("fitting_resnet_dt", defaults.fitting_resnet_dt);
+  c.pair_repulsion = pair_repulsion_from(record);
   if (!module.hasattr("sel")) throw Error(record.source() + ": the se_e2_a module has no 'sel' attribute");
   const torch::Tensor sel = module.attr("sel").toTensor().to(torch::kCPU).contiguous();
   c.sel.assign(sel.data_ptr<int64_t>(), sel.data_ptr<int64_t>() + sel.numel());

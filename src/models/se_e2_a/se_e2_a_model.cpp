@@ -146,6 +146,7 @@ class SeAModel final : public Model {
     c.sel = settings_.sel.automatic ? automatic_sel(context) : settings_.sel.values;
     // With reference energies of isolated atoms (or given), such an atom's energy is its bias.
     c.isolated_energy_is_bias = settings_.e0s.kind != ReferenceEnergies::Kind::kFit;
+    c.pair_repulsion = settings_.pair_repulsion;
     module_ = build_se_e2_a(c);
     move_module(module_, device_);
     // Static shapes need the dense matrices of the device-generic path (docs/device.md "Static
