@@ -2,9 +2,10 @@
 # Hot water with and without model.pair_repulsion (docs/repulsion.md "Hot water"): the water
 # example's model (quick.yaml, se_e2_a, --train-steps steps) trained twice with the same seeds,
 # once with ZBL 0.5-1.0 Å, then NVT MD of the example's box (32 H2O) at --temperature K for
-# --ps ps (0.25 fs steps). Every 25 fs: the closest O-O, O-H and H-H pairs, the pairs closer than
-# fused (O-O < 1.5 Å, O-H < 0.7 Å, H-H < 0.5 Å), the potential energy per atom; and where LAMMPS
-# stopped, if it did.
+# --ps ps (0.25 fs steps). Every 25 fs: the closest O-O, O-H and H-H pairs (beside the training
+# data's closest), the fused pairs (O-O < 1.2 Å, shorter than O2's bond; O-H < 0.7 Å; H-H < 0.6 Å,
+# shorter than H2's), the potential energy per atom; and where LAMMPS stopped, if it did. With
+# --keep, a folder's models and trajectories are reused.
 #
 # usage: bench/repulsion_hot_md.sh [--train-steps N (12000)] [--temperature K (2000)] [--ps P (10)]
 #            [--threads T (2)] [--build-dir DIR (build)] [--keep DIR]
@@ -39,12 +40,34 @@ for r in without with; do
     "$MLIP" train "$WORK/$r.yaml" -o "$WORK/train-$r" > "$WORK/train-$r.log" 2>&1 || { tail "$WORK/train-$r.log"; exit 1; }
     "$MLIP" freeze -c "$WORK/train-$r" -o "$WORK/$r.pt" > /dev/null
   fi
-  echo "$r repulsion: $(grep -i "validation" "$WORK/train-$r.log" | tail -1)"
+  awk -v r="$r" '!/^#/ { last = $0 } END { split(last, v); printf "%s repulsion: trained %d steps, validation rmse_e %s eV/atom, rmse_f %s eV/Å\n", r, v[1], v[4], v[6] }' \
+    "$WORK/train-$r/lcurve.out"
 done
 cp "$EX/md/water.data" "$WORK/"
 
+# The training data's closest pairs, for reference.
+/usr/bin/python3 - "$EX/data/train" <<'PY'
+import glob, os, sys, numpy as np
+system = sys.argv[1]
+types = np.loadtxt(os.path.join(system, "type.raw"), dtype=int)
+closest = {}
+for s in sorted(glob.glob(os.path.join(system, "set.*"))):
+    coord = np.load(os.path.join(s, "coord.npy")).reshape(-1, len(types), 3)
+    box = np.load(os.path.join(s, "box.npy")).reshape(-1, 3, 3)
+    for x, b in zip(coord, box):
+        d = x[None] - x[:, None]
+        d -= np.round(d / np.diag(b)) * np.diag(b)
+        r = np.sqrt((d * d).sum(-1)) + np.eye(len(types)) * 1e9
+        for name, (a, c) in {"O-O": (0, 0), "O-H": (0, 1), "H-H": (1, 1)}.items():
+            closest[name] = min(closest.get(name, 1e9), r[np.ix_(types == a, types == c)].min())
+print("training data: closest O-O %.3f, O-H %.3f, H-H %.3f Å" % (closest["O-O"], closest["O-H"], closest["H-H"]))
+PY
+
 for r in without with; do
   dir="$WORK/md-$r"
+  if [ -n "$KEEP" ] && grep -qs "Total wall time" "$dir/log.lammps"; then
+    echo "$r repulsion: MD kept from $dir"
+  else
   rm -rf "$dir" && mkdir -p "$dir"
   cat > "$dir/in.lammps" <<LAMMPS
 units metal
@@ -67,11 +90,12 @@ LAMMPS
   start=$(date +%s)
   (cd "$dir" && "$MLIP" lammps -in in.lammps -log log.lammps -screen none > out.txt 2>&1) || true
   echo "$r repulsion: MD took $(( $(date +%s) - start )) s"
+  fi
   /usr/bin/python3 - "$dir" "$r" <<'PY'
 import sys, numpy as np
 folder, label = sys.argv[1:3]
 lines = open(f"{folder}/traj.lammpstrj").read().split("ITEM: TIMESTEP\n")[1:]
-fused_at = {"O-O": 1.5, "O-H": 0.7, "H-H": 0.5}
+fused_at = {"O-O": 1.2, "O-H": 0.7, "H-H": 0.6}
 rows = []
 for block in lines:
     b = block.splitlines()
