@@ -5,13 +5,15 @@
 # the rest of the suite, the training benchmark (bench/gpu_bench.sh) and a peer's training step on
 # the same GPU (bench/mace_gpu_bench.py: MACE), and writes a summary with the logs.
 #
-# usage: bash tools/gpu_check.sh [--stages build,gpu,md,suite,bench,peers] [--dry-run] [--python PATH]
+# usage: bash tools/gpu_check.sh [--stages build,gpu,kernels,md,suite,bench,peers] [--dry-run] [--python PATH]
 #          [--out DIR] [--jobs N] [--build-dir DIR] [--skip-suite] [--skip-bench] [--deadline S]
 #          [--bench-args "ARGS"] [--md-args "ARGS"] [--peer-args "ARGS"] [--cmake-args "ARGS"] [--ctest-args "ARGS"] [--run-without-gpu]
 #          [--suite-on-gpu] [--fallback-libs missing|all] [--no-isolate]
 #
-#   --stages LIST  what to do, in this order (default build,gpu,md,suite,bench,peers): build (configure
-#                  and build; incremental), gpu (ctest -L gpu), md (bench/md_gpu_bench.sh: MD
+#   --stages LIST  what to do, in this order (default build,gpu,kernels,md,suite,bench,peers): build
+#                  (configure and build; incremental), gpu (ctest -L gpu), kernels
+#                  (bin/bench_fused_embedding: mlip's CUDA kernels against LibTorch operations,
+#                  on the GPU and the CPU), md (bench/md_gpu_bench.sh: MD
 #                  steps of md::Potential on the GPU and the CPU), suite (ctest -LE gpu, every
 #                  other test, failures recorded without stopping), bench (bench/gpu_bench.sh),
 #                  peers (bench/mace_gpu_bench.py with the wheels of .gpu-deps/peers). The
@@ -50,7 +52,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 START=$(date +%s)
-STAGES="build,gpu,md,suite,bench,peers"
+STAGES="build,gpu,kernels,md,suite,bench,peers"
 DRY=0
 PY=""
 OUTDIR=""
@@ -511,6 +513,39 @@ stage_md() {
   [ "$failed" = 0 ]
 }
 
+# mlip's own CUDA kernels against LibTorch operations (bin/bench_fused_embedding; docs/fused_kernels.md
+# "Measuring it"), on the GPU and, for the record, the CPU: one table row per method and size.
+stage_kernels() {
+  local t0=$(date +%s) b rc=0 device pairs precision devices=cpu
+  b=$(budget)
+  if [ "$b" -lt 30 ]; then record kernels "not run" 0 "deadline"; return 1; fi
+  [ "$CUDA_OK" = 1 ] && devices="cuda cpu"
+  say "bin/bench_fused_embedding on $devices (log: kernels.log)"
+  : > "$LOG/kernels.log"
+  for device in $devices; do
+    for precision in float32 float64; do
+      for pairs in 35000 140000; do
+        [ "$device" = cpu ] && [ "$pairs" != 35000 ] && continue
+        b=$(budget)
+        if [ "$b" -lt 5 ]; then
+          rc=1; echo "deadline: $device $precision $pairs not run" >> "$LOG/kernels.log"; continue
+        fi
+        timeout -k 5 "$b" "$BUILD/bin/bench_fused_embedding" "$device" "$pairs" 20 "$precision" \
+          >> "$LOG/kernels.log" 2>&1 || rc=1
+      done
+    done
+  done
+  {
+    echo "| method | device | dtype | pairs | median µs | ns per pair | notes |"
+    echo "|---|---|---|---:|---:|---:|---|"
+    sed -nE 's/^method=([^ ]+) device=([^ ]+) dtype=([^ ]+) pairs=([^ ]+) median_us=([^ ]+) ns_per_pair=([^ ]+) ?(.*)$/| \1 | \2 | \3 | \4 | \5 | \6 | \7 |/p' \
+      "$LOG/kernels.log"
+  } > "$STATE/kernels.md"
+  local rows; rows=$(grep -c '^method=' "$LOG/kernels.log" || true)
+  if [ $rc != 0 ]; then record kernels "FAILED" $(( $(date +%s) - t0 )) "$rows rows; see kernels.log"; return 1; fi
+  record kernels ok $(( $(date +%s) - t0 )) "$rows rows"
+}
+
 # The peer: MACE's training step (bench/mace_gpu_bench.py), with the carried wheels of the
 # packages this Python lacks unpacked into <build>/python-peers.
 stage_peers() {
@@ -553,7 +588,7 @@ write_summary() {
     echo
     echo "| stage | result | s | at (UTC) | details |"
     echo "|---|---|---:|---|---|"
-    for st in build gpu md suite bench peers; do
+    for st in build gpu kernels md suite bench peers; do
       if [ -f "$STATE/stage_$st.md" ]; then cat "$STATE/stage_$st.md"; else echo "| $st | not run | | | |"; fi
     done
     echo
@@ -568,6 +603,7 @@ write_summary() {
       grep -vE '^\| test \||^\|---' "$STATE/tests_suite.md" | grep -v '| Passed |' || echo "| (none) | | | |"
       echo
     fi
+    if [ -f "$STATE/kernels.md" ]; then echo "## mlip's CUDA kernels (bin/bench_fused_embedding)"; echo; cat "$STATE/kernels.md"; echo; fi
     if [ -f "$STATE/md.md" ]; then echo "## MD benchmark"; echo; sed 's/^# /### /' "$STATE/md.md"; echo; fi
     if [ -f "$STATE/bench.md" ]; then echo "## Benchmark"; echo; sed 's/^# /### /' "$STATE/bench.md"; echo; fi
     if [ -f "$STATE/peers.md" ]; then echo "## Peer: MACE's training step (bench/mace_gpu_bench.py)"; echo; cat "$STATE/peers.md"; echo; fi
@@ -589,6 +625,7 @@ for st in "${stage_list[@]}"; do
   [ -n "$st" ] && rm -f "$STATE/stage_$st.md" "$STATE/tests_$st.md" "$STATE/counts_$st.txt"
   [ "$st" = bench ] && rm -f "$STATE/bench.md"
   [ "$st" = md ] && rm -f "$STATE/md.md"
+  [ "$st" = kernels ] && rm -f "$STATE/kernels.md"
   [ "$st" = peers ] && rm -f "$STATE/peers.md"
 done
 BUILD_OK=1
@@ -596,7 +633,7 @@ STOPPED=0
 for st in "${stage_list[@]}"; do
   [ -n "$st" ] || continue
   if [ "$BUILD_OK" = 0 ] && [ "$st" != build ]; then record "$st" "not run" 0 "the build failed"; continue; fi
-  if [ "$DRY" = 1 ] && { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ] || [ "$st" = peers ]; }; then
+  if [ "$DRY" = 1 ] && { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = kernels ] || [ "$st" = md ] || [ "$st" = peers ]; }; then
     STOPPED=1; continue
   fi
   case "$st" in
@@ -605,9 +642,10 @@ for st in "${stage_list[@]}"; do
     # shellcheck disable=SC2086
     suite) run_ctest suite -LE gpu -j "$JOBS" --output-on-failure $CTEST_ARGS || EXIT=1 ;;
     bench) stage_bench || EXIT=1 ;;
+    kernels) stage_kernels || EXIT=1 ;;
     md) stage_md || EXIT=1 ;;
     peers) stage_peers || EXIT=1 ;;
-    *) echo "gpu_check.sh: unknown stage '$st' (build, gpu, md, suite, bench, peers)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown stage '$st' (build, gpu, kernels, md, suite, bench, peers)" >&2; exit 2 ;;
   esac
 done
 if [ "$DRY" = 1 ]; then
@@ -617,7 +655,7 @@ if [ "$DRY" = 1 ]; then
     MSG="--dry-run: stopping here (the GPU tests ran); the rest runs without --dry-run"
   fi
   for st in "${stage_list[@]}"; do
-    { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = md ] || [ "$st" = peers ]; } && [ "$BUILD_OK" = 1 ] && record "$st" "not run" 0 "$MSG"
+    { [ "$st" = suite ] || [ "$st" = bench ] || [ "$st" = kernels ] || [ "$st" = md ] || [ "$st" = peers ]; } && [ "$BUILD_OK" = 1 ] && record "$st" "not run" 0 "$MSG"
   done
 fi
 write_summary
