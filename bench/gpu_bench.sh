@@ -13,13 +13,17 @@
 #   - with --cuda-graphs "false true", each single-rank row on the device twice: the usual step
 #     and the step from static buffers captured as CUDA graphs (training.cuda_graphs: true,
 #     docs/device.md "Static shapes"; the device column says "(graphs)");
+#   - with --se-paths "generic fused", each se_e2_a row on the device once per training path
+#     (MLIP_SE_E2_A_PATH; fused: the embedding nets by mlip's CUDA kernels, docs/fused_kernels.md
+#     "The training path"; the device column names the path);
 # with the peak GPU memory of each run (nvidia-smi's memory.used, polled every 100 ms, minus its
 # value before the run; it includes the CUDA context of each process). Prints a markdown table
 # (also written to --out).
 #
 # usage: bench/gpu_bench.sh [--build-dir DIR] [--device cuda|cpu] [--cpu-rows none|b1|all]
 #          [--models se_e2_a,equivariant] [--precisions float32,float64] [--batches 1,4,16]
-#          [--dist-batches 1,4] [--no-dist] [--cuda-graphs "false true"] [--steps N] [--quick]
+#          [--dist-batches 1,4] [--no-dist] [--cuda-graphs "false true"] [--se-paths "generic fused"]
+#          [--steps N] [--quick]
 #          [--python PY] [--torchrun PATH]
 #          [--run-timeout S] [--out FILE.md] [--logs DIR]
 #   --steps N      timed steps per run (default 200), after a warm-up of the first epoch (every
@@ -38,6 +42,7 @@ BATCHES=1,4,16
 DIST_BATCHES=1,4
 DIST=1
 GRAPHS=false
+SE_PATHS=""
 STEPS=200
 QUICK=0
 PY=""
@@ -56,6 +61,7 @@ while [ $# -gt 0 ]; do
     --dist-batches) DIST_BATCHES="$2"; shift 2 ;;
     --no-dist) DIST=0; shift ;;
     --cuda-graphs) GRAPHS="$2"; shift 2 ;;
+    --se-paths) SE_PATHS="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --python) PY="$2"; shift 2 ;;
@@ -116,10 +122,10 @@ gpu_mem_used() { [ -n "$SMI" ] && "$SMI" --query-gpu=memory.used --format=csv,no
 ROWS=()
 add_row() { ROWS+=("$1"); echo "$1"; }
 
-# run_case <model> <precision> <device> <ranks> <backend|-> <batch> [graphs: true|false]
+# run_case <model> <precision> <device> <ranks> <backend|-> <batch> [graphs: true|false] [se_e2_a path]
 run_case() {
-  local model="$1" prec="$2" dev="$3" ranks="$4" backend="$5" batch="$6" graphs="${7:-false}"
-  local tag="${model}-${prec}-${dev//:/}-r${ranks}-${backend/#-/none}-b${batch}-g${graphs}"
+  local model="$1" prec="$2" dev="$3" ranks="$4" backend="$5" batch="$6" graphs="${7:-false}" path="${8:-}"
+  local tag="${model}-${prec}-${dev//:/}-r${ranks}-${backend/#-/none}-b${batch}-g${graphs}${path:+-$path}"
   local dir="$WORK/$tag"
   mkdir -p "$dir"
   local per_step=$(( batch * ranks ))
@@ -148,6 +154,7 @@ run_case() {
   [ "$backend" = nccl ] && [ "$ranks" -gt 1 ] && [ "$limit" -gt 90 ] && limit=90
   local t0 rc=0
   t0=$(date +%s.%N)
+  [ -n "$path" ] && cmd=(env MLIP_SE_E2_A_PATH="$path" "${cmd[@]}")
   OMP_NUM_THREADS="$threads" NCCL_DEBUG="${NCCL_DEBUG:-WARN}" timeout -k 10 "$limit" "${cmd[@]}" > "$dir/log" 2>&1 || rc=$?
   local wall
   wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
@@ -166,6 +173,7 @@ run_case() {
   fi
   local shown="$dev"
   [ "$graphs" = true ] && shown="$dev (graphs)"
+  [ -n "$path" ] && shown="$shown ($path path)"
   local label="$model | $prec | $shown | $rk | $be"
   if [ "$rc" != 0 ] || [ ! -s "$dir/times" ]; then
     local why
@@ -199,6 +207,12 @@ for g in $GRAPHS; do
     *) echo "gpu_bench.sh: --cuda-graphs: expected false and/or true, got '$g'" >&2; exit 2 ;;
   esac
 done
+for path in $SE_PATHS; do
+  case "$path" in
+    generic|fused|hand-written) ;;
+    *) echo "gpu_bench.sh: --se-paths: expected generic, fused and/or hand-written, got '$path'" >&2; exit 2 ;;
+  esac
+done
 gpu_name=""
 [ -n "$SMI" ] && gpu_name="$("$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader -i 0 2>/dev/null | head -1 || true)"
 HEADER="# mlip training-step benchmark (bench/gpu_bench.sh)
@@ -218,7 +232,13 @@ echo "$TABLE_HEAD"
 for model in "${model_list[@]}"; do
   for prec in "${prec_list[@]}"; do
     for b in "${batch_list[@]}"; do
-      for g in $GRAPHS; do run_case "$model" "$prec" "$DEVICE" 1 - "$b" "$g"; done
+      for g in $GRAPHS; do
+        if [ "$model" = se_e2_a ] && [ -n "$SE_PATHS" ]; then
+          for path in $SE_PATHS; do run_case "$model" "$prec" "$DEVICE" 1 - "$b" "$g" "$path"; done
+        else
+          run_case "$model" "$prec" "$DEVICE" 1 - "$b" "$g"
+        fi
+      done
     done
   done
 done

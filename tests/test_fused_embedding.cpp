@@ -103,22 +103,34 @@ class FusedEmbedding : public ::testing::Test {};
 using Reals = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(FusedEmbedding, Reals);
 
+/// The nets the host twins are checked on: {8, 16, 32}, no skip then two double-width skips;
+/// {4, 4, 8, 8}, same-width and double-width; {5, 3}, no skip at all; with and without resnet_dt.
+struct NetCase {
+  std::vector<int64_t> neuron;
+  bool resnet_dt;
+  std::string name() const {
+    return std::to_string(neuron.size()) + " layers up to " + std::to_string(neuron.back()) + ", resnet_dt " +
+           std::to_string(resnet_dt);
+  }
+};
+const std::vector<NetCase> kNetCases = {
+    {{8, 16, 32}, true}, {{8, 16, 32}, false}, {{4, 4, 8, 8}, true}, {{5, 3}, false}};
+
+/// A model of each case, its parameters moved off their initial values.
+template <typename R>
+std::pair<SeAConfig, torch::jit::Module> model_of(const NetCase& c) {
+  const SeAConfig config = config_of<R>(c.neuron, c.resnet_dt);
+  auto module = mlip::models::build_se_e2_a(config);
+  perturb(module);
+  return {config, module};
+}
+
 TYPED_TEST(FusedEmbedding, HostTwinEqualsTheModelsNetAndAutograd) {
   using R = TypeParam;
   const torch::Dtype dtype = c10::CppTypeToScalarType<R>::value;
-  struct Case {
-    std::vector<int64_t> neuron;
-    bool resnet_dt;
-  };
-  // {8, 16, 32}: no skip, then two double-width skips; {4, 4, 8, 8}: same-width and double-width;
-  // {5, 3}: no skip at all.
-  for (const Case& c :
-       {Case{{8, 16, 32}, true}, Case{{8, 16, 32}, false}, Case{{4, 4, 8, 8}, true}, Case{{5, 3}, false}}) {
-    const SeAConfig config = config_of<R>(c.neuron, c.resnet_dt);
-    auto module = mlip::models::build_se_e2_a(config);
-    perturb(module);
-    const std::string what =
-        "neuron " + std::to_string(c.neuron.size()) + " layers, resnet_dt " + std::to_string(c.resnet_dt);
+  for (const NetCase& c : kNetCases) {
+    auto [config, module] = model_of<R>(c);
+    const std::string what = c.name();
     for (int64_t net : {0, 3}) {
       const auto params = EmbeddingNetParameters::of_se_e2_a(module, config, net);
       // Normalised rows' first column: a few units either side of zero.
@@ -135,16 +147,9 @@ TYPED_TEST(FusedEmbedding, HostTwinEqualsTheModelsNetAndAutograd) {
 TYPED_TEST(FusedEmbedding, AdjointEqualsAutogradsDoubleBackward) {
   using R = TypeParam;
   const auto options = torch::TensorOptions().dtype(c10::CppTypeToScalarType<R>::value);
-  struct Case {
-    std::vector<int64_t> neuron;
-    bool resnet_dt;
-  };
-  for (const Case& c :
-       {Case{{8, 16, 32}, true}, Case{{8, 16, 32}, false}, Case{{4, 4, 8, 8}, true}, Case{{5, 3}, false}}) {
-    const SeAConfig config = config_of<R>(c.neuron, c.resnet_dt);
-    auto module = mlip::models::build_se_e2_a(config);
-    perturb(module);
-    const std::string what = std::to_string(c.neuron.size()) + " layers, resnet_dt " + std::to_string(c.resnet_dt);
+  for (const NetCase& c : kNetCases) {
+    auto [config, module] = model_of<R>(c);
+    const std::string what = c.name();
     const int64_t q = 257, m = c.neuron.back();
     const auto s = 4 * torch::rand({q}, options) - 1.5;
     const auto a = torch::randn({q, m}, options), b = torch::randn({q, m}, options);

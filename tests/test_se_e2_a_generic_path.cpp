@@ -1,9 +1,8 @@
-// The device-generic se_e2_a training path (tensor operations, the one that runs on GPUs)
-// against the hand-written CPU path, on the CPU, so that CI exercises the GPU's code on every
-// commit (docs/training_path.md "The device-generic path"): energies, forces, virials and
-// every parameter gradient, in float64 and float32; and the same on CUDA where one is visible.
-#include "models/se_e2_a/se_e2_a_generic_path.h"
-
+// The device-generic se_e2_a training path (tensor operations, the one that runs on GPUs), with
+// and without mlip's fused embedding kernels (docs/fused_kernels.md "The training path"), against
+// the hand-written CPU path, on the CPU, so that CI exercises the GPU's code on every commit
+// (docs/training_path.md "The device-generic path"): energies, forces, virials and every
+// parameter gradient, in float64 and float32; and the same on CUDA where one is visible.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -14,16 +13,18 @@
 
 #include "data/neighbor_list.h"
 #include "models/se_e2_a/env_matrix.h"
+#include "models/se_e2_a/fused_embedding.h"
 #include "models/se_e2_a/se_e2_a.h"
 #include "models/se_e2_a/se_e2_a_evaluator.h"
+#include "models/se_e2_a/se_e2_a_generic_path.h"
 #include "test_util.h"
 
 namespace {
 
 using mlip::models::PackedEnv;
 using mlip::models::SeAConfig;
-using mlip::models::SeAGenericPath;
 using mlip::models::SeAEvaluator;
+using mlip::models::SeAGenericPath;
 using mlip::test::Frame;
 
 struct Case {
@@ -137,9 +138,10 @@ struct Differences {
   double energy = 0, forces = 0, virial = 0, grad = 0;
 };
 
-/// The generic path (on `device`) against the hand-written one (CPU) for one case.
+/// The generic path (on `device`; with the fused kernels or without) against the hand-written
+/// one (CPU) for one case.
 template <typename Real>
-Differences compare(const Case& k, const torch::Device& device, int repeats = 1) {
+Differences compare(const Case& k, const torch::Device& device, int repeats = 1, bool fused = false) {
   Setup<Real> s(k);
   SeAEvaluator hand_written(s.config, s.module);
   const PackedEnv cpu_batch = s.batch(false);
@@ -151,7 +153,7 @@ Differences compare(const Case& k, const torch::Device& device, int repeats = 1)
   const std::vector<torch::Tensor> expected_grads = s.take_grads();
 
   s.module.to(device);
-  SeAGenericPath generic(s.config, s.module);
+  SeAGenericPath generic(s.config, s.module, fused);
   const PackedEnv batch = s.batch(true).to(device);
   SeAEvaluator::Output got;
   for (int r = 0; r < repeats; ++r) {
@@ -193,40 +195,64 @@ double tolerance() {
   return std::is_same_v<Real, float> ? 1e-4 : 1e-10;
 }
 
-TYPED_TEST(SeAGenericPathTest, EqualsTheHandWrittenPathOnTheCpu) {
+/// Every case on the CPU, the generic path with or without the fused kernels against the
+/// hand-written one; prints the largest differences.
+template <typename Real>
+void expect_every_case_equal(bool fused) {
   Differences worst;
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name());
-    const Differences d = compare<TypeParam>(k, torch::kCPU);
+    const Differences d = compare<Real>(k, torch::kCPU, 1, fused);
     worst.energy = std::max(worst.energy, d.energy), worst.forces = std::max(worst.forces, d.forces);
     worst.virial = std::max(worst.virial, d.virial), worst.grad = std::max(worst.grad, d.grad);
-    EXPECT_LT(d.energy, tolerance<TypeParam>());
-    EXPECT_LT(d.forces, tolerance<TypeParam>());
-    EXPECT_LT(d.virial, tolerance<TypeParam>());
-    EXPECT_LT(d.grad, tolerance<TypeParam>());
+    EXPECT_LT(d.energy, tolerance<Real>());
+    EXPECT_LT(d.forces, tolerance<Real>());
+    EXPECT_LT(d.virial, tolerance<Real>());
+    EXPECT_LT(d.grad, tolerance<Real>());
   }
-  std::cout << "largest relative differences: energy " << worst.energy << ", forces " << worst.forces << ", virial "
-            << worst.virial << ", parameter gradients " << worst.grad << "\n";
+  std::cout << (fused ? "with the fused kernels' host twins, " : "") << "largest relative differences: energy "
+            << worst.energy << ", forces " << worst.forces << ", virial " << worst.virial << ", parameter gradients "
+            << worst.grad << "\n";
+}
+
+TYPED_TEST(SeAGenericPathTest, EqualsTheHandWrittenPathOnTheCpu) { expect_every_case_equal<TypeParam>(false); }
+
+TYPED_TEST(SeAGenericPathTest, WithFusedKernelsEqualsTheHandWrittenPathOnTheCpu) {
+  expect_every_case_equal<TypeParam>(true);
 }
 
 TYPED_TEST(SeAGenericPathTest, GradientsAccumulateOverCalls) {
-  // Two forward/backward rounds without zeroing: both paths add to .grad().
+  // Two forward/backward rounds without zeroing: every path adds to .grad().
   Case k;
   k.batch = 2;
-  const Differences d = compare<TypeParam>(k, torch::kCPU, 2);
-  EXPECT_LT(d.grad, tolerance<TypeParam>());
+  for (bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused kernels" : "module's energy_force_env");
+    const Differences d = compare<TypeParam>(k, torch::kCPU, 2, fused);
+    EXPECT_LT(d.grad, tolerance<TypeParam>());
+  }
 }
 
-TEST(SeAGenericPathCuda, EqualsTheHandWrittenPathInFloat64) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+/// Every case on the first CUDA device against the hand-written path on the CPU, float64.
+void expect_every_case_equal_on_cuda(bool fused) {
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name());
-    const Differences d = compare<double>(k, torch::Device(torch::kCUDA, 0));
+    const Differences d = compare<double>(k, torch::Device(torch::kCUDA, 0), 1, fused);
     EXPECT_LT(d.energy, 1e-10);
     EXPECT_LT(d.forces, 1e-10);
     EXPECT_LT(d.virial, 1e-10);
     EXPECT_LT(d.grad, 1e-10);
   }
+}
+
+TEST(SeAGenericPathCuda, EqualsTheHandWrittenPathInFloat64) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+  expect_every_case_equal_on_cuda(false);
+}
+
+TEST(SeAGenericPathCuda, WithFusedKernelsEqualsTheHandWrittenPathInFloat64) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+  if (!mlip::models::fused_kernels_compiled()) GTEST_SKIP() << "this build has no CUDA kernels (MLIP_CUDA_KERNELS=OFF)";
+  expect_every_case_equal_on_cuda(true);
 }
 
 }  // namespace

@@ -42,6 +42,20 @@ void check_launch(const char* kernel, int64_t q, int64_t blocks, int tile) {
                 std::to_string(blocks) + " blocks of " + std::to_string(tile) + "): " + cudaGetErrorString(status));
 }
 
+/// The first rows of this block's tile of pairs: each pair's input s and its derivative 1, in
+/// `rows` (a pair's row: `width` values, then `width` derivatives). Returns the tile's pairs.
+template <typename R>
+__device__ int load_tile(const R* __restrict__ s, int64_t stride, int64_t q, int tile, int width, R* rows) {
+  const int64_t first = int64_t(blockIdx.x) * tile;
+  const int count = int(min(int64_t(tile), q - first));
+  for (int p = threadIdx.x; p < count; p += blockDim.x) {
+    rows[p * 2 * width] = s[(first + p) * stride];
+    rows[p * 2 * width + width] = R(1);
+  }
+  __syncthreads();
+  return count;
+}
+
 template <typename R>
 __global__ void fused_embedding_kernel(FusedNet<R> net, const R* __restrict__ s, int64_t stride, int64_t q, int tile,
                                        R* __restrict__ g, R* __restrict__ slope) {
@@ -50,12 +64,7 @@ __global__ void fused_embedding_kernel(FusedNet<R> net, const R* __restrict__ s,
   R* current = reinterpret_cast<R*>(shared_bytes);
   R* next = current + tile * row;
   const int64_t first = int64_t(blockIdx.x) * tile;
-  const int count = int(min(int64_t(tile), q - first));
-  for (int p = threadIdx.x; p < count; p += blockDim.x) {
-    current[p * row] = s[(first + p) * stride];
-    current[p * row + width] = R(1);
-  }
-  __syncthreads();
+  const int count = load_tile(s, stride, q, tile, width, current);
   for (int l = 0; l < net.layers; ++l) {
     const int out = net.out[l];
     const bool last = l + 1 == net.layers;
@@ -92,12 +101,7 @@ __global__ void fused_embedding_adjoint_kernel(FusedNet<R> net, const R* __restr
   R* next = current + tile * row;
   R* zrows = next + tile * row;
   const int64_t first = int64_t(blockIdx.x) * tile;
-  const int count = int(min(int64_t(tile), q - first));
-  for (int p = threadIdx.x; p < count; p += blockDim.x) {
-    current[p * row] = s[(first + p) * stride];
-    current[p * row + width] = R(1);
-  }
-  __syncthreads();
+  const int count = load_tile(s, stride, q, tile, width, current);
   for (int l = 0; l < net.layers; ++l) {  // the forward, keeping each layer's input rows
     const int in = net.in[l], out = net.out[l];
     for (int k = threadIdx.x; k < count * in; k += blockDim.x) {

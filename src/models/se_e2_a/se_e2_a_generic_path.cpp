@@ -4,11 +4,16 @@
 
 #include "error.h"
 #include "models/model.h"
+#include "models/se_e2_a/se_e2_a_fused_path.h"
 
 namespace mlip::models {
 
-SeAGenericPath::SeAGenericPath(const SeAConfig& config, torch::jit::Module module)
-    : config_(config), module_(std::move(module)) {}
+SeAGenericPath::SeAGenericPath(const SeAConfig& config, torch::jit::Module module, bool fused_kernels)
+    : config_(config), module_(std::move(module)) {
+  if (fused_kernels) fused_ = std::make_unique<SeAFusedPath>(config_, module_);
+}
+
+SeAGenericPath::~SeAGenericPath() = default;
 
 SeAEvaluator::Output SeAGenericPath::forward(const PackedEnv& batch, const std::vector<int>& types, bool training) {
   return forward_dense(dense(batch, types), training);
@@ -26,6 +31,10 @@ std::vector<torch::Tensor> SeAGenericPath::dense(const PackedEnv& batch, const s
   if (types != types_ || !atype_.defined() || atype_.device() != any_rows.device()) {
     types_ = types;
     atype_ = torch::tensor(std::vector<int64_t>(types.begin(), types.end()), torch::kInt64).to(any_rows.device());
+    std::vector<std::vector<int64_t>> atoms(config_.type_map.size());
+    for (size_t a = 0; a < types.size(); ++a) atoms.at(size_t(types[a])).push_back(int64_t(a));
+    type_atoms_.clear();
+    for (const auto& list : atoms) type_atoms_.push_back(torch::tensor(list, torch::kInt64).to(any_rows.device()));
   }
   // The dense matrices of the batch, empty slots zero (nlist -1), the real pairs scattered back.
   const int64_t rows = nb * n * nc;
@@ -47,9 +56,7 @@ std::vector<torch::Tensor> SeAGenericPath::dense(const PackedEnv& batch, const s
 
 std::vector<torch::Tensor> SeAGenericPath::dense_with_types(const PackedEnv& batch, const std::vector<int>& types) {
   std::vector<torch::Tensor> out = dense(batch, types);
-  std::vector<std::vector<int64_t>> atoms(config_.type_map.size());
-  for (size_t a = 0; a < types.size(); ++a) atoms.at(size_t(types[a])).push_back(int64_t(a));
-  for (const auto& list : atoms) out.push_back(torch::tensor(list, torch::kInt64).to(atype_.device()));
+  out.insert(out.end(), type_atoms_.begin(), type_atoms_.end());
   return out;
 }
 
@@ -58,17 +65,24 @@ SeAEvaluator::Output SeAGenericPath::forward_dense(const std::vector<torch::Tens
   if (d.size() != 5 && d.size() != 5 + ntypes)
     throw Error("SeAGenericPath: expected the 5 dense tensors of a batch (and " + std::to_string(ntypes) +
                 " of its types' atoms), got " + std::to_string(d.size()));
+  if (fused_) {
+    if (d.size() > 5) return fused_->forward(d, training);
+    std::vector<torch::Tensor> with_types = d;  // the types' atoms of the last dense()
+    with_types.insert(with_types.end(), type_atoms_.begin(), type_atoms_.end());
+    return fused_->forward(with_types, training);
+  }
   std::vector<c10::IValue> args{d[0], d[1], d[2], d[3], d[4], training};
   if (d.size() > 5) args.emplace_back(c10::List<torch::Tensor>(std::vector<torch::Tensor>(d.begin() + 5, d.end())));
   auto out = module_.get_method("energy_force_env")(args).toTuple();
   SeAEvaluator::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
-                                 out->elements()[2].toTensor(), out->elements()[3].toTensor()};
+                              out->elements()[2].toTensor(), out->elements()[3].toTensor()};
   last_ = training ? result : SeAEvaluator::Output{};
   return result;
 }
 
 void SeAGenericPath::backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
                               const torch::Tensor& grad_virial) {
+  if (fused_) return fused_->backward(grad_energy, grad_forces, grad_virial);
   backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial);
   last_ = SeAEvaluator::Output{};
 }

@@ -2,12 +2,15 @@
 
 #include <torch/script.h>
 
+#include <memory>
 #include <vector>
 
 #include "models/se_e2_a/se_e2_a.h"
 #include "models/se_e2_a/se_e2_a_evaluator.h"
 
 namespace mlip::models {
+
+class SeAFusedPath;
 
 /// se_e2_a's training computation made only of LibTorch tensor operations, so that it runs on
 /// any device (docs/training_path.md "The device-generic path"): the packed real pairs are
@@ -19,7 +22,11 @@ namespace mlip::models {
 class SeAGenericPath {
  public:
   /// `module` from build_se_e2_a(config); its parameters are shared, on the module's device.
-  SeAGenericPath(const SeAConfig& config, torch::jit::Module module);
+  /// With `fused_kernels`, forward_dense() and backward() run the embedding nets with the fused
+  /// kernels (SeAFusedPath, docs/fused_kernels.md "The training path") instead of the module's
+  /// energy_force_env and autograd's double backward; the same numbers.
+  SeAGenericPath(const SeAConfig& config, torch::jit::Module module, bool fused_kernels = false);
+  ~SeAGenericPath();
 
   /// Energies [B] float64, forces [B, N, 3] and virials [B, 3, 3] of a batch whose tensors
   /// (rows, slots) live on the module's device. With `training`, keeps the graph that
@@ -47,9 +54,11 @@ class SeAGenericPath {
  private:
   SeAConfig config_;
   torch::jit::Module module_;
-  torch::Tensor atype_;          // [N] int64 on the device, for types_
+  torch::Tensor atype_;  // [N] int64 on the device, for types_
   std::vector<int> types_;
-  SeAEvaluator::Output last_;  // the outputs of the last training forward, with their graph
+  SeAEvaluator::Output last_;              // the outputs of the last training forward, with their graph
+  std::unique_ptr<SeAFusedPath> fused_;    // with fused_kernels
+  std::vector<torch::Tensor> type_atoms_;  // each type's atoms [n_t] on the device, for types_
 };
 
 }  // namespace mlip::models

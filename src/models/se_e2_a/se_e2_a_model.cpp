@@ -151,14 +151,15 @@ class SeAModel final : public Model {
     move_module(module_, device_);
     // Static shapes need the dense matrices of the device-generic path (docs/device.md "Static
     // shapes"); the hand-written path works on the real pairs only.
-    kind_ = static_shapes_ ? SeAPathKind::kGeneric : se_e2_a_path_kind(device_);
+    kind_ = se_e2_a_path_kind(device_);
+    if (static_shapes_ && kind_ == SeAPathKind::kHandWritten) kind_ = SeAPathKind::kGeneric;
     if (kind_ == SeAPathKind::kHandWritten) {
       if (!device_.is_cpu())
         throw Error("MLIP_SE_E2_A_PATH=hand-written: the hand-written path runs on the CPU only, the model is on " +
                     device_.str());
       hand_written_ = std::make_unique<SeAEvaluator>(c, module_);
     } else {
-      generic_ = std::make_unique<SeAGenericPath>(c, module_);
+      generic_ = std::make_unique<SeAGenericPath>(c, module_, kind_ == SeAPathKind::kFused);
     }
   }
 
@@ -170,7 +171,10 @@ class SeAModel final : public Model {
     std::ostringstream o;
     o << "se_e2_a, " << settings_.precision << ", sel [";
     for (size_t t = 0; t < settings_.config.sel.size(); ++t) o << (t ? ", " : "") << settings_.config.sel[t];
-    o << "], " << (kind_ == SeAPathKind::kGeneric ? "device-generic" : "hand-written") << " training path";
+    const char* path = kind_ == SeAPathKind::kGeneric ? "device-generic"
+                       : kind_ == SeAPathKind::kFused ? "device-generic with fused kernels"
+                                                      : "hand-written";
+    o << "], " << path << " training path";
     return o.str();
   }
 
@@ -179,7 +183,7 @@ class SeAModel final : public Model {
     const EnvMatrix env = settings_.dtype() == torch::kFloat32 ? environment<float>(system, frame)
                                                               : environment<double>(system, frame);
     truncated_ += env.truncated_blocks;
-    out->packed = PackedEnv::pack(env, system.types, settings_.config, kind_ == SeAPathKind::kGeneric);
+    out->packed = PackedEnv::pack(env, system.types, settings_.config, kind_ != SeAPathKind::kHandWritten);
     if (!device_.is_cpu()) out->packed = out->packed.to(device_);
     return out;
   }
@@ -302,8 +306,10 @@ SeAPathKind se_e2_a_path_kind(torch::Device device) {
   const std::string choice = env != nullptr ? env : "";
   if (choice == "generic") return SeAPathKind::kGeneric;
   if (choice == "hand-written") return SeAPathKind::kHandWritten;
+  if (choice == "fused") return SeAPathKind::kFused;
   if (!choice.empty())
-    throw Error("MLIP_SE_E2_A_PATH: expected \"generic\" or \"hand-written\" (or unset), got \"" + choice + "\"");
+    throw Error("MLIP_SE_E2_A_PATH: expected \"generic\", \"fused\" or \"hand-written\" (or unset), got \"" + choice +
+                "\"");
   return device.is_cpu() ? SeAPathKind::kHandWritten : SeAPathKind::kGeneric;
 }
 

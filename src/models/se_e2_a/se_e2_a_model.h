@@ -35,10 +35,12 @@ struct SeASettings : ModelSettings {
 ModelEntry se_e2_a_entry();
 
 /// Which training computation se_e2_a uses: the hand-written adjoint on raw arrays (CPU only,
-/// the fast one there) or the device-generic path of LibTorch tensor operations (any device).
+/// the fast one there), the device-generic path of LibTorch tensor operations (any device), or
+/// that path with the embedding nets run by mlip's fused kernels (docs/fused_kernels.md "The
+/// training path"; any device, CUDA's kernels in a CUDA build, their host twins elsewhere).
 /// Default: hand-written on the CPU, generic elsewhere; the environment variable
-/// MLIP_SE_E2_A_PATH=generic (or hand-written) overrides it (docs/training_path.md).
-enum class SeAPathKind { kHandWritten, kGeneric };
+/// MLIP_SE_E2_A_PATH=generic, fused or hand-written overrides it (docs/training_path.md).
+enum class SeAPathKind { kHandWritten, kGeneric, kFused };
 SeAPathKind se_e2_a_path_kind(torch::Device device);
 
 }  // namespace mlip::models
