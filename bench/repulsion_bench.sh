@@ -33,14 +33,12 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS="$THREADS"
 
+# shellcheck source=bench/repulsion_input.sh
+source "$ROOT/bench/repulsion_input.sh"
+
 # input <example yaml> <steps> <with|without> <output yaml>
 input() {
-  local repulsion=""
-  [ "$3" = with ] && repulsion="\\n  pair_repulsion: {type: zbl, inner: 0.5, outer: 1.0}"
-  sed -e "s/^  type_map: \[O, H\]$/  type_map: [O, H]$repulsion/" -e "s/^  numb_steps: .*/  numb_steps: $2/" \
-      -e "s/^  save_freq: .*/  save_freq: $2/" -e "s/^  disp_freq: .*/  disp_freq: $2/" \
-      -e "s/batch_size: auto/batch_size: 1/" -e "s#systems: \[data/#systems: [$EX/data/#" "$EX/$1" > "$4"
-  if [ "$3" = with ]; then grep -q "pair_repulsion" "$4"; fi
+  repulsion_input "$EX" "$1" "$2" "$3" "$4" -e "s/^  disp_freq: .*/  disp_freq: $2/" -e "s/batch_size: auto/batch_size: 1/"
 }
 
 # train <name> <example yaml> <with|without>: "median_ms_per_step ms_per_frame_made"

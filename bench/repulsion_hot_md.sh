@@ -30,12 +30,10 @@ if [ -n "$KEEP" ]; then WORK="$KEEP"; mkdir -p "$WORK"; else WORK="$(mktemp -d)"
 export OMP_NUM_THREADS="$THREADS"
 STEPS=$(awk -v ps="$PS" 'BEGIN { printf "%d", ps * 4000 }')
 
+# shellcheck source=bench/repulsion_input.sh
+source "$ROOT/bench/repulsion_input.sh"
 for r in without with; do
-  repulsion=""
-  [ "$r" = with ] && repulsion="\\n  pair_repulsion: {type: zbl, inner: 0.5, outer: 1.0}"
-  sed -e "s/^  type_map: \[O, H\]$/  type_map: [O, H]$repulsion/" -e "s/^  numb_steps: .*/  numb_steps: $TRAIN_STEPS/" \
-      -e "s/^  save_freq: .*/  save_freq: $TRAIN_STEPS/" -e "s#systems: \[data/#systems: [$EX/data/#" \
-      "$EX/quick.yaml" > "$WORK/$r.yaml"
+  repulsion_input "$EX" quick.yaml "$TRAIN_STEPS" "$r" "$WORK/$r.yaml"
   if [ ! -f "$WORK/$r.pt" ]; then
     "$MLIP" train "$WORK/$r.yaml" -o "$WORK/train-$r" > "$WORK/train-$r.log" 2>&1 || { tail "$WORK/train-$r.log"; exit 1; }
     "$MLIP" freeze -c "$WORK/train-$r" -o "$WORK/$r.pt" > /dev/null

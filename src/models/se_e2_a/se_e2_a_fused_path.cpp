@@ -40,9 +40,10 @@ SeAFusedPath::SeAFusedPath(const SeAConfig& config, torch::jit::Module module)
 
 SeAFusedPath::NetCall SeAFusedPath::call_net(int64_t net, const torch::Tensor& inputs, std::vector<int64_t> shape,
                                              bool training) {
-  const EmbeddingOutputs out = fused_embedding(inputs, EmbeddingNetParameters::of_se_e2_a(module_, config_, net));
+  EmbeddingNetParameters parameters = EmbeddingNetParameters::of_se_e2_a(module_, config_, net);
+  const EmbeddingOutputs out = fused_embedding(inputs, parameters);
   shape.push_back(config_.neuron.back());
-  NetCall call{net, inputs, out.value.view(shape).detach().requires_grad_(true),
+  NetCall call{std::move(parameters), inputs, out.value.view(shape).detach().requires_grad_(true),
                out.slope.view(shape).detach().requires_grad_(training)};
   calls_.push_back(call);
   return call;
@@ -163,7 +164,7 @@ void SeAFusedPath::backward(const torch::Tensor& grad_energy, const torch::Tenso
     const torch::Tensor value_bar = call.value.grad(), slope_bar = call.slope.grad();
     if (!value_bar.defined() && !slope_bar.defined()) continue;
     const auto zeros = torch::zeros({call.inputs.size(0), m}, call.inputs.options());
-    const EmbeddingNetParameters params = EmbeddingNetParameters::of_se_e2_a(module_, config_, call.net);
+    const EmbeddingNetParameters& params = call.parameters;
     const EmbeddingGradients grads =
         fused_embedding_adjoint(call.inputs, params, value_bar.defined() ? value_bar.reshape({-1, m}) : zeros,
                                 slope_bar.defined() ? slope_bar.reshape({-1, m}) : zeros);

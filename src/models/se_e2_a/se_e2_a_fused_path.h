@@ -41,10 +41,10 @@ class SeAFusedPath {
  private:
   /// One call of an embedding net in the last forward: its inputs and its outputs as leaves.
   struct NetCall {
-    int64_t net = 0;
-    torch::Tensor inputs;  ///< [q] the s of each slot (no graph)
-    torch::Tensor value;   ///< G, a leaf [.., M]
-    torch::Tensor slope;   ///< dG/ds, a leaf of the same shape
+    EmbeddingNetParameters parameters;  ///< the net's, shared with the module
+    torch::Tensor inputs;               ///< [q] the s of each slot (no graph)
+    torch::Tensor value;                ///< G, a leaf [.., M]
+    torch::Tensor slope;                ///< dG/ds, a leaf of the same shape
   };
   /// G and dG/ds of `inputs` through net `net`, as leaves of shape `shape` + [M] (dG/ds a leaf
   /// that needs a gradient only with `training`), recorded in calls_ for backward().
