@@ -23,7 +23,7 @@
 # usage: bench/gpu_bench.sh [--build-dir DIR] [--device cuda|cpu] [--cpu-rows none|b1|all]
 #          [--models se_e2_a,equivariant] [--precisions float32,float64] [--batches 1,4,16]
 #          [--dist-batches 1,4] [--no-dist] [--cuda-graphs "false true"] [--se-paths "generic fused"]
-#          [--steps N] [--quick]
+#          [--steps N] [--quick] [--count-ops]
 #          [--python PY] [--torchrun PATH]
 #          [--run-timeout S] [--out FILE.md] [--logs DIR]
 #   --steps N      timed steps per run (default 200), after a warm-up of the first epoch (every
@@ -31,6 +31,10 @@
 #   --quick        a smoke test: 6 timed steps after 2 (for --device cpu here)
 #   --logs DIR     keep every run's input, log and step times there
 #   --run-timeout  seconds allowed per run (default 180)
+#   --count-ops    also count each step's LibTorch operator calls, autograd nodes and device reads
+#                  (`mlip train --count-ops`; the notes give their medians): what a GPU step launches from the
+#                  host, the same on any machine, so the CPU measures it; counting slows each call
+#                  a little, so take times from runs without it
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR=""
@@ -48,6 +52,7 @@ QUICK=0
 PY=""
 TORCHRUN=""
 RUN_TIMEOUT=180
+COUNT_OPS=0
 OUTFILE=""
 LOGS=""
 while [ $# -gt 0 ]; do
@@ -67,6 +72,7 @@ while [ $# -gt 0 ]; do
     --python) PY="$2"; shift 2 ;;
     --torchrun) TORCHRUN="$2"; shift 2 ;;
     --run-timeout) RUN_TIMEOUT="$2"; shift 2 ;;
+    --count-ops) COUNT_OPS=1; shift ;;
     --out) OUTFILE="$2"; shift 2 ;;
     --logs) LOGS="$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -143,6 +149,7 @@ run_case() {
     POLLER=$!
   fi
   local cmd=("$MLIP" train "$dir/input.yaml" -o "$dir/run" --step-times "$dir/times" --device "$dev")
+  [ "$COUNT_OPS" = 1 ] && cmd+=(--count-ops)
   if [ "$backend" != "-" ]; then
     local port=$(( 29500 + RANDOM % 2000 ))
     cmd=("$TORCHRUN" --nproc-per-node="$ranks" --master-port="$port" --no-python "${cmd[@]}"
@@ -190,8 +197,15 @@ run_case() {
     med="$(pick $(( cnt / 2 + 1 )))"; p10="$(pick $(( cnt / 10 + 1 )))"; p90="$(pick $(( cnt * 9 / 10 + 1 )))"
     fps=$(awk -v m="$med" -v f="$per_step" 'BEGIN { printf "%.0f", f * 1000 / m }')
     start="$(grep -m1 -oE 'first step done [0-9.]+ s' "$dir/log" | grep -oE '[0-9.]+' || echo '?')"
+    local counts=""
+    if [ "$COUNT_OPS" = 1 ]; then
+      median_of() {
+        awk -v w="$warm" -v c="$1" '!/^#/ && $1 > w { print $c }' "$dir/times" | sort -g | sed -n "$(( cnt / 2 + 1 ))p"
+      }
+      counts="operators/step $(median_of 4), autograd nodes $(median_of 5), device reads $(median_of 6); "
+    fi
     add_row "$(printf '| %s | %.2f | %.2f-%.2f | %s | %s | %s | %s | %s%s |' "$label" "$med" "$p10" "$p90" "$fps" \
-      "$cnt" "$start" "$peak" "${note:+backend: $note; }" "threads/rank $threads, wall ${wall} s")"
+      "$cnt" "$start" "$peak" "${note:+backend: $note; }$counts" "threads/rank $threads, wall ${wall} s")"
   fi
   if [ -n "$LOGS" ]; then mkdir -p "$LOGS/$tag"; cp "$dir/input.yaml" "$dir/log" "$LOGS/$tag/"; [ -f "$dir/times" ] && cp "$dir/times" "$LOGS/$tag/"; fi
   rm -rf "$dir/run"

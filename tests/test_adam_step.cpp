@@ -1,6 +1,7 @@
 #include "train/adam_step.h"
 
 #include "compat/libtorch.h"
+#include "train/operation_counter.h"
 
 #include <gtest/gtest.h>
 
@@ -88,6 +89,29 @@ TYPED_TEST(AdamStep, TensorOperationsEqualTheFusedLoopWithTheAverage) {
   EXPECT_GT((ema_b.averages()[0] - fresh[0]).abs().max().item<double>(), 1e-4);
 }
 
+
+TYPED_TEST(AdamStep, TensorOperationsAreAFewForAWholeGroup) {
+  // A GPU's update launches the same operations for 4 parameters as for 40 (multi-tensor
+  // operations), with weight decay and the moving average.
+  const auto dtype = std::is_same_v<TypeParam, float> ? torch::kFloat32 : torch::kFloat64;
+  int64_t operators[2] = {0, 0};
+  for (int copies : {1, 10}) {
+    std::vector<torch::Tensor> ps;
+    for (int c = 0; c < copies; ++c)
+      for (auto& p : make_params(dtype)) ps.push_back(p);
+    torch::optim::Adam adam(ps, torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
+    mlip::train::Ema ema(ps, 0.9);
+    set_grads(ps, 0);
+    mlip::train::adam_step(adam, &ema, true);  // the first step makes the state
+    set_grads(ps, 1);
+    mlip::train::OperationCounter counter;
+    mlip::train::adam_step(adam, &ema, true);
+    operators[copies == 1 ? 0 : 1] = counter.counts().operators;
+  }
+  EXPECT_GT(operators[0], 0);
+  EXPECT_LE(operators[0], 12);
+  EXPECT_EQ(operators[1], operators[0]);
+}
 
 TYPED_TEST(AdamStep, TwoHalvesWithScalarsInATensorEqualTheStep) {
   // The replayable form (advance_adam on the host, adam_update_from reading one scalar tensor

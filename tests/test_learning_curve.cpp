@@ -73,4 +73,14 @@ TEST(LearningCurve, StepTimesNumberTheStepsAfterTheStart) {
   EXPECT_EQ(text.substr(text.find('\n') + 1), "11 1.500000 0.250000\n12 2.000000 0.000000\n");
 }
 
+TEST(LearningCurve, StepTimesWithCountsAddTwoColumns) {
+  TempDir dir;
+  const std::string path = dir / "times.txt";
+  train::write_step_times(path, 0,
+                          {{1.5, 0.25, train::OperationCounts{812, 97, 0}}, {2.0, 0.0, train::OperationCounts{790, 95, 2}}});
+  const std::string text = read(path);
+  EXPECT_NE(text.substr(0, text.find('\n')).find("operators"), std::string::npos) << text;
+  EXPECT_EQ(text.substr(text.find('\n') + 1), "1 1.500000 0.250000 812 97 0\n2 2.000000 0.000000 790 95 2\n");
+}
+
 }  // namespace

@@ -106,6 +106,72 @@ TEST_F(TrainTest, SeedMakesRunsReproducibleAndLcurveHasTheSpecifiedShape) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "temporary file left: " << e.path();
 }
 
+/// The columns of each data line of a --step-times file.
+std::vector<std::vector<double>> step_time_rows(const std::string& text) {
+  std::vector<std::vector<double>> rows;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    rows.emplace_back();
+    for (double v; ls >> v;) rows.back().push_back(v);
+  }
+  return rows;
+}
+
+TEST_F(TrainTest, CountOpsWritesEachStepsOperatorCallsAndAutogradNodes) {
+  // Without workers every frame is made before the first step, so the counts are the steps'
+  // alone and the same in two runs (the sampler is seeded).
+  write_text(dir_ / "input.yaml", input_yaml(6, "  data_workers: 0\n"));
+  auto plain = mlip("train input.yaml -o plain --step-times plain.txt");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  for (const auto& row : step_time_rows(read("plain.txt"))) EXPECT_EQ(row.size(), 3u);
+  std::vector<std::vector<double>> runs[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string name = "counted" + std::to_string(k);
+    auto r = mlip("train input.yaml -o " + name + " --step-times " + name + ".txt --count-ops");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(read(name + ".txt").find("operators"), std::string::npos);
+    runs[k] = step_time_rows(read(name + ".txt"));
+  }
+  ASSERT_EQ(runs[0].size(), 6u);
+  ASSERT_EQ(runs[1].size(), 6u);
+  for (size_t s = 0; s < 6; ++s) {
+    ASSERT_EQ(runs[0][s].size(), 6u);
+    EXPECT_EQ(runs[0][s][0], double(s + 1));
+    // A forward, a backward and Adam: hundreds of operator calls, tens of autograd nodes.
+    EXPECT_GT(runs[0][s][3], 100) << "step " << s + 1;
+    EXPECT_GT(runs[0][s][4], 10) << "step " << s + 1;
+    EXPECT_GT(runs[0][s][3], runs[0][s][4]) << "step " << s + 1;
+    EXPECT_GE(runs[0][s][5], 0) << "step " << s + 1;
+    for (size_t c = 3; c < 6; ++c) EXPECT_EQ(runs[0][s][c], runs[1][s][c]) << "step " << s + 1 << " column " << c;
+  }
+  // The weights do not depend on counting.
+  const auto pa = parameters_of(dir_ / "plain/model.ckpt-6.pt"), pb = parameters_of(dir_ / "counted0/model.ckpt-6.pt");
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t k = 0; k < pa.size(); ++k) EXPECT_TRUE(torch::equal(pa[k], pb[k])) << "parameter " << k;
+  // Reads from the device: on the CPU the non-finite guard reads each step's loss (one); the
+  // device-generic path (a GPU's) reads nothing else, and the step from static buffers (what a
+  // CUDA graph captures) reads nothing at all (docs/device.md "Static shapes").
+  for (const auto& [name, reads] : std::vector<std::pair<std::string, double>>{{"generic", 1}, {"static", 0}}) {
+    SCOPED_TRACE(name);
+    write_text(dir_ / (name + ".yaml"), input_yaml(4, std::string("  data_workers: 0\n") +
+                                                          (name == "static" ? "  cuda_graphs: true\n" : "")));
+    auto r = run_command("cd " + dir_.path() + " && MLIP_SE_E2_A_PATH=generic " + kMlip + " train " + name +
+                         ".yaml -o " + name + " --step-times " + name + ".txt --count-ops");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const auto rows = step_time_rows(read(name + ".txt"));
+    ASSERT_EQ(rows.size(), 4u);
+    for (const auto& row : rows) {
+      ASSERT_EQ(row.size(), 6u);
+      EXPECT_EQ(row[5], reads) << "step " << row[0];
+    }
+  }
+  auto alone = mlip("train input.yaml -o alone --count-ops");
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("--count-ops needs --step-times <file>"), std::string::npos) << alone.err;
+}
+
 TEST_F(TrainTest, RestartContinuesExactly) {
   // 200 steps in one run equal 100 steps + --restart + 100 steps: weights and lcurve lines.
   const std::string text = std::regex_replace(input_yaml(200), std::regex("max_ckpt_keep: 2"), "max_ckpt_keep: 100");

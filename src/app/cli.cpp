@@ -186,6 +186,9 @@ const char* kTrainUsage =
     "                       (docs/training.md \"Fine-tuning\")\n"
     "  -o, --output <dir>   folder for lcurve.out and checkpoints (default: .)\n"
     "  --step-times <file>  write the wall time of every step (ms) there, and the part spent making frames\n"
+    "  --count-ops          with --step-times: also each step's LibTorch operator calls, autograd\n"
+    "                       nodes and device reads (what a GPU step asks of the host; counting\n"
+    "                       slows the step a little)\n"
     "  --device <d>         auto, cpu, cuda or cuda:K (default: training.device, else auto:\n"
     "                       CUDA when this build and the machine have it; one GPU per rank)\n"
     "  -h, --help           show this help\n"
@@ -445,6 +448,7 @@ bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& 
   line.add_value("--finetune", out.options.finetune);
   line.add_value("-o,--output", out.options.output_dir);
   line.add_value("--step-times", out.options.step_times);
+  line.add_flag("--count-ops", out.options.count_ops);
   line.add_value("--device", out.options.device);
   line.add_value("--distributed", out.distributed, one_of({"auto", "on", "off"}, "auto, on or off"));
   line.add_value("--backend", out.comm_options.backend,
@@ -456,6 +460,8 @@ bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& 
   line.add_parsed("--committee-jobs", out.committee.jobs, positive_integer_problem);
   if (!line.read(args)) return false;
   if (out.input.empty()) throw line.error("train: an input file is required");
+  if (out.options.count_ops && out.options.step_times.empty())
+    throw line.error("train: --count-ops needs --step-times <file> (the counts are written there)");
   if (!out.options.restart.empty() && !out.options.init_model.empty())
     throw line.error("train: --restart and --init-model exclude each other");
   if (!out.options.finetune.empty() && (!out.options.restart.empty() || !out.options.init_model.empty()))

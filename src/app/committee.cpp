@@ -182,6 +182,7 @@ std::vector<std::string> member_arguments(const CommitteeLaunch& launch, int mem
   pass("--init-model", options.init_model);
   pass("--finetune", options.finetune);
   pass("--step-times", options.step_times);
+  if (options.count_ops) args.push_back("--count-ops");
   pass("--device", options.device);
   pass("--distributed", "off");
   return args;

@@ -52,15 +52,29 @@ void update(Real* p, const Real* g, Real* m, Real* v, int64_t n, double beta1, d
   });
 }
 
-/// The update of `update` above as tensor operations, for any device.
-void update_with_tensor_ops(at::Tensor p, const at::Tensor& grad, at::Tensor m, at::Tensor v, double beta1,
-                            double beta2, double weight_decay, double step_size, double inv_sqrt_bc2, double eps,
-                            at::Tensor avg, double avg_weight) {
-  const at::Tensor g = weight_decay != 0 ? grad + weight_decay * p : grad;
-  m.mul_(beta1).add_(g, 1 - beta1);
-  v.mul_(beta2).addcmul_(g, g, 1 - beta2);
-  p.addcdiv_(m, v.sqrt().mul_(inv_sqrt_bc2).add_(eps), -step_size);
-  if (avg.defined()) avg.add_(p - avg, avg_weight);
+/// The update of `update` above as tensor operations, for any device, of all the parameters of
+/// one group at once (LibTorch's multi-tensor operations: on a GPU one launch per operation for
+/// the whole list, not one per parameter). Per parameter k: step_size[k] = lr / (1 - beta1^t),
+/// inv_sqrt_bc2[k] = 1 / sqrt(1 - beta2^t) with its own step count t; `avgs` empty without a
+/// moving average.
+struct TensorOpsGroup {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, avgs;
+  std::vector<at::Scalar> neg_step_sizes, inv_sqrt_bc2s;
+};
+
+void update_with_tensor_ops(const TensorOpsGroup& u, double beta1, double beta2, double weight_decay, double eps,
+                            double avg_weight) {
+  if (u.params.empty()) return;
+  const std::vector<at::Tensor> g = weight_decay != 0 ? at::_foreach_add(u.grads, u.params, weight_decay) : u.grads;
+  at::_foreach_mul_(u.exp_avgs, beta1);
+  at::_foreach_add_(u.exp_avgs, g, 1 - beta1);
+  at::_foreach_mul_(u.exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(u.exp_avg_sqs, g, g, 1 - beta2);
+  const std::vector<at::Tensor> denominator = at::_foreach_sqrt(u.exp_avg_sqs);
+  at::_foreach_mul_(denominator, u.inv_sqrt_bc2s);
+  at::_foreach_add_(denominator, eps);
+  at::_foreach_addcdiv_(u.params, u.exp_avgs, denominator, u.neg_step_sizes);
+  if (!u.avgs.empty()) at::_foreach_add_(u.avgs, at::_foreach_sub(u.params, u.avgs), avg_weight);
 }
 
 /// The index in `ema` of each of the optimiser's parameters, in their order (checked up front,
@@ -168,6 +182,7 @@ void adam_step(torch::optim::Adam& optimizer, Ema* ema, bool tensor_ops) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     if (o.amsgrad()) throw Error("adam_step: amsgrad is not supported");
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    TensorOpsGroup listed;  // the group's parameters that take the tensor operations
     for (auto& p : group.params()) {
       const size_t k = index++;
       if (!p.grad().defined()) {  // Adam leaves it; its average still moves towards it
@@ -178,23 +193,30 @@ void adam_step(torch::optim::Adam& optimizer, Ema* ema, bool tensor_ops) {
       auto& st = state_of(optimizer, p);
       st.step(st.step() + 1);
       const double bc1 = 1 - std::pow(beta1, double(st.step())), bc2 = 1 - std::pow(beta2, double(st.step()));
-      const at::Tensor grad = p.grad().contiguous();
+      const at::Tensor grad = p.grad().is_contiguous() ? p.grad() : p.grad().contiguous();
       if (!p.is_contiguous() || !st.exp_avg().is_contiguous() || !st.exp_avg_sq().is_contiguous())
         throw Error("adam_step: parameters and their state must be contiguous");
-      if (tensor_ops || !p.device().is_cpu())
-        update_with_tensor_ops(p.detach(), grad, st.exp_avg(), st.exp_avg_sq(), beta1, beta2, o.weight_decay(),
-                               o.lr() / bc1, 1 / std::sqrt(bc2), o.eps(), avg, avg_weight);
-      else if (p.scalar_type() == at::kDouble)
+      if (tensor_ops || !p.device().is_cpu()) {
+        listed.params.push_back(p);
+        listed.grads.push_back(grad);
+        listed.exp_avgs.push_back(st.exp_avg());
+        listed.exp_avg_sqs.push_back(st.exp_avg_sq());
+        if (avg.defined()) listed.avgs.push_back(avg);
+        listed.neg_step_sizes.emplace_back(-o.lr() / bc1);
+        listed.inv_sqrt_bc2s.emplace_back(1 / std::sqrt(bc2));
+      } else if (p.scalar_type() == at::kDouble) {
         update<double>(p.data_ptr<double>(), grad.data_ptr<double>(), st.exp_avg().data_ptr<double>(),
                        st.exp_avg_sq().data_ptr<double>(), p.numel(), beta1, beta2, o.weight_decay(), o.lr() / bc1,
                        1 / std::sqrt(bc2), o.eps(), avg.defined() ? avg.data_ptr<double>() : nullptr, avg_weight);
-      else if (p.scalar_type() == at::kFloat)
+      } else if (p.scalar_type() == at::kFloat) {
         update<float>(p.data_ptr<float>(), grad.data_ptr<float>(), st.exp_avg().data_ptr<float>(),
                       st.exp_avg_sq().data_ptr<float>(), p.numel(), beta1, beta2, o.weight_decay(), o.lr() / bc1,
                       1 / std::sqrt(bc2), o.eps(), avg.defined() ? avg.data_ptr<float>() : nullptr, avg_weight);
-      else
+      } else {
         throw Error("adam_step: float32 or float64 parameters expected");
+      }
     }
+    update_with_tensor_ops(listed, beta1, beta2, o.weight_decay(), o.eps(), avg_weight);
   }
   if (ema != nullptr) ema->advance();
 }

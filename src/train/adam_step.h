@@ -16,8 +16,9 @@ namespace mlip::train {
 /// With `ema`, the moving average's update (Ema::update) is fused into the same pass: `ema`
 /// must average exactly the optimiser's parameters.
 ///
-/// Parameters outside host memory (a GPU) take the same update as LibTorch tensor operations;
-/// `tensor_ops` makes host parameters take that path too (tests compare the two).
+/// Parameters outside host memory (a GPU) take the same update as LibTorch's multi-tensor
+/// operations (at::_foreach_*: about ten launches for a whole parameter group, not ten per
+/// parameter); `tensor_ops` makes host parameters take that path too (tests compare the two).
 void adam_step(torch::optim::Adam& optimizer, Ema* ema = nullptr, bool tensor_ops = false);
 
 /// adam_step in two halves, for a step that a CUDA graph replays (docs/device.md "Static

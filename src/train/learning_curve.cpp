@@ -82,12 +82,23 @@ std::string lcurve_up_to(const std::string& text, int64_t step) {
 }
 
 void write_step_times(const std::string& path, int64_t steps_before, const std::vector<StepTime>& times) {
+  const bool counted = !times.empty() && times[0].operations.has_value();
   std::string text =
       "# step ms (forward, backward and update of each step) making_ms (of which making frames: reading them and "
-      "the model's per-frame input, docs/data.md)\n";
-  for (size_t k = 0; k < times.size(); ++k)
+      "the model's per-frame input, docs/data.md)";
+  text += counted ? " operators (LibTorch operator calls of the step) autograd_nodes (run by its backward passes) "
+                    "device_reads (calls a GPU's host waits for; train/operation_counter.h)\n"
+                  : "\n";
+  for (size_t k = 0; k < times.size(); ++k) {
     text += std::to_string(steps_before + int64_t(k) + 1) + " " + std::to_string(times[k].step_ms) + " " +
-            std::to_string(times[k].making_ms) + "\n";
+            std::to_string(times[k].making_ms);
+    if (counted) {
+      const OperationCounts n = times[k].operations.value_or(OperationCounts{-1, -1, -1});
+      text += " " + std::to_string(n.operators) + " " + std::to_string(n.autograd_nodes) + " " +
+              std::to_string(n.device_reads);
+    }
+    text += "\n";
+  }
   write_file_atomically(path, text, "the step times", SpecialTarget::kStream);  // a FIFO: streamed
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "archive/output_file.h"
+#include "train/operation_counter.h"
 
 namespace mlip::train {
 
@@ -61,10 +62,14 @@ std::string lcurve_up_to(const std::string& text, int64_t step);
 struct StepTime {
   double step_ms = 0;    ///< forward, backward and update of the step, ms
   double making_ms = 0;  ///< of which making frames (reading them and the model's per-frame input), ms
+  /// What the step asked of LibTorch (`--count-ops`; absent without it).
+  std::optional<OperationCounts> operations;
 };
 
 /// Writes the `--step-times` file at `path` (a regular file, or a FIFO streamed into): a comment
-/// line, then "step step_ms making_ms" per step, the first being step `steps_before + 1`.
+/// line, then "step step_ms making_ms" per step, the first being step `steps_before + 1`, and
+/// "operators autograd_nodes device_reads" after them when the first step's were counted
+/// (`--count-ops`).
 void write_step_times(const std::string& path, int64_t steps_before, const std::vector<StepTime>& times);
 
 }  // namespace mlip::train

@@ -37,6 +37,7 @@
 #include "train/frame_store.h"
 #include "train/learning_curve.h"
 #include "train/non_finite_guard.h"
+#include "train/operation_counter.h"
 #include "train/rank_agreement.h"
 #include "train/sampler.h"
 #include "train/static_step.h"
@@ -135,6 +136,7 @@ struct LoopProgress {
   double last_loss = 0;        ///< the training loss last shown (square root of the mean per frame)
   int64_t waited_steps = 0;    ///< steps that waited for frames (made by the training thread or not ready)
   std::vector<StepTime> step_times;  ///< each step's wall time (only with --step-times)
+  std::unique_ptr<OperationCounter> operations;  ///< counts each step's operator calls (only with --count-ops)
 };
 
 /// The CPUs this process may run on (its affinity mask, which taskset and Slurm set); 0 when it
@@ -934,6 +936,7 @@ LoopProgress Trainer::start_loop() {
   LoopProgress progress;
   progress.tty = root() && ::isatty(STDOUT_FILENO);
   progress.start = std::chrono::steady_clock::now();
+  if (options_.count_ops) progress.operations = std::make_unique<OperationCounter>();
   reduces_before_ = comm_->all_reduces();
   ahead_ = std::make_unique<SystemSampler>(*sampler_);
   batches_ahead_ = 0;
@@ -955,14 +958,19 @@ bool Trainer::train_step(int64_t step, double lr, const Prefactors& pref, ErrorS
   bool stop = g_interrupted;
   const auto step_start = std::chrono::steady_clock::now();
   const double making_before = store_->make_time().seconds;
+  const OperationCounter* ops = progress.operations.get();
+  const OperationCounts counts_before = ops ? ops->counts() : OperationCounts{};
   if (static_step_) run_static_step(step, pref, batch, trn, progress);
   else stop = run_eager_step(step, pref, batch, trn, progress, stop);
   step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   if (!options_.step_times.empty()) {
+    // Counted before trn.host(), whose copy to the host is the step time's, not the step's.
+    std::optional<OperationCounts> counts;
+    if (ops) counts = ops->counts() - counts_before;
     if (!device_.is_cpu()) trn.host();  // the step's time includes the device's work
     progress.step_times.push_back(
         {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count(),
-         1e3 * (store_->make_time().seconds - making_before)});
+         1e3 * (store_->make_time().seconds - making_before), counts});
   }
   return stop;
 }
@@ -970,9 +978,11 @@ bool Trainer::train_step(int64_t step, double lr, const Prefactors& pref, ErrorS
 bool Trainer::run_eager_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
                              LoopProgress& progress, bool stop) {
   // Zeroed in place (the gradients may be views of SimpleDDP's flat buffer, which LibTorch's
-  // zero_grad cannot detach).
+  // zero_grad cannot detach), all in one multi-tensor operation (one launch on a GPU).
+  std::vector<torch::Tensor> grads;
   for (auto& p : params_)
-    if (p.grad().defined()) p.mutable_grad().zero_();
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty()) at::_foreach_zero_(grads);
   const int64_t waits_before = store_->waits();
   evaluate(train_set_, batch.system, sampler_->shard(batch, comm_->rank()), pref, true, trn);
   if (store_->waits() > waits_before) ++progress.waited_steps;

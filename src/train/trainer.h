@@ -22,6 +22,9 @@ struct TrainOptions {
   std::string output_dir = ".";
   /// When set, the wall time of every step (forward, backward, update; ms) is written there.
   std::string step_times;
+  /// `--count-ops`: the step times also count each step's LibTorch operator calls and autograd
+  /// nodes (train/operation_counter.h); needs step_times.
+  bool count_ops = false;
   /// `--device`: "auto", "cpu", "cuda" or "cuda:K"; empty: training.device decides
   /// (train/device.h).
   std::string device;

@@ -16,7 +16,11 @@ SeAGenericPath::SeAGenericPath(const SeAConfig& config, torch::jit::Module modul
 SeAGenericPath::~SeAGenericPath() = default;
 
 SeAEvaluator::Output SeAGenericPath::forward(const PackedEnv& batch, const std::vector<int>& types, bool training) {
-  return forward_dense(dense(batch, types), training);
+  // With each type's atoms given, the model reads nothing back from the device (it would
+  // otherwise find them, and the slots in use, with nonzero and item(): six stops of the host on
+  // a GPU for the water example); the nets then also run on the empty slots, as in the static
+  // step.
+  return forward_dense(dense_with_types(batch, types), training);
 }
 
 std::vector<torch::Tensor> SeAGenericPath::dense(const PackedEnv& batch, const std::vector<int>& types) {

@@ -30,7 +30,8 @@ class SeAGenericPath {
 
   /// Energies [B] float64, forces [B, N, 3] and virials [B, 3, 3] of a batch whose tensors
   /// (rows, slots) live on the module's device. With `training`, keeps the graph that
-  /// backward() differentiates (create_graph); without, keeps nothing.
+  /// backward() differentiates (create_graph); without, keeps nothing. Reads nothing back from
+  /// the device (forward_dense of dense_with_types).
   SeAEvaluator::Output forward(const PackedEnv& batch, const std::vector<int>& types, bool training = true);
 
   /// The batch as the dense tensors `energy_force_env` reads, on the module's device: rij [B, N,
