@@ -32,9 +32,10 @@
 #   --logs DIR     keep every run's input, log and step times there
 #   --run-timeout  seconds allowed per run (default 180)
 #   --count-ops    also count each step's LibTorch operator calls, autograd nodes and device reads
-#                  (`mlip train --count-ops`; the notes give their medians): what a GPU step launches from the
-#                  host, the same on any machine, so the CPU measures it; counting slows each call
-#                  a little, so take times from runs without it
+#                  (`mlip train --count-ops`; the notes give their medians): what a GPU step asks
+#                  of the host; where the CPU runs a GPU's code (se_e2_a's device-generic path)
+#                  the same there, so the CPU measures it (docs/device.md "What a step asks of the
+#                  host"); counting slows each call a little, so take times from runs without it
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR=""
