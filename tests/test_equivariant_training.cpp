@@ -9,6 +9,7 @@
 
 #include "data/system.h"
 #include "models/equivariant/equivariant_model.h"
+#include "models/kernels/host_tensor.h"
 #include "models/pair_list.h"
 #include "data/neighbor_list.h"
 #include "test_util.h"
@@ -305,6 +306,88 @@ TYPED_TEST(EquivariantTrainingPath, PaddedToBucketsEqualsUnpadded) {
       }
     }
   }
+}
+
+/// Turns the host kernels off for its lifetime (models/kernels/host_tensor.h).
+struct HostKernelsOff {
+  HostKernelsOff() { mlip::models::set_host_kernels(false); }
+  ~HostKernelsOff() { mlip::models::set_host_kernels(true); }
+};
+
+TYPED_TEST(EquivariantTrainingPath, WithoutHostKernelsEqualsTheHostKernels) {
+  // The LibTorch operations a GPU runs (every custom node's generic form, the geometry by
+  // autograd), on the CPU, against the CPU's hand-written loops: energies, forces, virials and
+  // every parameter gradient of a batch of three frames and of one.
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  const std::string precision = is_double ? "float64" : "float32";
+  const double tol = is_double ? 1e-10 : 2e-5;
+  for (const Case& k : {Case{true, true, 1, 1, true, 5.0}, Case{true, true, 1, 3, true, 4.0},
+                        Case{false, true, 2, 2, false, 5.0}}) {
+    SCOPED_TRACE("parity " + std::to_string(k.parity) + ", l_max " + std::to_string(k.l_max) + ", correlation " +
+                 std::to_string(k.correlation));
+    const auto s = settings(precision, k);
+    auto model = mlip::models::create_model(s, mlip::models::ModelContext{});
+    model->module().run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64),
+                               torch::tensor({-93.5, -187.2}, torch::kFloat64));
+    const int64_t natoms = 12, nframes = 3;
+    const FrameSet host_set = frame_set(*model, s, k, natoms, nframes);
+    std::unique_ptr<FrameSet> generic_set;
+    {
+      HostKernelsOff off;
+      generic_set = std::make_unique<FrameSet>(frame_set(*model, s, k, natoms, nframes));
+    }
+    for (const bool whole : {false, true}) {
+      SCOPED_TRACE(whole ? "3 frames" : "1 frame");
+      auto pick = [&](const FrameSet& set) {
+        const auto all = set.all();
+        return whole ? all : std::vector<const mlip::models::FrameInput*>{all[1]};
+      };
+      const int64_t b = whole ? nframes : 1;
+      auto gen = at::detail::createCPUGenerator(31);
+      const auto grad_energy = at::randn({b}, gen, torch::kFloat64);
+      const auto grad_forces = at::randn({b, natoms, 3}, gen, torch::kFloat64);
+      const auto grad_virial = at::randn({b, 3, 3}, gen, torch::kFloat64);
+
+      zero_grads(model->module());
+      const Prediction want = model->predict(host_set.atoms, pick(host_set), true);
+      model->backward(grad_energy, grad_forces, grad_virial);
+      const auto want_grads = parameter_grads(model->module());
+      Prediction got;
+      std::vector<torch::Tensor> got_grads;
+      {
+        HostKernelsOff off;
+        zero_grads(model->module());
+        got = model->predict(generic_set->atoms, pick(*generic_set), true);
+        model->backward(grad_energy, grad_forces, grad_virial);
+        got_grads = parameter_grads(model->module());
+      }
+      EXPECT_LT(relative(got.energy, want.energy), tol) << "energy";
+      EXPECT_LT(relative(got.forces, want.forces), tol) << "forces";
+      EXPECT_LT(relative(got.virial, want.virial), tol) << "virial";
+      EXPECT_GT(want.forces.abs().max().item<double>(), 1e-3);
+      ASSERT_EQ(got_grads.size(), want_grads.size());
+      size_t k_param = 0, moved = 0;
+      for (const auto& p : model->module().named_parameters()) {
+        EXPECT_LT(relative(got_grads[k_param], want_grads[k_param]), tol) << "d loss / d " << p.name;
+        moved += want_grads[k_param].abs().max().item<double>() > 0.0;
+        ++k_param;
+      }
+      EXPECT_GT(2 * moved, want_grads.size()) << "most parameters have a gradient";
+    }
+  }
+}
+
+TEST(HostKernels, TheEnvironmentDecidesUnlessSet) {
+  EXPECT_TRUE(mlip::models::host_kernels_enabled());  // the tests run without MLIP_HOST_KERNELS
+  const auto host = torch::zeros({2}, torch::kFloat64);
+  EXPECT_TRUE(mlip::models::on_host(host));
+  {
+    HostKernelsOff off;
+    EXPECT_FALSE(mlip::models::host_kernels_enabled());
+    EXPECT_FALSE(mlip::models::on_host(host));
+  }
+  EXPECT_TRUE(mlip::models::on_host(host));
+  EXPECT_FALSE(mlip::models::on_host(torch::zeros({2}, torch::kInt64)));
 }
 
 }  // namespace

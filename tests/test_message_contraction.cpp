@@ -6,6 +6,8 @@
 #include "error.h"
 
 #include <gtest/gtest.h>
+
+#include "train/operation_counter.h"
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -194,6 +196,28 @@ TYPED_TEST(MessageContraction, RadialWeightsByPairEqualTheWeightsGatheredToTheEd
 
 // A pair table naming a pair beyond the radial weights' rows is refused with the edge and the
 // value, not read out of bounds.
+// A GPU's kernel makes a table's dense coupling once per dtype and device: the second call of
+// a slot makes fewer operator calls than the first (the coupling's dozen are gone), and the
+// same numbers; another table (other tensors) makes its own.
+TEST(MessageContraction, TheGenericKernelMakesATablesDenseCouplingOnce) {
+  const auto tables = random_tables(7);
+  const auto op = random_operands(torch::kFloat64, 3);
+  auto calls = [&](const ContractionTables& t, torch::Tensor& out) {
+    mlip::train::OperationCounter counter;
+    out = contract_kernel(0, op, t, ContractionKernel::kGeneric);
+    return counter.counts().operators;
+  };
+  torch::Tensor first, second, other;
+  const int64_t first_calls = calls(tables, first), second_calls = calls(tables, second);
+  EXPECT_LE(second_calls + 8, first_calls);
+  EXPECT_TRUE(torch::equal(first, second));
+  ContractionTables copy = tables;
+  copy.terms = tables.terms.clone();
+  copy.coefficients = tables.coefficients.clone();
+  EXPECT_EQ(calls(copy, other), first_calls);
+  EXPECT_TRUE(torch::equal(first, other));
+}
+
 TEST(MessageContraction, APairOutOfRangeIsAnError) {
   ContractionTables t = random_tables(11);
   std::vector<int64_t> pair(kEdges);

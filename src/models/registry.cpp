@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "input/section.h"
 #include "models/inference_registry.h"
 #include "models/repulsion_inference.h"
@@ -112,6 +113,7 @@ MemoryEstimate estimate_training_memory(const ModelSettings& settings, const Bat
 }
 
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context) {
+  host_kernels_enabled();  // a bad MLIP_HOST_KERNELS is said before any work
   const ModelEntry* entry = find_model_type(settings.type);
   if (entry == nullptr) throw Error("model type \"" + settings.type + "\" is not registered");
   return entry->create(settings, context);

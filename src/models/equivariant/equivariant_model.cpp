@@ -15,6 +15,7 @@
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "models/energy_bias.h"
 #include "models/equivariant/edge_forces.h"
 #include "models/equivariant/edge_geometry.h"
@@ -149,7 +150,7 @@ class EquivariantModel final : public Model {
       // own edge_geometry and autograd elsewhere: the training path then never differentiates
       // it (docs/equivariant.md "The training path").
       const int64_t num_harmonics = (settings_.config.l_max + 1) * (settings_.config.l_max + 1);
-      const EdgeGeometry g = out->d.device().is_cpu()
+      const EdgeGeometry g = on_host(out->d)
                                  ? edge_geometry_direct(settings_.config, out->d)
                                  : edge_geometry_by_autograd(module_, out->d, settings_.config.num_bessels, num_harmonics);
       const auto pair_edge = out->pair_edge.to(device_);

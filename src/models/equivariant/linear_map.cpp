@@ -8,6 +8,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "models/kernels/gemm.h"
 
 namespace mlip::models {
@@ -86,7 +87,7 @@ torch::Tensor partial_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
   const int64_t rows = (slot == kInput ? op[kGradient].numel() / o : op[kInput].numel() / i);
   std::vector<int64_t> shape = {i, o};
   if (slot != kMap) shape = (slot == kGradient ? op[kInput] : op[kGradient]).sizes().vec(), shape.back() = slot == kGradient ? o : i;
-  const bool host = w.device().is_cpu() && (w.scalar_type() == torch::kFloat64 || w.scalar_type() == torch::kFloat32);
+  const bool host = on_host(w);
   if (!host || rows == 0) {  // LibTorch's operations (any device; no rows: zeros)
     const auto flat = [](const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); };
     torch::Tensor out;

@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <array>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "models/equivariant/host_coupling.h"
 #include "models/kernels/channel_chunk.h"
 #include "models/kernels/target_clones.h"
@@ -261,6 +264,39 @@ void cpu_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const Contra
   }
 }
 
+/// `t` on `device`, without an operator call when it is there already.
+torch::Tensor on_device(const torch::Tensor& t, const torch::Device& device) {
+  return t.device() == device ? t : t.to(device);
+}
+
+/// The coupling of a table as a dense tensor [H, D, S] in the operands' dtype and on their
+/// device, and each output component's path [S] (int64): made once per table, dtype and device
+/// and kept (a GPU's step would otherwise rebuild them with a dozen small operations per call).
+struct DenseCoupling {
+  torch::Tensor terms, coefficients;  // the table's own tensors (held, so their identity stays theirs)
+  torch::Tensor coupling, path_of;
+};
+
+std::pair<torch::Tensor, torch::Tensor> dense_coupling(const ContractionTables& t, const torch::TensorOptions& opts) {
+  static std::mutex mutex;
+  static std::vector<DenseCoupling> made;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const DenseCoupling& d : made)
+    if (d.terms.is_same(t.terms) && d.coefficients.is_same(t.coefficients) &&
+        d.coupling.scalar_type() == opts.dtype().toScalarType() && d.coupling.device() == opts.device())
+      return {d.coupling, d.path_of};
+  const int64_t H = t.sizes[0], D = t.sizes[1], S = t.sizes[2];
+  const auto idx = on_device(t.terms, opts.device());
+  auto coupling = torch::zeros({H, D, S}, opts);
+  coupling.index_put_({idx.select(1, 0), idx.select(1, 1), idx.select(1, 2)}, t.coefficients.to(opts), true);
+  auto path_of = torch::zeros({S}, idx.options());
+  path_of.index_put_({idx.select(1, 2)}, idx.select(1, 3));
+  constexpr size_t kMostTables = 256;  // a few per model; tests make many models
+  if (made.size() == kMostTables) made.clear();
+  made.push_back({t.terms, t.coefficients, coupling, path_of});
+  return {coupling, path_of};
+}
+
 /// The same with LibTorch operations on any device: the dense coupling G[e] = Σ_m Y[e, m] C[m]
 /// ([E, D, S]) and batched products.
 torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, int64_t f) {
@@ -268,13 +304,11 @@ torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
   const int64_t natoms = t.centre_offsets.size(0) - 1, nedges = t.centre.size(0);
   const auto any = op[slot == kHarmonics ? kRadial : kHarmonics];
   const auto opts = any.options();
-  const auto idx = t.terms.to(any.device());
-  auto coupling = torch::zeros({H, D, S}, opts);
-  coupling.index_put_({idx.select(1, 0), idx.select(1, 1), idx.select(1, 2)}, t.coefficients.to(opts), true);
-  auto path_of = torch::zeros({S}, idx.options());
-  path_of.index_put_({idx.select(1, 2)}, idx.select(1, 3));
-  const auto centre = t.centre.to(any.device()), neighbor = t.neighbor.to(any.device());
-  const torch::Tensor pair = t.pair.defined() ? t.pair.to(any.device()) : torch::Tensor();
+  const std::pair<torch::Tensor, torch::Tensor> made = dense_coupling(t, opts);
+  const torch::Tensor& coupling = made.first;  // [H, D, S]
+  const torch::Tensor& path_of = made.second;  // [S]
+  const auto centre = on_device(t.centre, any.device()), neighbor = on_device(t.neighbor, any.device());
+  const torch::Tensor pair = t.pair.defined() ? on_device(t.pair, any.device()) : torch::Tensor();
   auto dense = [&]() { return op[kHarmonics].matmul(coupling.reshape({H, D * S})).reshape({nedges, D, S}); };
   auto weights = [&]() {  // [E, S, f]
     const torch::Tensor w = op[kRadial].index_select(1, path_of);
@@ -407,7 +441,7 @@ torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& op
   std::vector<torch::Tensor> op(4);
   for (int64_t k = 0; k < 4; ++k)
     if (k != slot) op[size_t(k)] = operands[size_t(k)].contiguous();
-  const bool cpu = some.device().is_cpu();
+  const bool cpu = some.device().is_cpu() && host_kernels_enabled();
   if (kernel == ContractionKernel::kGeneric || !cpu) return generic_kernel(slot, op, tables, f);
   auto out = torch::empty(shape_of(slot, tables, f), some.options());  // every element written
   if (some.scalar_type() == torch::kFloat64)

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "models/equivariant/host_coupling.h"
 #include "models/kernels/channel_chunk.h"
 #include "models/kernels/target_clones.h"
@@ -336,7 +337,8 @@ torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Ten
   torch::Tensor some;
   const auto op = checked_operands(slot, operands, coupling, some);
   const int64_t f = some.size(-1);
-  if (kernel == ProductKernel::kGeneric || !some.device().is_cpu()) return generic_kernel(slot, op, coupling, f);
+  if (kernel == ProductKernel::kGeneric || !some.device().is_cpu() || !host_kernels_enabled())
+    return generic_kernel(slot, op, coupling, f);
   auto out = torch::empty({some.size(0), rows_of(coupling)[size_t(slot)], f}, some.options());
   accumulate_cpu(slot, op, coupling, out, /*overwrite=*/true);
   return out;
@@ -388,7 +390,7 @@ torch::Tensor product_sum_kernel(int64_t operand, const std::vector<torch::Tenso
       if (form->operand[size_t(s)] >= 0 && s != slot) local[size_t(s)] = operands[size_t(form->operand[size_t(s)])];
     torch::Tensor some;
     const auto op = checked_operands(slot, local, form->coupling, some);
-    if (!some.device().is_cpu()) {
+    if (!some.device().is_cpu() || !host_kernels_enabled()) {
       const auto part = generic_kernel(slot, op, form->coupling, some.size(-1));
       out = out.defined() ? out + part : part;
       continue;

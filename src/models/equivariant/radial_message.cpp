@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "error.h"
+#include "models/kernels/host_tensor.h"
 #include "models/equivariant/radial_mlp.h"
 #include "models/kernels/fast_tanh_impl.h"
 #include "models/kernels/gemm.h"
@@ -440,7 +441,7 @@ torch::Tensor radial_message(const torch::Tensor& basis, const std::vector<torch
   if (output.size(1) != paths * f)
     throw Error("radial_message: the MLP's output has " + std::to_string(output.size(1)) + " columns, expected " +
                 std::to_string(paths) + " paths x " + std::to_string(f) + " channels");
-  const bool cpu = x.device().is_cpu() && (x.scalar_type() == torch::kFloat64 || x.scalar_type() == torch::kFloat32);
+  const bool cpu = on_host(x);
   if (!cpu) {  // the same function from the two operators, on any device
     const torch::Tensor w = radial_mlp(basis, hidden, output, hidden_divisors, output_divisor);
     return contract(0, {torch::Tensor(), x, w.reshape({-1, paths, f}), y}, tables);
