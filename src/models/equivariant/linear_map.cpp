@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "models/kernels/host_tensor.h"
+#include "models/kernels/scaled_product.h"
 #include "models/kernels/gemm.h"
 
 namespace mlip::models {
@@ -91,10 +92,10 @@ torch::Tensor partial_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
   if (!host || rows == 0) {  // LibTorch's operations (any device; no rows: zeros)
     const auto flat = [](const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); };
     torch::Tensor out;
-    if (slot == kGradient) out = at::mm(flat(op[kInput]), op[kMap]);
-    else if (slot == kInput) out = at::mm(flat(op[kGradient]), op[kMap].t());
-    else out = at::mm(flat(op[kInput]).t(), flat(op[kGradient]));
-    return (factor == 1.0 ? out : out * factor).view(shape);
+    if (slot == kGradient) out = scaled_product(flat(op[kInput]), op[kMap], factor);
+    else if (slot == kInput) out = scaled_product(flat(op[kGradient]), op[kMap].t(), factor);
+    else out = scaled_product(flat(op[kInput]).t(), flat(op[kGradient]), factor);
+    return out.view(shape);
   }
   std::vector<torch::Tensor> c(3);
   int64_t ldg = o, ldx = i;

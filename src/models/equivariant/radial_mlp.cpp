@@ -6,6 +6,7 @@
 
 #include "error.h"
 #include "models/kernels/host_tensor.h"
+#include "models/kernels/scaled_product.h"
 #include "models/kernels/fast_tanh.h"
 #include "models/kernels/gemm.h"
 
@@ -75,8 +76,7 @@ void product_into(torch::Tensor& out, const torch::Tensor& a, bool ta, const tor
                   double beta) {
   const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1), n = tb ? b.size(0) : b.size(1);
   if (!on_host(a)) {
-    auto p = at::mm(ta ? a.t() : a, tb ? b.t() : b) * alpha;
-    out = out.defined() && beta != 0 ? out * beta + p : p;
+    out = scaled_product(ta ? a.t() : a, tb ? b.t() : b, alpha, out, out.defined() ? beta : 0.0);
     return;
   }
   if (!out.defined()) out = torch::empty({m, n}, a.options()), beta = 0;
