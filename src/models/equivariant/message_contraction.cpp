@@ -279,7 +279,9 @@ struct DenseCoupling {
 
 std::pair<torch::Tensor, torch::Tensor> dense_coupling(const ContractionTables& t, const torch::TensorOptions& opts) {
   static std::mutex mutex;
-  static std::vector<DenseCoupling> made;
+  // Never destroyed: device tensors must not be freed by static destructors after the device's
+  // runtime has gone at exit.
+  static auto& made = *new std::vector<DenseCoupling>();
   const std::lock_guard<std::mutex> lock(mutex);
   for (const DenseCoupling& d : made)
     if (d.terms.is_same(t.terms) && d.coefficients.is_same(t.coefficients) &&

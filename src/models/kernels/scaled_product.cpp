@@ -10,7 +10,7 @@ namespace {
 /// are then not read).
 torch::Tensor zero_of(const torch::TensorOptions& options) {
   static std::mutex mutex;
-  static std::vector<torch::Tensor> made;
+  static auto& made = *new std::vector<torch::Tensor>();  // never destroyed (device tensors at exit)
   const std::lock_guard<std::mutex> lock(mutex);
   for (const torch::Tensor& z : made)
     if (z.scalar_type() == options.dtype().toScalarType() && z.device() == options.device()) return z;
