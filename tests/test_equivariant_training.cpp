@@ -80,6 +80,40 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
+/// A batch's prediction and d loss / d parameter for every parameter, loss = <grad_energy, E> +
+/// <grad_forces, F> + <grad_virial, W>, from zeroed gradients.
+struct Trained {
+  Prediction prediction;
+  std::vector<torch::Tensor> grads;
+};
+
+Trained predict_and_backward(mlip::models::Model& model, const mlip::models::SystemAtoms& atoms,
+                             const std::vector<const mlip::models::FrameInput*>& batch,
+                             const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
+                             const torch::Tensor& grad_virial) {
+  zero_grads(model.module());
+  Trained out;
+  out.prediction = model.predict(atoms, batch, true);
+  model.backward(grad_energy, grad_forces, grad_virial);
+  out.grads = parameter_grads(model.module());
+  return out;
+}
+
+/// Energies, forces, virials and every parameter gradient of `got` within `tol` of `want`
+/// (relative to the largest of each), the forces not all tiny; parameters named from `module`.
+void expect_same_training(const Trained& got, const Trained& want, torch::jit::Module& module, double tol) {
+  EXPECT_LT(relative(got.prediction.energy, want.prediction.energy), tol) << "energy";
+  EXPECT_LT(relative(got.prediction.forces, want.prediction.forces), tol) << "forces";
+  EXPECT_LT(relative(got.prediction.virial, want.prediction.virial), tol) << "virial";
+  EXPECT_GT(want.prediction.forces.abs().max().item<double>(), 1e-3);
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  size_t k = 0;
+  for (const auto& p : module.named_parameters()) {
+    EXPECT_LT(relative(got.grads[k], want.grads[k]), tol) << "d loss / d " << p.name;
+    ++k;
+  }
+}
+
 /// `nframes` frames of the same `natoms` atoms (types and system from the first of them), with
 /// other positions and boxes (so other edge counts), made by `model`.
 struct FrameSet {
@@ -282,28 +316,12 @@ TYPED_TEST(EquivariantTrainingPath, PaddedToBucketsEqualsUnpadded) {
       const auto grad_forces = at::randn({b, natoms, 3}, gen, torch::kFloat64);
       const auto grad_virial = at::randn({b, 3, 3}, gen, torch::kFloat64);
 
-      zero_grads(plain->module());
-      const Prediction want = plain->predict(atoms, batch, true);
-      plain->backward(grad_energy, grad_forces, grad_virial);
-      const auto want_grads = parameter_grads(plain->module());
-      zero_grads(padded->module());
-      const Prediction got = padded->predict(atoms, batch, true);
-      padded->backward(grad_energy, grad_forces, grad_virial);
-      const auto got_grads = parameter_grads(padded->module());
-
-      ASSERT_EQ(got.energy.sizes(), want.energy.sizes());
-      ASSERT_EQ(got.forces.sizes(), want.forces.sizes());
-      ASSERT_EQ(got.virial.sizes(), want.virial.sizes());
-      EXPECT_LT(relative(got.energy, want.energy), tol) << "energy";
-      EXPECT_LT(relative(got.forces, want.forces), tol) << "forces";
-      EXPECT_LT(relative(got.virial, want.virial), tol) << "virial";
-      EXPECT_GT(want.forces.abs().max().item<double>(), 1e-3);
-      ASSERT_EQ(got_grads.size(), want_grads.size());
-      size_t k_param = 0;
-      for (const auto& p : plain->module().named_parameters()) {
-        EXPECT_LT(relative(got_grads[k_param], want_grads[k_param]), tol) << "d loss / d " << p.name;
-        ++k_param;
-      }
+      const Trained want = predict_and_backward(*plain, atoms, batch, grad_energy, grad_forces, grad_virial);
+      const Trained got = predict_and_backward(*padded, atoms, batch, grad_energy, grad_forces, grad_virial);
+      ASSERT_EQ(got.prediction.energy.sizes(), want.prediction.energy.sizes());
+      ASSERT_EQ(got.prediction.forces.sizes(), want.prediction.forces.sizes());
+      ASSERT_EQ(got.prediction.virial.sizes(), want.prediction.virial.sizes());
+      expect_same_training(got, want, plain->module(), tol);
     }
   }
 }
@@ -348,31 +366,18 @@ TYPED_TEST(EquivariantTrainingPath, WithoutHostKernelsEqualsTheHostKernels) {
       const auto grad_forces = at::randn({b, natoms, 3}, gen, torch::kFloat64);
       const auto grad_virial = at::randn({b, 3, 3}, gen, torch::kFloat64);
 
-      zero_grads(model->module());
-      const Prediction want = model->predict(host_set.atoms, pick(host_set), true);
-      model->backward(grad_energy, grad_forces, grad_virial);
-      const auto want_grads = parameter_grads(model->module());
-      Prediction got;
-      std::vector<torch::Tensor> got_grads;
+      const Trained want =
+          predict_and_backward(*model, host_set.atoms, pick(host_set), grad_energy, grad_forces, grad_virial);
+      Trained got;
       {
         HostKernelsOff off;
-        zero_grads(model->module());
-        got = model->predict(generic_set->atoms, pick(*generic_set), true);
-        model->backward(grad_energy, grad_forces, grad_virial);
-        got_grads = parameter_grads(model->module());
+        got = predict_and_backward(*model, generic_set->atoms, pick(*generic_set), grad_energy, grad_forces,
+                                   grad_virial);
       }
-      EXPECT_LT(relative(got.energy, want.energy), tol) << "energy";
-      EXPECT_LT(relative(got.forces, want.forces), tol) << "forces";
-      EXPECT_LT(relative(got.virial, want.virial), tol) << "virial";
-      EXPECT_GT(want.forces.abs().max().item<double>(), 1e-3);
-      ASSERT_EQ(got_grads.size(), want_grads.size());
-      size_t k_param = 0, moved = 0;
-      for (const auto& p : model->module().named_parameters()) {
-        EXPECT_LT(relative(got_grads[k_param], want_grads[k_param]), tol) << "d loss / d " << p.name;
-        moved += want_grads[k_param].abs().max().item<double>() > 0.0;
-        ++k_param;
-      }
-      EXPECT_GT(2 * moved, want_grads.size()) << "most parameters have a gradient";
+      expect_same_training(got, want, model->module(), tol);
+      size_t moved = 0;
+      for (const auto& g : want.grads) moved += g.abs().max().item<double>() > 0.0;
+      EXPECT_GT(2 * moved, want.grads.size()) << "most parameters have a gradient";
     }
   }
 }

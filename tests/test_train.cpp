@@ -106,15 +106,14 @@ TEST_F(TrainTest, SeedMakesRunsReproducibleAndLcurveHasTheSpecifiedShape) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "temporary file left: " << e.path();
 }
 
-/// The columns of each data line of a --step-times file.
-std::vector<std::vector<double>> step_time_rows(const std::string& text) {
+/// The numbers of an lcurve.out or a --step-times file, line by line (comment lines left out).
+std::vector<std::vector<double>> lcurve_numbers(const std::string& text) {
   std::vector<std::vector<double>> rows;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     if (line.empty() || line[0] == '#') continue;
-    std::istringstream ls(line);
-    rows.emplace_back();
-    for (double v; ls >> v;) rows.back().push_back(v);
+    std::istringstream fields(line);
+    rows.emplace_back(std::istream_iterator<double>(fields), std::istream_iterator<double>());
   }
   return rows;
 }
@@ -125,14 +124,14 @@ TEST_F(TrainTest, CountOpsWritesEachStepsOperatorCallsAndAutogradNodes) {
   write_text(dir_ / "input.yaml", input_yaml(6, "  data_workers: 0\n"));
   auto plain = mlip("train input.yaml -o plain --step-times plain.txt");
   ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
-  for (const auto& row : step_time_rows(read("plain.txt"))) EXPECT_EQ(row.size(), 3u);
+  for (const auto& row : lcurve_numbers(read("plain.txt"))) EXPECT_EQ(row.size(), 3u);
   std::vector<std::vector<double>> runs[2];
   for (int k = 0; k < 2; ++k) {
     const std::string name = "counted" + std::to_string(k);
     auto r = mlip("train input.yaml -o " + name + " --step-times " + name + ".txt --count-ops");
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(read(name + ".txt").find("operators"), std::string::npos);
-    runs[k] = step_time_rows(read(name + ".txt"));
+    runs[k] = lcurve_numbers(read(name + ".txt"));
   }
   ASSERT_EQ(runs[0].size(), 6u);
   ASSERT_EQ(runs[1].size(), 6u);
@@ -160,7 +159,7 @@ TEST_F(TrainTest, CountOpsWritesEachStepsOperatorCallsAndAutogradNodes) {
     auto r = run_command("cd " + dir_.path() + " && MLIP_SE_E2_A_PATH=generic " + kMlip + " train " + name +
                          ".yaml -o " + name + " --step-times " + name + ".txt --count-ops");
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    const auto rows = step_time_rows(read(name + ".txt"));
+    const auto rows = lcurve_numbers(read(name + ".txt"));
     ASSERT_EQ(rows.size(), 4u);
     for (const auto& row : rows) {
       ASSERT_EQ(row.size(), 6u);
@@ -480,18 +479,6 @@ TEST_F(TrainTest, EquivariantModelTrainsRestartsFreezesAndTests) {
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("model.num_layer: unknown key"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("num_layers"), std::string::npos) << bad.err;
-}
-
-/// The numbers of an lcurve.out, line by line (comment lines left out).
-std::vector<std::vector<double>> lcurve_numbers(const std::string& text) {
-  std::vector<std::vector<double>> rows;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    rows.emplace_back(std::istream_iterator<double>(fields), std::istream_iterator<double>());
-  }
-  return rows;
 }
 
 // training.cuda_graphs: true on the CPU (docs/device.md "Static shapes"): no capture (said once,
