@@ -16,6 +16,9 @@
 #   - with --se-paths "generic fused", each se_e2_a row on the device once per training path
 #     (MLIP_SE_E2_A_PATH; fused: the embedding nets by mlip's CUDA kernels, docs/fused_kernels.md
 #     "The training path"; the device column names the path);
+#   - with --device-kernels "off on", each equivariant row on the device once without and once
+#     with mlip's CUDA kernels for the message contraction (MLIP_DEVICE_KERNELS,
+#     docs/fused_kernels.md "The message contraction"; the device column says which);
 # with the peak GPU memory of each run (nvidia-smi's memory.used, polled every 100 ms, minus its
 # value before the run; it includes the CUDA context of each process). Prints a markdown table
 # (also written to --out).
@@ -23,7 +26,7 @@
 # usage: bench/gpu_bench.sh [--build-dir DIR] [--device cuda|cpu] [--cpu-rows none|b1|all]
 #          [--models se_e2_a,equivariant] [--precisions float32,float64] [--batches 1,4,16]
 #          [--dist-batches 1,4] [--no-dist] [--cuda-graphs "false true"] [--se-paths "generic fused"]
-#          [--steps N] [--quick] [--count-ops]
+#          [--device-kernels "off on"] [--steps N] [--quick] [--count-ops]
 #          [--python PY] [--torchrun PATH]
 #          [--run-timeout S] [--out FILE.md] [--logs DIR]
 #   --steps N      timed steps per run (default 200), after a warm-up of the first epoch (every
@@ -48,6 +51,7 @@ DIST_BATCHES=1,4
 DIST=1
 GRAPHS=false
 SE_PATHS=""
+DEVICE_KERNELS=""
 STEPS=200
 QUICK=0
 PY=""
@@ -68,6 +72,7 @@ while [ $# -gt 0 ]; do
     --no-dist) DIST=0; shift ;;
     --cuda-graphs) GRAPHS="$2"; shift 2 ;;
     --se-paths) SE_PATHS="$2"; shift 2 ;;
+    --device-kernels) DEVICE_KERNELS="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --python) PY="$2"; shift 2 ;;
@@ -130,9 +135,12 @@ ROWS=()
 add_row() { ROWS+=("$1"); echo "$1"; }
 
 # run_case <model> <precision> <device> <ranks> <backend|-> <batch> [graphs: true|false] [se_e2_a path]
+#          [device kernels: off|on]
 run_case() {
   local model="$1" prec="$2" dev="$3" ranks="$4" backend="$5" batch="$6" graphs="${7:-false}" path="${8:-}"
+  local kernels="${9:-}"
   local tag="${model}-${prec}-${dev//:/}-r${ranks}-${backend/#-/none}-b${batch}-g${graphs}${path:+-$path}"
+  tag="$tag${kernels:+-kernels-$kernels}"
   local dir="$WORK/$tag"
   mkdir -p "$dir"
   local per_step=$(( batch * ranks ))
@@ -163,6 +171,7 @@ run_case() {
   local t0 rc=0
   t0=$(date +%s.%N)
   [ -n "$path" ] && cmd=(env MLIP_SE_E2_A_PATH="$path" "${cmd[@]}")
+  [ -n "$kernels" ] && cmd=(env MLIP_DEVICE_KERNELS="$kernels" "${cmd[@]}")
   OMP_NUM_THREADS="$threads" NCCL_DEBUG="${NCCL_DEBUG:-WARN}" timeout -k 10 "$limit" "${cmd[@]}" > "$dir/log" 2>&1 || rc=$?
   local wall
   wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
@@ -182,6 +191,7 @@ run_case() {
   local shown="$dev"
   [ "$graphs" = true ] && shown="$dev (graphs)"
   [ -n "$path" ] && shown="$shown ($path path)"
+  [ -n "$kernels" ] && shown="$shown (device kernels $kernels)"
   local label="$model | $prec | $shown | $rk | $be"
   if [ "$rc" != 0 ] || [ ! -s "$dir/times" ]; then
     local why
@@ -228,6 +238,12 @@ for path in $SE_PATHS; do
     *) echo "gpu_bench.sh: --se-paths: expected generic, fused and/or hand-written, got '$path'" >&2; exit 2 ;;
   esac
 done
+for k in $DEVICE_KERNELS; do
+  case "$k" in
+    off|on) ;;
+    *) echo "gpu_bench.sh: --device-kernels: expected off and/or on, got '$k'" >&2; exit 2 ;;
+  esac
+done
 gpu_name=""
 [ -n "$SMI" ] && gpu_name="$("$SMI" --query-gpu=name,memory.total,driver_version --format=csv,noheader -i 0 2>/dev/null | head -1 || true)"
 HEADER="# mlip training-step benchmark (bench/gpu_bench.sh)
@@ -250,6 +266,8 @@ for model in "${model_list[@]}"; do
       for g in $GRAPHS; do
         if [ "$model" = se_e2_a ] && [ -n "$SE_PATHS" ]; then
           for path in $SE_PATHS; do run_case "$model" "$prec" "$DEVICE" 1 - "$b" "$g" "$path"; done
+        elif [ "$model" = equivariant ] && [ -n "$DEVICE_KERNELS" ]; then
+          for k in $DEVICE_KERNELS; do run_case "$model" "$prec" "$DEVICE" 1 - "$b" "$g" "" "$k"; done
         else
           run_case "$model" "$prec" "$DEVICE" 1 - "$b" "$g"
         fi

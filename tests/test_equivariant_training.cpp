@@ -9,6 +9,7 @@
 
 #include "data/system.h"
 #include "models/equivariant/equivariant_model.h"
+#include "models/kernels/device_kernels.h"
 #include "models/kernels/host_tensor.h"
 #include "models/pair_list.h"
 #include "data/neighbor_list.h"
@@ -327,15 +328,24 @@ TYPED_TEST(EquivariantTrainingPath, PaddedToBucketsEqualsUnpadded) {
 }
 
 /// Turns the host kernels off for its lifetime (models/kernels/host_tensor.h).
+/// The code a GPU runs, on the CPU, while it lives: the host kernels off, and mlip's device
+/// kernels (their host twins) on or off; then both back to the tests' defaults.
 struct HostKernelsOff {
-  HostKernelsOff() { mlip::models::set_host_kernels(false); }
-  ~HostKernelsOff() { mlip::models::set_host_kernels(true); }
+  explicit HostKernelsOff(bool device_kernels = false) {
+    mlip::models::set_host_kernels(false);
+    mlip::models::set_device_kernels(device_kernels);
+  }
+  ~HostKernelsOff() {
+    mlip::models::set_host_kernels(true);
+    mlip::models::set_device_kernels(false);
+  }
 };
 
 TYPED_TEST(EquivariantTrainingPath, WithoutHostKernelsEqualsTheHostKernels) {
   // The LibTorch operations a GPU runs (every custom node's generic form, the geometry by
   // autograd), on the CPU, against the CPU's hand-written loops: energies, forces, virials and
-  // every parameter gradient of a batch of three frames and of one.
+  // every parameter gradient of a batch of three frames and of one; then the same with mlip's
+  // device kernels on (the message contraction by the CUDA kernels' host twin).
   const bool is_double = std::is_same_v<TypeParam, double>;
   const std::string precision = is_double ? "float64" : "float32";
   const double tol = is_double ? 1e-10 : 2e-5;
@@ -368,13 +378,16 @@ TYPED_TEST(EquivariantTrainingPath, WithoutHostKernelsEqualsTheHostKernels) {
 
       const Trained want =
           predict_and_backward(*model, host_set.atoms, pick(host_set), grad_energy, grad_forces, grad_virial);
-      Trained got;
-      {
-        HostKernelsOff off;
-        got = predict_and_backward(*model, generic_set->atoms, pick(*generic_set), grad_energy, grad_forces,
-                                   grad_virial);
+      for (const bool device_kernels : {false, true}) {
+        SCOPED_TRACE(device_kernels ? "device kernels' twins" : "LibTorch operations");
+        Trained got;
+        {
+          HostKernelsOff off(device_kernels);
+          got = predict_and_backward(*model, generic_set->atoms, pick(*generic_set), grad_energy, grad_forces,
+                                     grad_virial);
+        }
+        expect_same_training(got, want, model->module(), tol);
       }
-      expect_same_training(got, want, model->module(), tol);
       size_t moved = 0;
       for (const auto& g : want.grads) moved += g.abs().max().item<double>() > 0.0;
       EXPECT_GT(2 * moved, want.grads.size()) << "most parameters have a gradient";
@@ -393,6 +406,13 @@ TEST(HostKernels, TheEnvironmentDecidesUnlessSet) {
   }
   EXPECT_TRUE(mlip::models::on_host(host));
   EXPECT_FALSE(mlip::models::on_host(torch::zeros({2}, torch::kInt64)));
+  // The device kernels are off unless asked for (the tests run without MLIP_DEVICE_KERNELS).
+  EXPECT_FALSE(mlip::models::device_kernels_enabled());
+  {
+    HostKernelsOff off(true);
+    EXPECT_TRUE(mlip::models::device_kernels_enabled());
+  }
+  EXPECT_FALSE(mlip::models::device_kernels_enabled());
 }
 
 }  // namespace

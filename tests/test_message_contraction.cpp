@@ -4,15 +4,19 @@
 #include "models/equivariant/message_contraction.h"
 
 #include "error.h"
+#include "models/kernels/device_kernels.h"
+#include "models/kernels/host_tensor.h"
 
 #include <gtest/gtest.h>
 
 #include "train/operation_counter.h"
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <type_traits>
 
 namespace {
@@ -25,31 +29,38 @@ using mlip::models::ContractionTables;
 constexpr int64_t kAtoms = 7, kEdges = 40, kChannels = 5;
 constexpr int64_t kH = 4, kD = 5, kS = 7, kP = 3, kTerms = 18;
 
+/// The sizes of a random contraction: atoms N, edges E, channels f, harmonics H, input and
+/// output components D and S, paths P, coupling terms.
+struct Shape {
+  int64_t atoms = kAtoms, edges = kEdges, channels = kChannels;
+  int64_t H = kH, D = kD, S = kS, P = kP, terms = kTerms;
+};
+
 /// Random edges (centres non-decreasing, some atoms without edges), terms and coefficients.
-ContractionTables random_tables(unsigned seed) {
+ContractionTables random_tables(unsigned seed, const Shape& z = Shape{}) {
   std::mt19937 rng(seed);
-  std::vector<int64_t> centre(kEdges), neighbor(kEdges);
-  for (auto& c : centre) c = int64_t(rng() % (kAtoms - 1));  // atom kAtoms-1 is never a centre
+  std::vector<int64_t> centre(size_t(z.edges)), neighbor(size_t(z.edges));
+  for (auto& c : centre) c = int64_t(rng() % (z.atoms - 1));  // the last atom is never a centre
   std::sort(centre.begin(), centre.end());
-  for (auto& j : neighbor) j = int64_t(rng() % kAtoms);
-  std::vector<int64_t> path_of(kS), rows;
-  for (auto& p : path_of) p = int64_t(rng() % kP);
+  for (auto& j : neighbor) j = int64_t(rng() % z.atoms);
+  std::vector<int64_t> path_of(size_t(z.S)), rows;
+  for (auto& p : path_of) p = int64_t(rng() % z.P);
   std::vector<double> values;
   std::normal_distribution<double> g(0, 1);
-  for (int64_t t = 0; t < kTerms; ++t) {
-    const int64_t s = int64_t(rng() % kS);
-    rows.insert(rows.end(), {int64_t(rng() % kH), int64_t(rng() % kD), s, path_of[size_t(s)]});
+  for (int64_t t = 0; t < z.terms; ++t) {
+    const int64_t s = int64_t(rng() % z.S);
+    rows.insert(rows.end(), {int64_t(rng() % z.H), int64_t(rng() % z.D), s, path_of[size_t(s)]});
     values.push_back(g(rng));
   }
   ContractionTables t;
   t.centre = torch::tensor(centre, torch::kInt64);
   t.neighbor = torch::tensor(neighbor, torch::kInt64);
-  const auto counts = torch::bincount(t.centre, {}, kAtoms);
+  const auto counts = torch::bincount(t.centre, {}, z.atoms);
   t.centre_offsets = torch::cat({torch::zeros({1}, torch::kInt64), counts.cumsum(0)});
-  ContractionTables::order_by_neighbor(t.neighbor, kAtoms, t.by_neighbor, t.neighbor_offsets);
+  ContractionTables::order_by_neighbor(t.neighbor, z.atoms, t.by_neighbor, t.neighbor_offsets);
   t.terms = torch::tensor(rows, torch::kInt64).reshape({-1, 4});
   t.coefficients = torch::tensor(values, torch::kFloat64);
-  t.sizes = {kH, kD, kS, kP};
+  t.sizes = {z.H, z.D, z.S, z.P};
   return t;
 }
 
@@ -72,12 +83,35 @@ torch::Tensor naive_f(const std::vector<torch::Tensor>& op, const ContractionTab
   return f;
 }
 
-std::vector<torch::Tensor> random_operands(torch::Dtype dtype, unsigned seed) {
+std::vector<torch::Tensor> random_operands(torch::Dtype dtype, unsigned seed, const Shape& z = Shape{}) {
   auto gen = at::detail::createCPUGenerator(seed);
   const auto o = torch::TensorOptions().dtype(torch::kFloat64);
-  return {at::randn({kAtoms, kS, kChannels}, gen, o).to(dtype), at::randn({kAtoms, kD, kChannels}, gen, o).to(dtype),
-          at::randn({kEdges, kP, kChannels}, gen, o).to(dtype), at::randn({kEdges, kH}, gen, o).to(dtype)};
+  return {at::randn({z.atoms, z.S, z.channels}, gen, o).to(dtype),
+          at::randn({z.atoms, z.D, z.channels}, gen, o).to(dtype),
+          at::randn({z.edges, z.P, z.channels}, gen, o).to(dtype), at::randn({z.edges, z.H}, gen, o).to(dtype)};
 }
+
+/// The CPU kernel, LibTorch's operations and the CUDA kernels' host twin.
+const std::vector<ContractionKernel> kKernels = {ContractionKernel::kAuto, ContractionKernel::kGeneric,
+                                                 ContractionKernel::kDevice};
+
+std::string name(ContractionKernel kernel) {
+  return kernel == ContractionKernel::kGeneric ? " (generic kernel)"
+         : kernel == ContractionKernel::kDevice ? " (device kernels' twin)"
+                                                : " (CPU kernel)";
+}
+
+/// The host kernels off and the device kernels on or off while it lives (the code a GPU runs).
+struct GpuCodeOnTheCpu {
+  explicit GpuCodeOnTheCpu(bool device_kernels) {
+    mlip::models::set_host_kernels(false);
+    mlip::models::set_device_kernels(device_kernels);
+  }
+  ~GpuCodeOnTheCpu() {
+    mlip::models::set_host_kernels(true);
+    mlip::models::set_device_kernels(false);
+  }
+};
 
 /// max |a - b| / max |b|.
 double relative(const torch::Tensor& a, const torch::Tensor& b) {
@@ -105,18 +139,18 @@ TYPED_TEST(MessageContraction, EveryPartialByBothKernelsEqualsTheNaiveGradient) 
   std::vector<torch::Tensor> low;
   for (const auto& x : op) low.push_back(x.detach().to(this->dtype()));
   for (int64_t slot = 0; slot < 4; ++slot)
-    for (auto kernel : {ContractionKernel::kAuto, ContractionKernel::kGeneric}) {
+    for (auto kernel : kKernels) {
       const auto out = contract_kernel(slot, low, tables, kernel);
       EXPECT_EQ(out.sizes(), grads[size_t(slot)].sizes()) << "slot " << slot;
       EXPECT_EQ(out.scalar_type(), this->dtype());
-      EXPECT_LT(relative(out, grads[size_t(slot)]), this->tolerance())
-          << "slot " << slot << (kernel == ContractionKernel::kGeneric ? " (generic kernel)" : " (CPU kernel)");
+      EXPECT_LT(relative(out, grads[size_t(slot)]), this->tolerance()) << "slot " << slot << name(kernel);
     }
 }
 
 // The training use: M = dF/dA, E = <R, M>, the first derivatives of E by X, W, Y with a graph,
 // a loss of those, and its gradients by R, X and W (second derivatives of the contraction)
-// through the custom autograd against autograd through the naive F. 1e-10 in float64.
+// through the custom autograd against autograd through the naive F. 1e-10 in float64. Then
+// again with every partial by the CUDA kernels' host twin.
 TYPED_TEST(MessageContraction, SecondDerivativesEqualAutogradOfTheNaiveReference) {
   const auto tables = random_tables(3);
   const auto base = random_operands(this->dtype(), 4);
@@ -133,24 +167,64 @@ TYPED_TEST(MessageContraction, SecondDerivativesEqualAutogradOfTheNaiveReference
     return torch::autograd::grad({loss}, {op[0], op[1], op[2]});
   };
   const auto reference = loss_grads(true);
-  const auto fast = loss_grads(false);
   const double tol = TestFixture::kDouble ? 1e-10 : 1e-4;
+  const auto fast = loss_grads(false);
   for (size_t k = 0; k < 3; ++k) EXPECT_LT(relative(fast[k], reference[k]), tol) << "d loss / d operand " << k;
+  GpuCodeOnTheCpu gpu_code(true);  // every partial by the CUDA kernels' twin
+  const auto twin = loss_grads(false);
+  for (size_t k = 0; k < 3; ++k)
+    EXPECT_LT(relative(twin[k], reference[k]), tol) << "d loss / d operand " << k << " (device kernels' twin)";
 }
 
 // The CPU kernel is deterministic: bit-identical results for 1 and 2 threads.
+// (So is the CUDA kernels' twin, as the CUDA kernels are: each element summed by one thread.)
 TYPED_TEST(MessageContraction, CpuKernelIsBitIdenticalForAnyThreadCount) {
   const auto tables = random_tables(7);
   const auto op = random_operands(this->dtype(), 8);
   const int threads = at::get_num_threads();
-  for (int64_t slot = 0; slot < 4; ++slot) {
-    at::set_num_threads(1);
-    const auto one = contract_kernel(slot, op, tables, ContractionKernel::kAuto);
-    at::set_num_threads(2);
-    const auto two = contract_kernel(slot, op, tables, ContractionKernel::kAuto);
-    EXPECT_TRUE(torch::equal(one, two)) << "slot " << slot;
-  }
+  for (int64_t slot = 0; slot < 4; ++slot)
+    for (auto kernel : {ContractionKernel::kAuto, ContractionKernel::kDevice}) {
+      at::set_num_threads(1);
+      const auto one = contract_kernel(slot, op, tables, kernel);
+      at::set_num_threads(2);
+      const auto two = contract_kernel(slot, op, tables, kernel);
+      EXPECT_TRUE(torch::equal(one, two)) << "slot " << slot << name(kernel);
+    }
   at::set_num_threads(threads);
+}
+
+// The twin's harmonics sum the channels in 32 lanes: with more channels than lanes (two full
+// rounds and a part), every slot still equals the CPU kernel.
+TYPED_TEST(MessageContraction, TheDeviceKernelsLanesCoverEveryChannel) {
+  Shape z;
+  z.channels = 70;
+  const auto tables = random_tables(21, z);
+  const auto op = random_operands(this->dtype(), 22, z);
+  for (int64_t slot = 0; slot < 4; ++slot)
+    EXPECT_LT(relative(contract_kernel(slot, op, tables, ContractionKernel::kDevice),
+                       contract_kernel(slot, op, tables, ContractionKernel::kAuto)),
+              this->tolerance())
+        << "slot " << slot;
+}
+
+// kAuto takes the CPU kernel while the host kernels are on; without them, the device kernels'
+// twin when those are on and LibTorch's operations when not (the same bits as asking for each).
+TEST(MessageContraction, TheSwitchesChooseTheKernel) {
+  const auto tables = random_tables(9);
+  const auto op = random_operands(torch::kFloat64, 10);
+  int64_t differing = 0;  // slots whose generic and twin results differ in some bit
+  for (int64_t slot = 0; slot < 4; ++slot) {
+    differing += !torch::equal(contract_kernel(slot, op, tables, ContractionKernel::kGeneric),
+                               contract_kernel(slot, op, tables, ContractionKernel::kDevice));
+    for (const bool device : {false, true}) {
+      GpuCodeOnTheCpu gpu_code(device);
+      const auto chosen = contract_kernel(slot, op, tables, ContractionKernel::kAuto);
+      const auto expected =
+          contract_kernel(slot, op, tables, device ? ContractionKernel::kDevice : ContractionKernel::kGeneric);
+      EXPECT_TRUE(torch::equal(chosen, expected)) << "slot " << slot << (device ? ", device kernels" : "");
+    }
+  }
+  EXPECT_GT(differing, 0) << "the kernels' sums differ in their order, so the bits tell which one ran";
 }
 
 // Radial weights by pair (MD inference, docs/equivariant.md "Inference in MD"): with W held per
@@ -174,13 +248,12 @@ TYPED_TEST(MessageContraction, RadialWeightsByPairEqualTheWeightsGatheredToTheEd
   std::vector<torch::Tensor> gathered = op;
   gathered[2] = op[2].index_select(0, by_pair.pair);
   for (int64_t slot = 0; slot < 4; ++slot)
-    for (auto kernel : {ContractionKernel::kAuto, ContractionKernel::kGeneric}) {
+    for (auto kernel : kKernels) {
       const auto out = contract_kernel(slot, op, by_pair, kernel);
       auto expected = contract_kernel(slot, gathered, per_edge_tables, kernel);
       if (slot == 2) expected = torch::zeros_like(op[2]).index_add(0, by_pair.pair, expected);
       EXPECT_EQ(out.sizes(), expected.sizes()) << "slot " << slot;
-      EXPECT_LT(relative(out, expected), this->tolerance())
-          << "slot " << slot << (kernel == ContractionKernel::kGeneric ? " (generic kernel)" : " (CPU kernel)");
+      EXPECT_LT(relative(out, expected), this->tolerance()) << "slot " << slot << name(kernel);
     }
   // E = <R, M(X, W, Y)>: its gradients by X, W (per pair) and Y through the custom autograd.
   auto gradients = [&](bool pairs) {
@@ -233,6 +306,50 @@ TEST(MessageContraction, APairOutOfRangeIsAnError) {
   } catch (const mlip::Error& e) {
     EXPECT_STREQ(e.what(), "message contraction: pair[7] = 5, expected a pair from 0 to 4");
   }
+}
+
+// On a CUDA device (label gpu): the CUDA kernels against their host twin, every slot, per edge
+// and by pair, on a contraction of a water batch's size (400 atoms, 12,007 edges, 64 channels:
+// counts no block divides); then a first derivative through autograd against the CPU kernel.
+TYPED_TEST(MessageContraction, CudaKernelsEqualTheirHostTwin) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+  if (!mlip::models::cuda_kernels_compiled()) GTEST_SKIP() << "this build has no CUDA kernels (MLIP_CUDA_KERNELS=OFF)";
+  Shape z;
+  z.atoms = 400, z.edges = 12007, z.channels = 64, z.H = 16, z.D = 16, z.S = 16, z.P = 4, z.terms = 300;
+  const auto tables = random_tables(41, z);
+  const auto op = random_operands(this->dtype(), 42, z);
+  std::vector<torch::Tensor> on_gpu;
+  for (const auto& x : op) on_gpu.push_back(x.to(torch::kCUDA));
+  ContractionTables by_pair = tables;
+  const int64_t pairs = z.edges / 2 + 1;
+  by_pair.pair = torch::arange(z.edges, torch::kInt64).remainder(pairs);
+  by_pair.pair_edge = torch::arange(pairs, torch::kInt64);
+  std::vector<torch::Tensor> op_by_pair = op, on_gpu_by_pair = on_gpu;
+  op_by_pair[2] = op[2].narrow(0, 0, pairs).contiguous();
+  on_gpu_by_pair[2] = op_by_pair[2].to(torch::kCUDA);
+  for (int64_t slot = 0; slot < 4; ++slot) {
+    const auto device = contract_kernel(slot, on_gpu, tables, ContractionKernel::kDevice);
+    EXPECT_TRUE(device.is_cuda());
+    EXPECT_LT(relative(device.cpu(), contract_kernel(slot, op, tables, ContractionKernel::kDevice)), this->tolerance())
+        << "slot " << slot;
+    const auto paired = contract_kernel(slot, on_gpu_by_pair, by_pair, ContractionKernel::kDevice);
+    EXPECT_LT(relative(paired.cpu(), contract_kernel(slot, op_by_pair, by_pair, ContractionKernel::kDevice)),
+              this->tolerance())
+        << "slot " << slot << ", radial weights by pair";
+  }
+  // E = <R, M(X, W, Y)>: dE/dX, dE/dW, dE/dY by autograd, the CUDA kernels against the CPU's.
+  auto gradients = [&](const std::vector<torch::Tensor>& operands) {
+    std::vector<torch::Tensor> leaves;
+    for (const auto& x : operands) leaves.push_back(x.clone().requires_grad_(true));
+    const auto m = contract(0, {torch::Tensor(), leaves[1], leaves[2], leaves[3]}, tables);
+    return torch::autograd::grad({(m * leaves[0]).sum()}, {leaves[1], leaves[2], leaves[3]});
+  };
+  const auto cpu = gradients(op);
+  mlip::models::set_device_kernels(true);
+  const auto cuda = gradients(on_gpu);
+  mlip::models::set_device_kernels(false);
+  for (size_t k = 0; k < 3; ++k)
+    EXPECT_LT(relative(cuda[k].cpu(), cpu[k]), this->tolerance()) << "d E / d operand " << k + 1;
 }
 
 }  // namespace

@@ -171,6 +171,20 @@ TEST_F(TrainTest, CountOpsWritesEachStepsOperatorCallsAndAutogradNodes) {
   EXPECT_NE(alone.err.find("--count-ops needs --step-times <file>"), std::string::npos) << alone.err;
 }
 
+// The kernel switches (models/kernels/host_tensor.h, device_kernels.h) take "on" or "off": another
+// value is an error naming the variable and the value, before any step, exit non-zero.
+TEST_F(TrainTest, ABadKernelSwitchIsAnErrorNamingTheVariable) {
+  write_text(dir_ / "switch.yaml", input_yaml(2));
+  for (const std::string variable : {"MLIP_HOST_KERNELS", "MLIP_DEVICE_KERNELS"}) {
+    auto r = run_command("cd " + dir_.path() + " && " + variable + "=yes " + kMlip + " train switch.yaml -o " +
+                         variable);
+    EXPECT_NE(r.exit_code, 0) << variable;
+    EXPECT_NE(r.err.find(variable + ": expected \"on\" or \"off\" (or unset), got \"yes\""), std::string::npos)
+        << r.err;
+    EXPECT_FALSE(fs::exists(fs::path(dir_.path()) / variable / "model.ckpt.pt")) << variable;
+  }
+}
+
 TEST_F(TrainTest, RestartContinuesExactly) {
   // 200 steps in one run equal 100 steps + --restart + 100 steps: weights and lcurve lines.
   const std::string text = std::regex_replace(input_yaml(200), std::regex("max_ckpt_keep: 2"), "max_ckpt_keep: 100");

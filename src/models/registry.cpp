@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "error.h"
+#include "models/kernels/device_kernels.h"
 #include "models/kernels/host_tensor.h"
 #include "input/section.h"
 #include "models/inference_registry.h"
@@ -113,7 +114,8 @@ MemoryEstimate estimate_training_memory(const ModelSettings& settings, const Bat
 }
 
 std::unique_ptr<Model> create_model(const ModelSettings& settings, const ModelContext& context) {
-  host_kernels_enabled();  // a bad MLIP_HOST_KERNELS is said before any work
+  host_kernels_enabled();  // a bad MLIP_HOST_KERNELS or MLIP_DEVICE_KERNELS is said before any work
+  device_kernels_enabled();
   const ModelEntry* entry = find_model_type(settings.type);
   if (entry == nullptr) throw Error("model type \"" + settings.type + "\" is not registered");
   return entry->create(settings, context);

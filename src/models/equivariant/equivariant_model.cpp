@@ -15,12 +15,14 @@
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
+#include "models/kernels/device_kernels.h"
 #include "models/kernels/host_tensor.h"
 #include "models/energy_bias.h"
 #include "models/equivariant/edge_forces.h"
 #include "models/equivariant/edge_geometry.h"
 #include "models/equivariant/equivariant_inference.h"
 #include "models/equivariant/frame_batch.h"
+#include "models/equivariant/message_contraction.h"
 #include "models/equivariant/training_function.h"
 #include "models/module_device.h"
 #include "models/pair_list.h"
@@ -112,6 +114,10 @@ class EquivariantModel final : public Model {
  public:
   EquivariantModel(const EquivariantSettings& settings, const ModelContext& context)
       : settings_(settings), device_(context.device), static_shapes_(context.static_shapes) {
+    if (device_.is_cuda() && device_kernels_enabled() && !cuda_kernels_compiled())
+      throw Error("MLIP_DEVICE_KERNELS=on: this mlip was built without its CUDA kernels (MLIP_CUDA_KERNELS=OFF, or "
+                  "a LibTorch without CUDA); unset the variable to train on " + device_.str() +
+                  " with LibTorch's operations");
     EquivariantConfig& c = settings_.config;
     c.pair_repulsion = settings_.pair_repulsion;
     c.avg_num_neighbors = settings_.avg_num_neighbors.value_or(1.0);
@@ -133,7 +139,8 @@ class EquivariantModel final : public Model {
       << (e.parity ? (e.pseudotensors ? " with parity" : " with parity, natural irreps only") : " (SO(3))") << ", "
       << e.num_layers << " layers x " << e.num_features
       << " features" << (e.correlation > 1 ? ", correlation " + std::to_string(e.correlation) : std::string())
-      << (e.readout_every_layer ? ", readout of every layer" : "");
+      << (e.readout_every_layer ? ", readout of every layer" : "") << ", message contraction by "
+      << contraction_kernel_in_use(device_);
     return o.str();
   }
 

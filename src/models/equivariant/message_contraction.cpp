@@ -12,10 +12,19 @@
 #include <vector>
 
 #include "error.h"
-#include "models/kernels/host_tensor.h"
+#include "models/equivariant/contraction_rule.h"
 #include "models/equivariant/host_coupling.h"
 #include "models/kernels/channel_chunk.h"
+#include "models/kernels/device_kernels.h"
+#include "models/kernels/host_tensor.h"
 #include "models/kernels/target_clones.h"
+
+#ifdef MLIP_HAVE_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "models/equivariant/message_contraction_cuda.h"
+#endif
 
 namespace mlip::models {
 namespace {
@@ -340,6 +349,137 @@ torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
   }
 }
 
+/// A table's terms grouped by the rows of one slot's output (s, d, p or m; contraction_rule.h),
+/// with their coefficients in the operands' dtype and the groups' offsets, on the operands'
+/// device: made once per table, slot, dtype and device and kept, as the dense coupling is.
+struct RuleTerms {
+  torch::Tensor terms, coefficients;  // the table's own tensors (held, so their identity stays theirs)
+  int64_t slot = 0;
+  torch::Tensor grouped, grouped_coefficients, group;
+};
+
+RuleTerms rule_terms(int64_t slot, const ContractionTables& t, const torch::TensorOptions& opts) {
+  static std::mutex mutex;
+  static auto& made = *new std::vector<RuleTerms>();  // never destroyed (see dense_coupling)
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const RuleTerms& r : made)
+    if (r.slot == slot && r.terms.is_same(t.terms) && r.coefficients.is_same(t.coefficients) &&
+        r.grouped_coefficients.scalar_type() == opts.dtype().toScalarType() &&
+        r.grouped_coefficients.device() == opts.device())
+      return r;
+  const std::vector<int64_t> rows_of_slot = {t.sizes[2], t.sizes[1], t.sizes[3], t.sizes[0]};
+  const TermGroups groups = grouped(contraction_terms(t), slot, rows_of_slot[size_t(slot)]);
+  std::vector<int64_t> flat;
+  std::vector<double> values;
+  for (const Term& q : groups.terms) {
+    flat.insert(flat.end(), {q.m, q.d, q.s, q.p});
+    values.push_back(q.c);
+  }
+  const auto host = torch::TensorOptions().dtype(torch::kInt64);
+  RuleTerms r;
+  r.terms = t.terms, r.coefficients = t.coefficients, r.slot = slot;
+  r.grouped = torch::tensor(flat, host).to(opts.device());
+  r.grouped_coefficients = torch::tensor(values, torch::kFloat64).to(opts);
+  r.group = torch::tensor(groups.group, host).to(opts.device());
+  constexpr size_t kMostTables = 1024;  // four slots of a few tables per model; tests make many models
+  if (made.size() == kMostTables) made.clear();
+  made.push_back(r);
+  return r;
+}
+
+/// The host twin of the CUDA kernels: every output element by the same functions
+/// (contraction_rule.h), the harmonics' lanes added in the warp's order.
+template <typename T>
+void device_twin(int64_t slot, const ContractionRuleArgs<T>& a, int64_t rows, T* out) {
+  if (slot == kHarmonics) {
+    at::parallel_for(0, rows, 16, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e)
+        for (int64_t m = 0; m < a.H; ++m) {
+          T lanes[kContractionLanes];
+          for (int lane = 0; lane < kContractionLanes; ++lane) lanes[lane] = contraction_harmonic_lane(a, e, m, lane);
+          out[e * a.H + m] = butterfly_sum(lanes);
+        }
+    });
+    return;
+  }
+  const int64_t width = slot == kMessages ? a.S : slot == kFeatures ? a.D : a.P;
+  at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row)
+      for (int64_t column = 0; column < width; ++column)
+        for (int64_t c = 0; c < a.f; ++c)
+          out[(row * width + column) * a.f + c] = slot == kMessages   ? contraction_message(a, row, column, c)
+                                                  : slot == kFeatures ? contraction_feature(a, row, column, c)
+                                                                      : contraction_radial(a, row, column, c);
+  });
+}
+
+/// Every pair index in [0, rows of W): read on the host (the twin's tables are there).
+void check_pairs(const torch::Tensor& pair, int64_t npairs) {
+  const int64_t* p = pair.data_ptr<int64_t>();
+  for (int64_t e = 0; e < pair.size(0); ++e)
+    if (p[e] < 0 || p[e] >= npairs)
+      throw Error("message contraction: pair[" + std::to_string(e) + "] = " + std::to_string(p[e]) +
+                  ", expected a pair from 0 to " + std::to_string(npairs - 1));
+}
+
+/// The partial of `slot` by mlip's kernels (ContractionKernel::kDevice): the CUDA kernels on a
+/// CUDA device, their host twin on the CPU. By pair, the radial partial is made per edge and
+/// summed over each pair's edges.
+template <typename T>
+torch::Tensor device_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, int64_t f) {
+  const torch::Tensor& any = op[slot == kHarmonics ? kRadial : kHarmonics];
+  const torch::Device device = any.device();
+  const RuleTerms terms = rule_terms(slot, t, any.options());
+  const auto index = [&](const torch::Tensor& x) { return on_device(x, device).contiguous(); };
+  const torch::Tensor centre = index(t.centre), neighbor = index(t.neighbor), offsets = index(t.centre_offsets),
+                      by_neighbor = index(t.by_neighbor), neighbor_offsets = index(t.neighbor_offsets),
+                      pair = t.pair.defined() ? index(t.pair) : torch::Tensor();
+  const int64_t natoms = t.centre_offsets.size(0) - 1, nedges = t.centre.size(0);
+  if (pair.defined() && device.is_cpu()) check_pairs(pair, t.pair_edge.size(0));
+  ContractionRuleArgs<T> a;
+  a.terms = terms.grouped.data_ptr<int64_t>();
+  a.coefficients = terms.grouped_coefficients.data_ptr<T>();
+  a.group = terms.group.data_ptr<int64_t>();
+  a.H = t.sizes[0], a.D = t.sizes[1], a.S = t.sizes[2], a.P = t.sizes[3], a.f = f;
+  a.centre = centre.data_ptr<int64_t>(), a.neighbor = neighbor.data_ptr<int64_t>();
+  a.centre_offsets = offsets.data_ptr<int64_t>(), a.by_neighbor = by_neighbor.data_ptr<int64_t>();
+  a.neighbor_offsets = neighbor_offsets.data_ptr<int64_t>();
+  a.pair = pair.defined() ? pair.data_ptr<int64_t>() : nullptr;
+  auto operand = [&](int64_t k) -> const T* { return k == slot ? nullptr : op[size_t(k)].template data_ptr<T>(); };
+  a.A = operand(kMessages), a.X = operand(kFeatures), a.W = operand(kRadial), a.Y = operand(kHarmonics);
+  const bool by_pair = slot == kRadial && pair.defined();
+  const int64_t rows = slot == kMessages || slot == kFeatures ? natoms : nedges;
+  // Every element is written: no zero-fill.
+  auto out = torch::empty(by_pair ? std::vector<int64_t>{nedges, a.P, f} : shape_of(slot, t, f), any.options());
+  if (device.is_cpu()) {
+    device_twin(slot, a, rows, out.data_ptr<T>());
+  } else {
+#ifdef MLIP_HAVE_CUDA_KERNELS
+    const c10::cuda::CUDAGuard guard(device);
+    launch_message_contraction(slot, a, rows, out.data_ptr<T>(),
+                               c10::cuda::getCurrentCUDAStream(device.index()).stream());
+#endif
+  }
+  if (!by_pair) return out;
+  return torch::zeros({t.pair_edge.size(0), a.P, f}, any.options()).index_add_(0, pair, out);
+}
+
+/// Checks what device_kernel needs, then runs it in the operands' dtype.
+torch::Tensor device_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, int64_t f) {
+  const torch::Tensor& any = op[slot == kHarmonics ? kRadial : kHarmonics];
+  if (any.device().is_cuda() && !cuda_kernels_compiled())
+    throw Error("message contraction: mlip's CUDA kernels were asked for (MLIP_DEVICE_KERNELS=on) on " +
+                any.device().str() +
+                ", but this mlip was built without them (MLIP_CUDA_KERNELS=OFF, or a LibTorch without CUDA)");
+  if (!any.device().is_cpu() && !any.device().is_cuda())
+    throw Error("message contraction: mlip's kernels run on the CPU or a CUDA device, got operands on " +
+                any.device().str());
+  if (any.scalar_type() == torch::kFloat64) return device_kernel<double>(slot, op, t, f);
+  if (any.scalar_type() == torch::kFloat32) return device_kernel<float>(slot, op, t, f);
+  throw Error("message contraction: expected float32 or float64 operands, got " +
+              std::string(c10::toString(any.scalar_type())));
+}
+
 ContractionTables tables_from(const c10::IValue& edges, const c10::IValue& coupling, const std::vector<int64_t>& sizes) {
   const auto e = edges.toTensorVector();
   const auto c = coupling.toTensorVector();
@@ -435,6 +575,12 @@ void ContractionTables::order_by_neighbor(const torch::Tensor& neighbor, int64_t
   neighbor_offsets = torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)});
 }
 
+const char* contraction_kernel_in_use(const torch::Device& device) {
+  if (device.is_cpu() && host_kernels_enabled()) return "the CPU kernels";
+  if (!device_kernels_enabled()) return "LibTorch operations";
+  return device.is_cpu() ? "the CUDA kernels' host twin" : "mlip's CUDA kernels";
+}
+
 torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& operands, const ContractionTables& tables,
                               ContractionKernel kernel) {
   if (slot < 0 || slot > 3) throw Error("message contraction: slot must be 0..3, got " + std::to_string(slot));
@@ -443,8 +589,13 @@ torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& op
   std::vector<torch::Tensor> op(4);
   for (int64_t k = 0; k < 4; ++k)
     if (k != slot) op[size_t(k)] = operands[size_t(k)].contiguous();
-  const bool cpu = some.device().is_cpu() && host_kernels_enabled();
-  if (kernel == ContractionKernel::kGeneric || !cpu) return generic_kernel(slot, op, tables, f);
+  if (kernel == ContractionKernel::kAuto) {
+    kernel = some.device().is_cpu() && host_kernels_enabled() ? ContractionKernel::kAuto
+             : device_kernels_enabled()                        ? ContractionKernel::kDevice
+                                                               : ContractionKernel::kGeneric;
+  }
+  if (kernel == ContractionKernel::kDevice) return device_kernel(slot, op, tables, f);
+  if (kernel == ContractionKernel::kGeneric || !some.device().is_cpu()) return generic_kernel(slot, op, tables, f);
   auto out = torch::empty(shape_of(slot, tables, f), some.options());  // every element written
   if (some.scalar_type() == torch::kFloat64)
     cpu_kernel<double>(slot, op, tables, out, f);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "error.h"
+#include "models/kernels/device_kernels.h"
 #include "models/se_e2_a/fused_embedding_rule.h"
 
 #ifdef MLIP_HAVE_CUDA_KERNELS
@@ -281,12 +282,6 @@ EmbeddingGradients fused_embedding_adjoint(const torch::Tensor& s, const Embeddi
                                             : run_adjoint<float>(s, net, grad_value, grad_slope);
 }
 
-bool fused_kernels_compiled() {
-#ifdef MLIP_HAVE_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
+bool fused_kernels_compiled() { return cuda_kernels_compiled(); }
 
 }  // namespace mlip::models

@@ -8,11 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MLIP_HOST_DEVICE __host__ __device__
-#else
-#define MLIP_HOST_DEVICE
-#endif
+#include "models/kernels/host_device.h"
 
 namespace mlip::models {
 

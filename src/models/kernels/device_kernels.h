@@ -1,0 +1,19 @@
+// Whether mlip's own CUDA kernels take the equivariant model's operations on a GPU.
+#pragma once
+
+namespace mlip::models {
+
+/// Whether the equivariant model's message contraction runs through mlip's own kernels
+/// (docs/fused_kernels.md "The message contraction") where it would otherwise take LibTorch's
+/// operations: on a CUDA device the CUDA kernels, on the CPU with the host kernels off
+/// (MLIP_HOST_KERNELS=off) their host twin. `MLIP_DEVICE_KERNELS=on` in the environment, or
+/// set_device_kernels(true); default off until a GPU has measured them. Throws mlip::Error for
+/// another value of the variable.
+bool device_kernels_enabled();
+/// Sets it for the whole process (tests), whatever the environment says.
+void set_device_kernels(bool enabled);
+
+/// Whether this build compiled the CUDA kernels (CMake's MLIP_CUDA_KERNELS).
+bool cuda_kernels_compiled();
+
+}  // namespace mlip::models
