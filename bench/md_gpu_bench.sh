@@ -10,11 +10,14 @@
 #
 # usage: bench/md_gpu_bench.sh [--build-dir DIR] [--device cuda|cpu] [--cpu-rows yes|no]
 #          [--models se_e2_a,equivariant] [--precisions float32,float64] [--sizes 1536,12288]
-#          [--pairs "auto host"] [--quick] [--run-timeout S] [--out FILE.md] [--logs DIR]
+#          [--pairs "auto host"] [--device-kernels "off on"] [--quick] [--run-timeout S] [--out FILE.md] [--logs DIR]
 #   --quick   a smoke test: 1 timed step per row (for --device cpu here)
 #   --pairs   where the device rows build their pairs (md::PairBuilding): auto (on the device for
 #             cuda), host (the Kokkos list on the host), device; one row per value (default
 #             "auto host"); the CPU rows use auto
+#   --device-kernels "off on"   the equivariant rows on the device once per value of
+#             MLIP_DEVICE_KERNELS (mlip's CUDA kernels for the message contraction and product
+#             basis, docs/fused_kernels.md; the evaluation column says "device kernels on")
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR=""
@@ -26,6 +29,7 @@ SIZES=1536,12288
 QUICK=0
 RUN_TIMEOUT=60
 PAIRS="auto host"
+DEVICE_KERNELS=""
 OUTFILE=""
 LOGS=""
 while [ $# -gt 0 ]; do
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --run-timeout) RUN_TIMEOUT="$2"; shift 2 ;;
     --pairs) PAIRS="$2"; shift 2 ;;
+    --device-kernels) DEVICE_KERNELS="$2"; shift 2 ;;
     --out) OUTFILE="$2"; shift 2 ;;
     --logs) LOGS="$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -46,6 +51,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$DEVICE" in cuda|cuda:*|cpu) ;; *) echo "md_gpu_bench.sh: --device: expected cuda or cpu, got '$DEVICE'" >&2; exit 2 ;; esac
+for k in $DEVICE_KERNELS; do
+  case "$k" in
+    off|on) ;;
+    *) echo "md_gpu_bench.sh: --device-kernels: expected off and/or on, got '$k'" >&2; exit 2 ;;
+  esac
+done
 case "$CPU_ROWS" in yes|no) ;; *) echo "md_gpu_bench.sh: --cpu-rows: expected yes or no, got '$CPU_ROWS'" >&2; exit 2 ;; esac
 if [ -z "$BUILD_DIR" ]; then
   for d in "$ROOT/build-gpu" "$ROOT/build-cuda" "$ROOT/build"; do [ -x "$d/bin/bench_potential" ] && { BUILD_DIR="$d"; break; }; done
@@ -129,10 +140,15 @@ for dev in "${devices[@]}"; do
       for atoms in "${size_list[@]}"; do
        pair_list=(auto)
        [ "$dev" != cpu ] && read -ra pair_list <<< "$PAIRS"
+       kernel_list=("")
+       if [ "$dev" != cpu ] && [ "$model" = equivariant ] && [ -n "$DEVICE_KERNELS" ]; then
+         read -ra kernel_list <<< "$DEVICE_KERNELS"
+       fi
        for pairs in "${pair_list[@]}"; do
+        for kernels in "${kernel_list[@]}"; do
         read -r nx ny nz <<< "$(replicas "$atoms")"
         steps=$(steps_for "$model" "$atoms" "$dev")
-        tag="$model-$prec-${dev//:/}-$atoms-$pairs"
+        tag="$model-$prec-${dev//:/}-$atoms-$pairs${kernels:+-kernels-$kernels}"
         base="" peak=""
         if [ "$dev" != cpu ] && [ -n "$SMI" ]; then
           base="$(gpu_mem_used)"
@@ -140,8 +156,9 @@ for dev in "${devices[@]}"; do
           POLLER=$!
         fi
         rc=0
-        OMP_NUM_THREADS="$NCPU" timeout -k 10 "$RUN_TIMEOUT" "$BENCH" "$WORK/$model-$prec.pt" "$dev" "$EX/data/valid" \
-          "$nx" "$ny" "$nz" "$steps" auto 3 "$pairs" > "$WORK/$tag.log" 2>&1 || rc=$?
+        OMP_NUM_THREADS="$NCPU" MLIP_DEVICE_KERNELS="${kernels:-off}" timeout -k 10 "$RUN_TIMEOUT" "$BENCH" \
+          "$WORK/$model-$prec.pt" "$dev" "$EX/data/valid" "$nx" "$ny" "$nz" "$steps" auto 3 "$pairs" > "$WORK/$tag.log" 2>&1 ||
+          rc=$?
         if [ -n "$POLLER" ]; then
           kill "$POLLER" 2>/dev/null; wait "$POLLER" 2>/dev/null || true; POLLER=""
           maxu="$(sort -n "$WORK/$tag.mem" 2>/dev/null | tail -1 | tr -d ' ')"
@@ -155,11 +172,12 @@ for dev in "${devices[@]}"; do
           continue
         fi
         val() { sed -E "s/.*\\b$1=([^ ]+).*/\\1/" <<< "$line"; }
-        desc="$(sed -E 's/.*describe="(.*)"$/\1/' <<< "$line")"
+        desc="$(sed -E 's/.*describe="(.*)"$/\1/' <<< "$line")${kernels:+; device kernels $kernels}"
         add_row "$(printf '| %s | %s | %s | %s | %s | %s | %.3f | %.2f | %.2f | %.2f | %.2f | %s | %s |' "$model" "$prec" "$dev" "$atoms" \
           "$(val ghosts)" "$(val steps)" "$(val us_per_atom_step)" \
           "$(awk -v s="$(val seconds)" -v n="$(val steps)" 'BEGIN { print 1000 * s / n }')" \
           "$(val median_ms)" "$(val max_ms)" "$(val neighbor_list_share)" "${peak:-n/a}" "$desc")"
+        done
        done
       done
     done

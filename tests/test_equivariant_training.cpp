@@ -9,6 +9,7 @@
 
 #include "data/system.h"
 #include "models/equivariant/equivariant_model.h"
+#include "gpu_code_on_the_cpu.h"
 #include "models/kernels/device_kernels.h"
 #include "models/kernels/host_tensor.h"
 #include "models/pair_list.h"
@@ -328,18 +329,7 @@ TYPED_TEST(EquivariantTrainingPath, PaddedToBucketsEqualsUnpadded) {
 }
 
 /// Turns the host kernels off for its lifetime (models/kernels/host_tensor.h).
-/// The code a GPU runs, on the CPU, while it lives: the host kernels off, and mlip's device
-/// kernels (their host twins) on or off; then both back to the tests' defaults.
-struct HostKernelsOff {
-  explicit HostKernelsOff(bool device_kernels = false) {
-    mlip::models::set_host_kernels(false);
-    mlip::models::set_device_kernels(device_kernels);
-  }
-  ~HostKernelsOff() {
-    mlip::models::set_host_kernels(true);
-    mlip::models::set_device_kernels(false);
-  }
-};
+using mlip::test::GpuCodeOnTheCpu;
 
 TYPED_TEST(EquivariantTrainingPath, WithoutHostKernelsEqualsTheHostKernels) {
   // The LibTorch operations a GPU runs (every custom node's generic form, the geometry by
@@ -361,7 +351,7 @@ TYPED_TEST(EquivariantTrainingPath, WithoutHostKernelsEqualsTheHostKernels) {
     const FrameSet host_set = frame_set(*model, s, k, natoms, nframes);
     std::unique_ptr<FrameSet> generic_set;
     {
-      HostKernelsOff off;
+      GpuCodeOnTheCpu gpu_code;
       generic_set = std::make_unique<FrameSet>(frame_set(*model, s, k, natoms, nframes));
     }
     for (const bool whole : {false, true}) {
@@ -382,7 +372,7 @@ TYPED_TEST(EquivariantTrainingPath, WithoutHostKernelsEqualsTheHostKernels) {
         SCOPED_TRACE(device_kernels ? "device kernels' twins" : "LibTorch operations");
         Trained got;
         {
-          HostKernelsOff off(device_kernels);
+          GpuCodeOnTheCpu gpu_code(device_kernels);
           got = predict_and_backward(*model, generic_set->atoms, pick(*generic_set), grad_energy, grad_forces,
                                      grad_virial);
         }
@@ -400,7 +390,7 @@ TEST(HostKernels, TheEnvironmentDecidesUnlessSet) {
   const auto host = torch::zeros({2}, torch::kFloat64);
   EXPECT_TRUE(mlip::models::on_host(host));
   {
-    HostKernelsOff off;
+    GpuCodeOnTheCpu gpu_code;
     EXPECT_FALSE(mlip::models::host_kernels_enabled());
     EXPECT_FALSE(mlip::models::on_host(host));
   }
@@ -409,7 +399,7 @@ TEST(HostKernels, TheEnvironmentDecidesUnlessSet) {
   // The device kernels are off unless asked for (the tests run without MLIP_DEVICE_KERNELS).
   EXPECT_FALSE(mlip::models::device_kernels_enabled());
   {
-    HostKernelsOff off(true);
+    GpuCodeOnTheCpu gpu_code(true);
     EXPECT_TRUE(mlip::models::device_kernels_enabled());
   }
   EXPECT_FALSE(mlip::models::device_kernels_enabled());

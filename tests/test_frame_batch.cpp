@@ -78,7 +78,9 @@ void expect_consistent(const FrameBatch& b, int64_t natoms, int64_t nframes) {
     for (int64_t e = centre_offsets[a]; e < centre_offsets[a + 1]; ++e) ASSERT_EQ(i[e], a) << "centre offsets";
     for (int64_t k = neighbor_offsets[a]; k < neighbor_offsets[a + 1]; ++k) {
       ASSERT_EQ(j[by_neighbor[k]], a) << "neighbour order";
-      if (k > neighbor_offsets[a]) ASSERT_LT(by_neighbor[k - 1], by_neighbor[k]) << "stable";
+      if (k > neighbor_offsets[a]) {
+        ASSERT_LT(by_neighbor[k - 1], by_neighbor[k]) << "stable";
+      }
       ++seen[by_neighbor[k]];
     }
   }

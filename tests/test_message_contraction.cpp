@@ -4,8 +4,8 @@
 #include "models/equivariant/message_contraction.h"
 
 #include "error.h"
+#include "gpu_code_on_the_cpu.h"
 #include "models/kernels/device_kernels.h"
-#include "models/kernels/host_tensor.h"
 
 #include <gtest/gtest.h>
 
@@ -25,6 +25,7 @@ using mlip::models::contract;
 using mlip::models::contract_kernel;
 using mlip::models::ContractionKernel;
 using mlip::models::ContractionTables;
+using mlip::test::GpuCodeOnTheCpu;
 
 constexpr int64_t kAtoms = 7, kEdges = 40, kChannels = 5;
 constexpr int64_t kH = 4, kD = 5, kS = 7, kP = 3, kTerms = 18;
@@ -100,18 +101,6 @@ std::string name(ContractionKernel kernel) {
          : kernel == ContractionKernel::kDevice ? " (device kernels' twin)"
                                                 : " (CPU kernel)";
 }
-
-/// The host kernels off and the device kernels on or off while it lives (the code a GPU runs).
-struct GpuCodeOnTheCpu {
-  explicit GpuCodeOnTheCpu(bool device_kernels) {
-    mlip::models::set_host_kernels(false);
-    mlip::models::set_device_kernels(device_kernels);
-  }
-  ~GpuCodeOnTheCpu() {
-    mlip::models::set_host_kernels(true);
-    mlip::models::set_device_kernels(false);
-  }
-};
 
 /// max |a - b| / max |b|.
 double relative(const torch::Tensor& a, const torch::Tensor& b) {

@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/cuda.h>
 
 #include <random>
 #include <type_traits>
 
+#include "gpu_code_on_the_cpu.h"
+#include "models/kernels/device_kernels.h"
 #include "test_util.h"
 
 namespace {
@@ -72,6 +75,15 @@ std::vector<torch::Tensor> used(std::vector<torch::Tensor> op, int64_t factors, 
   return op;
 }
 
+/// The CPU kernel, LibTorch's operations and the CUDA kernel's host twin.
+const std::vector<ProductKernel> kKernels = {ProductKernel::kAuto, ProductKernel::kGeneric, ProductKernel::kDevice};
+
+std::string name(ProductKernel kernel) {
+  return kernel == ProductKernel::kGeneric  ? " (generic kernel)"
+         : kernel == ProductKernel::kDevice ? " (device kernel's twin)"
+                                            : " (CPU kernel)";
+}
+
 double relative(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() /
          b.to(torch::kFloat64).abs().max().item<double>();
@@ -102,12 +114,11 @@ TYPED_TEST(ProductBasis, EveryPartialByBothKernelsEqualsTheNaiveGradient) {
       for (const auto& x : used(op, factors, weighted)) low.push_back(x.defined() ? x.detach().to(this->dtype()) : x);
       for (int64_t slot = 0; slot < 2 + factors; ++slot) {
         if (slot == 1 && !weighted) continue;
-        for (auto kernel : {ProductKernel::kAuto, ProductKernel::kGeneric}) {
+        for (auto kernel : kKernels) {
           const auto out = product_contract_kernel(slot, low, coupling, kernel);
           EXPECT_EQ(out.sizes(), grads[size_t(slot)].sizes()) << "slot " << slot;
           EXPECT_EQ(out.scalar_type(), this->dtype());
-          EXPECT_LT(relative(out, grads[size_t(slot)]), this->tolerance())
-              << "slot " << slot << (kernel == ProductKernel::kGeneric ? " (generic kernel)" : " (CPU kernel)");
+          EXPECT_LT(relative(out, grads[size_t(slot)]), this->tolerance()) << "slot " << slot << name(kernel);
         }
       }
       // A slot the products do not have is an error, not zeros.
@@ -197,15 +208,18 @@ TYPED_TEST(ProductBasis, SecondDerivativesEqualAutogradOfTheNaiveReference) {
       return g;
     };
     const auto reference = loss_grads(true);
-    const auto fast = loss_grads(false);
     const double tol = TestFixture::kDouble ? 1e-10 : 1e-4;
     const char* names[] = {"R", "W", "a"};
-    for (size_t k = 0; k < 3; ++k) {
-      if (reference[k].abs().max().template item<double>() == 0) {
-        EXPECT_EQ(fast[k].abs().max().template item<double>(), 0) << "d loss / d " << names[k];
-        continue;
+    for (const bool twin : {false, true}) {
+      SCOPED_TRACE(twin ? "the CUDA kernel's twin" : "the CPU kernel");
+      const auto fast = mlip::test::run_with_device_twins(twin, [&] { return loss_grads(false); });
+      for (size_t k = 0; k < 3; ++k) {
+        if (reference[k].abs().max().template item<double>() == 0) {
+          EXPECT_EQ(fast[k].abs().max().template item<double>(), 0) << "d loss / d " << names[k];
+          continue;
+        }
+        EXPECT_LT(relative(fast[k], reference[k]), tol) << "d loss / d " << names[k];
       }
-      EXPECT_LT(relative(fast[k], reference[k]), tol) << "d loss / d " << names[k];
     }
     // The comparison can fail: the second derivatives do not vanish.
     EXPECT_GT(reference[factors > 1 ? 2 : 0].abs().max().template item<double>(), 1e-3);
@@ -245,11 +259,14 @@ TYPED_TEST(ProductBasis, ProductSumEqualsItsFormsSummedToSecondOrder) {
     return g;
   };
   const auto reference = loss_grads(false);
-  const auto fast = loss_grads(true);
   const char* names[] = {"d loss / d R", "d loss / d W", "d loss / d a", "B"};
-  for (size_t k = 0; k < 4; ++k) {
-    EXPECT_GT(reference[k].abs().max().template item<double>(), 1e-3) << names[k] << ": a quantity that can differ";
-    EXPECT_LT(relative(fast[k], reference[k]), this->tolerance()) << names[k];
+  for (const bool twin : {false, true}) {
+    SCOPED_TRACE(twin ? "the CUDA kernel's twin (accumulating the forms)" : "the CPU kernel");
+    const auto fast = mlip::test::run_with_device_twins(twin, [&] { return loss_grads(true); });
+    for (size_t k = 0; k < 4; ++k) {
+      EXPECT_GT(reference[k].abs().max().template item<double>(), 1e-3) << names[k] << ": a quantity that can differ";
+      EXPECT_LT(relative(fast[k], reference[k]), this->tolerance()) << names[k];
+    }
   }
 }
 
@@ -267,18 +284,20 @@ TEST(ProductBasisErrors, ProductSumRefusesAnOperandInTwoSlotsOrInNoForm) {
             std::string::npos);
 }
 
-// The CPU kernel is deterministic: bit-identical results for 1 and 2 threads.
+// The CPU kernel is deterministic: bit-identical results for 1 and 2 threads (and so is the CUDA
+// kernel's twin, as the kernel is: each element summed by one thread).
 TYPED_TEST(ProductBasis, CpuKernelIsBitIdenticalForAnyThreadCount) {
   const auto coupling = random_coupling(7, 3);
   const auto op = random_operands(this->dtype(), 8);
   const int threads = at::get_num_threads();
-  for (int64_t slot = 0; slot < 5; ++slot) {
-    at::set_num_threads(1);
-    const auto one = product_contract_kernel(slot, op, coupling, ProductKernel::kAuto);
-    at::set_num_threads(2);
-    const auto two = product_contract_kernel(slot, op, coupling, ProductKernel::kAuto);
-    EXPECT_TRUE(torch::equal(one, two)) << "slot " << slot;
-  }
+  for (int64_t slot = 0; slot < 5; ++slot)
+    for (auto kernel : {ProductKernel::kAuto, ProductKernel::kDevice}) {
+      at::set_num_threads(1);
+      const auto one = product_contract_kernel(slot, op, coupling, kernel);
+      at::set_num_threads(2);
+      const auto two = product_contract_kernel(slot, op, coupling, kernel);
+      EXPECT_TRUE(torch::equal(one, two)) << "slot " << slot << name(kernel);
+    }
   at::set_num_threads(threads);
 }
 
@@ -294,6 +313,48 @@ TEST(ProductBasisErrors, WrongShapeNamesTheOperand) {
     EXPECT_NE(std::string(e.what()).find("operand 3 should be [6, 9, 5], got [6, 8, 5]"), std::string::npos)
         << e.what();
   }
+}
+
+// On a CUDA device (label gpu): the CUDA kernel against its host twin, every slot of products
+// of one, two and three factors, on 700 nodes and 64 channels; then a product sum's first
+// derivative through autograd (its forms accumulated by the kernel) against the CPU kernel.
+TYPED_TEST(ProductBasis, CudaKernelEqualsItsHostTwin) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+  if (!mlip::models::cuda_kernels_compiled()) GTEST_SKIP() << "this build has no CUDA kernels (MLIP_CUDA_KERNELS=OFF)";
+  auto gen = at::detail::createCPUGenerator(30);
+  std::vector<torch::Tensor> big;
+  for (int64_t rows : kRows)
+    big.push_back(at::randn({700, rows, 64}, gen, torch::TensorOptions().dtype(torch::kFloat64)).to(this->dtype()));
+  for (int64_t factors = 1; factors <= 3; ++factors) {
+    const auto coupling = random_coupling(31, factors);
+    const auto op = used(big, factors, true);
+    std::vector<torch::Tensor> on_gpu;
+    for (const auto& x : op) on_gpu.push_back(x.defined() ? x.to(torch::kCUDA) : x);
+    for (int64_t slot = 0; slot < 2 + factors; ++slot) {
+      const auto device = product_contract_kernel(slot, on_gpu, coupling, ProductKernel::kDevice);
+      EXPECT_TRUE(device.is_cuda());
+      EXPECT_LT(relative(device.cpu(), product_contract_kernel(slot, op, coupling, ProductKernel::kDevice)),
+                this->tolerance())
+          << factors << " factors, slot " << slot;
+    }
+  }
+  using mlip::models::ProductForm;
+  const std::vector<ProductForm> forms = {{staged_coupling(1, 11), {0, 1, 2, -1, -1}},
+                                          {staged_coupling(2, 12), {0, 1, 3, -1, -1}},
+                                          {staged_coupling(3, 13), {0, 1, 3, 2, -1}}};
+  const auto base = random_operands(this->dtype(), 32);
+  auto gradient = [&](const torch::Device& where) {
+    auto r = base[0].to(where), w = base[1].to(where).requires_grad_(true), a = base[4].to(where);
+    const auto p = base[2].to(where);
+    const torch::Tensor none;
+    const auto b = mlip::models::product_sum(0, {none, w, a, p}, forms);
+    return torch::autograd::grad({(r * b).sum()}, {w})[0].cpu();
+  };
+  const auto cpu = gradient(torch::kCPU);
+  mlip::models::set_device_kernels(true);
+  const auto cuda = gradient(torch::kCUDA);
+  mlip::models::set_device_kernels(false);
+  EXPECT_LT(relative(cuda, cpu), this->tolerance()) << "d <R, B> / d W";
 }
 
 }  // namespace

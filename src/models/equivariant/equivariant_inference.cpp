@@ -154,7 +154,11 @@ class EquivariantInference : public Inference {
       torch::Tensor grad_basis = torch::zeros_like(basis), grad_y = torch::zeros_like(y);
       torch::Tensor grad_out;  // dE/d(block k's output features of the owned atoms), all ranks' E
       for (int64_t k = blocks - 1; k >= 0; --k) {
-        std::vector<torch::Tensor> outs = {energies[size_t(k)].sum()}, grad_outs = {torch::ones({}, basis.options())};
+        // Built with reserve, not from one-element lists: GCC 12 otherwise warns, wrongly, that the
+        // second push_back reads past the list (-Warray-bounds).
+        std::vector<torch::Tensor> outs, grad_outs;
+        outs.reserve(2), grad_outs.reserve(2);
+        outs.push_back(energies[size_t(k)].sum()), grad_outs.push_back(torch::ones({}, basis.options()));
         if (k + 1 < blocks) outs.push_back(outputs[size_t(k)]), grad_outs.push_back(grad_out);
         std::vector<torch::Tensor> by = {basis, y};
         if (k > 0) by.push_back(inputs[size_t(k)]);

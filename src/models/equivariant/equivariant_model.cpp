@@ -114,10 +114,7 @@ class EquivariantModel final : public Model {
  public:
   EquivariantModel(const EquivariantSettings& settings, const ModelContext& context)
       : settings_(settings), device_(context.device), static_shapes_(context.static_shapes) {
-    if (device_.is_cuda() && device_kernels_enabled() && !cuda_kernels_compiled())
-      throw Error("MLIP_DEVICE_KERNELS=on: this mlip was built without its CUDA kernels (MLIP_CUDA_KERNELS=OFF, or "
-                  "a LibTorch without CUDA); unset the variable to train on " + device_.str() +
-                  " with LibTorch's operations");
+    if (device_kernels_enabled()) require_device_kernels("the equivariant model", device_);  // said before any work
     EquivariantConfig& c = settings_.config;
     c.pair_repulsion = settings_.pair_repulsion;
     c.avg_num_neighbors = settings_.avg_num_neighbors.value_or(1.0);
@@ -139,7 +136,7 @@ class EquivariantModel final : public Model {
       << (e.parity ? (e.pseudotensors ? " with parity" : " with parity, natural irreps only") : " (SO(3))") << ", "
       << e.num_layers << " layers x " << e.num_features
       << " features" << (e.correlation > 1 ? ", correlation " + std::to_string(e.correlation) : std::string())
-      << (e.readout_every_layer ? ", readout of every layer" : "") << ", message contraction by "
+      << (e.readout_every_layer ? ", readout of every layer" : "") << ", contractions by "
       << contraction_kernel_in_use(device_);
     return o.str();
   }

@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "models/equivariant/contraction_rule.h"
+#include "models/equivariant/grouped_terms.h"
 #include "models/equivariant/host_coupling.h"
 #include "models/kernels/channel_chunk.h"
 #include "models/kernels/device_kernels.h"
@@ -349,44 +350,6 @@ torch::Tensor generic_kernel(int64_t slot, const std::vector<torch::Tensor>& op,
   }
 }
 
-/// A table's terms grouped by the rows of one slot's output (s, d, p or m; contraction_rule.h),
-/// with their coefficients in the operands' dtype and the groups' offsets, on the operands'
-/// device: made once per table, slot, dtype and device and kept, as the dense coupling is.
-struct RuleTerms {
-  torch::Tensor terms, coefficients;  // the table's own tensors (held, so their identity stays theirs)
-  int64_t slot = 0;
-  torch::Tensor grouped, grouped_coefficients, group;
-};
-
-RuleTerms rule_terms(int64_t slot, const ContractionTables& t, const torch::TensorOptions& opts) {
-  static std::mutex mutex;
-  static auto& made = *new std::vector<RuleTerms>();  // never destroyed (see dense_coupling)
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const RuleTerms& r : made)
-    if (r.slot == slot && r.terms.is_same(t.terms) && r.coefficients.is_same(t.coefficients) &&
-        r.grouped_coefficients.scalar_type() == opts.dtype().toScalarType() &&
-        r.grouped_coefficients.device() == opts.device())
-      return r;
-  const std::vector<int64_t> rows_of_slot = {t.sizes[2], t.sizes[1], t.sizes[3], t.sizes[0]};
-  const TermGroups groups = grouped(contraction_terms(t), slot, rows_of_slot[size_t(slot)]);
-  std::vector<int64_t> flat;
-  std::vector<double> values;
-  for (const Term& q : groups.terms) {
-    flat.insert(flat.end(), {q.m, q.d, q.s, q.p});
-    values.push_back(q.c);
-  }
-  const auto host = torch::TensorOptions().dtype(torch::kInt64);
-  RuleTerms r;
-  r.terms = t.terms, r.coefficients = t.coefficients, r.slot = slot;
-  r.grouped = torch::tensor(flat, host).to(opts.device());
-  r.grouped_coefficients = torch::tensor(values, torch::kFloat64).to(opts);
-  r.group = torch::tensor(groups.group, host).to(opts.device());
-  constexpr size_t kMostTables = 1024;  // four slots of a few tables per model; tests make many models
-  if (made.size() == kMostTables) made.clear();
-  made.push_back(r);
-  return r;
-}
-
 /// The host twin of the CUDA kernels: every output element by the same functions
 /// (contraction_rule.h), the harmonics' lanes added in the warp's order.
 template <typename T>
@@ -429,7 +392,9 @@ template <typename T>
 torch::Tensor device_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, int64_t f) {
   const torch::Tensor& any = op[slot == kHarmonics ? kRadial : kHarmonics];
   const torch::Device device = any.device();
-  const RuleTerms terms = rule_terms(slot, t, any.options());
+  // The column of each slot's row in a term (m, d, s, p), and that slot's rows.
+  const int64_t column = std::array<int64_t, 4>{2, 1, 3, 0}[size_t(slot)];
+  const GroupedTerms terms = grouped_terms(t.terms, t.coefficients, column, t.sizes[size_t(column)], any.options());
   const auto index = [&](const torch::Tensor& x) { return on_device(x, device).contiguous(); };
   const torch::Tensor centre = index(t.centre), neighbor = index(t.neighbor), offsets = index(t.centre_offsets),
                       by_neighbor = index(t.by_neighbor), neighbor_offsets = index(t.neighbor_offsets),
@@ -437,8 +402,8 @@ torch::Tensor device_kernel(int64_t slot, const std::vector<torch::Tensor>& op, 
   const int64_t natoms = t.centre_offsets.size(0) - 1, nedges = t.centre.size(0);
   if (pair.defined() && device.is_cpu()) check_pairs(pair, t.pair_edge.size(0));
   ContractionRuleArgs<T> a;
-  a.terms = terms.grouped.data_ptr<int64_t>();
-  a.coefficients = terms.grouped_coefficients.data_ptr<T>();
+  a.terms = terms.terms.data_ptr<int64_t>();
+  a.coefficients = terms.coefficients.data_ptr<T>();
   a.group = terms.group.data_ptr<int64_t>();
   a.H = t.sizes[0], a.D = t.sizes[1], a.S = t.sizes[2], a.P = t.sizes[3], a.f = f;
   a.centre = centre.data_ptr<int64_t>(), a.neighbor = neighbor.data_ptr<int64_t>();
@@ -467,13 +432,7 @@ torch::Tensor device_kernel(int64_t slot, const std::vector<torch::Tensor>& op, 
 /// Checks what device_kernel needs, then runs it in the operands' dtype.
 torch::Tensor device_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ContractionTables& t, int64_t f) {
   const torch::Tensor& any = op[slot == kHarmonics ? kRadial : kHarmonics];
-  if (any.device().is_cuda() && !cuda_kernels_compiled())
-    throw Error("message contraction: mlip's CUDA kernels were asked for (MLIP_DEVICE_KERNELS=on) on " +
-                any.device().str() +
-                ", but this mlip was built without them (MLIP_CUDA_KERNELS=OFF, or a LibTorch without CUDA)");
-  if (!any.device().is_cpu() && !any.device().is_cuda())
-    throw Error("message contraction: mlip's kernels run on the CPU or a CUDA device, got operands on " +
-                any.device().str());
+  require_device_kernels("message contraction", any.device());
   if (any.scalar_type() == torch::kFloat64) return device_kernel<double>(slot, op, t, f);
   if (any.scalar_type() == torch::kFloat32) return device_kernel<float>(slot, op, t, f);
   throw Error("message contraction: expected float32 or float64 operands, got " +

@@ -9,10 +9,20 @@
 #include <string>
 
 #include "error.h"
-#include "models/kernels/host_tensor.h"
+#include "models/equivariant/grouped_terms.h"
 #include "models/equivariant/host_coupling.h"
+#include "models/equivariant/product_rule.h"
 #include "models/kernels/channel_chunk.h"
+#include "models/kernels/device_kernels.h"
+#include "models/kernels/host_tensor.h"
 #include "models/kernels/target_clones.h"
+
+#ifdef MLIP_HAVE_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "models/equivariant/product_basis_cuda.h"
+#endif
 
 namespace mlip::models {
 namespace {
@@ -317,6 +327,65 @@ std::vector<torch::Tensor> checked_operands(int64_t slot, const std::vector<torc
   return op;
 }
 
+/// out [nodes, rows of slot, f] = the partial by `slot` by mlip's kernels (ProductKernel::kDevice),
+/// or out += it with `accumulate`: the CUDA kernel on a CUDA device, its host twin on the CPU.
+template <typename T>
+void device_kernel(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
+                   torch::Tensor& out, bool accumulate) {
+  const auto rows = rows_of(coupling);
+  const auto present = present_slots(coupling);
+  const int64_t nodes = out.size(0), out_rows = rows[size_t(slot)], f = out.size(2);
+  const GroupedTerms terms = grouped_terms(coupling.terms, coupling.coefficients, slot, out_rows, out.options());
+  ProductRuleArgs<T> a;
+  a.terms = terms.terms.data_ptr<int64_t>();
+  a.coefficients = terms.coefficients.data_ptr<T>();
+  a.group = terms.group.data_ptr<int64_t>();
+  a.f = f;
+  for (int64_t s = 0; s < kSlots; ++s) {
+    a.rows[s] = rows[size_t(s)];
+    if (s != slot && present[size_t(s)]) a.operand[s] = op[size_t(s)].template data_ptr<T>();
+  }
+  if (out.device().is_cpu()) {
+    T* o = out.data_ptr<T>();
+    at::parallel_for(0, nodes, 4, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t r = 0; r < out_rows; ++r)
+          for (int64_t c = 0; c < f; ++c) {
+            const int64_t k = (n * out_rows + r) * f + c;
+            const T value = product_element(a, n, r, c);
+            o[k] = accumulate ? o[k] + value : value;
+          }
+    });
+    return;
+  }
+#ifdef MLIP_HAVE_CUDA_KERNELS
+  const c10::cuda::CUDAGuard guard(out.device());
+  launch_product_basis(a, nodes, out_rows, out.data_ptr<T>(), accumulate,
+                       c10::cuda::getCurrentCUDAStream(out.device().index()).stream());
+#endif
+}
+
+/// device_kernel in out's dtype, after checking that it can run where out lives.
+void accumulate_device(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
+                       torch::Tensor& out, bool accumulate) {
+  require_device_kernels("product basis", out.device());
+  if (out.scalar_type() == torch::kFloat64)
+    device_kernel<double>(slot, op, coupling, out, accumulate);
+  else if (out.scalar_type() == torch::kFloat32)
+    device_kernel<float>(slot, op, coupling, out, accumulate);
+  else
+    throw Error("product basis: expected float32 or float64 operands");
+}
+
+/// Which kernel computes a partial of operands on `device`: kAuto resolved (the CPU kernel for
+/// host tensors with the host kernels on; elsewhere mlip's device kernels when on, else LibTorch's
+/// operations). kAuto is returned for the CPU kernel.
+ProductKernel route(ProductKernel kernel, const torch::Device& device) {
+  if (kernel != ProductKernel::kAuto) return kernel;
+  if (device.is_cpu() && host_kernels_enabled()) return ProductKernel::kAuto;
+  return device_kernels_enabled() ? ProductKernel::kDevice : ProductKernel::kGeneric;
+}
+
 /// out [nodes, rows of slot, f] += the partial by `slot` (CPU kernel; host tensors); with
 /// `overwrite`, out = the partial (out's values are not read).
 void accumulate_cpu(int64_t slot, const std::vector<torch::Tensor>& op, const ProductCoupling& coupling,
@@ -337,10 +406,13 @@ torch::Tensor product_contract_kernel(int64_t slot, const std::vector<torch::Ten
   torch::Tensor some;
   const auto op = checked_operands(slot, operands, coupling, some);
   const int64_t f = some.size(-1);
-  if (kernel == ProductKernel::kGeneric || !some.device().is_cpu() || !host_kernels_enabled())
-    return generic_kernel(slot, op, coupling, f);
+  const ProductKernel chosen = route(kernel, some.device());
+  if (chosen == ProductKernel::kGeneric) return generic_kernel(slot, op, coupling, f);
   auto out = torch::empty({some.size(0), rows_of(coupling)[size_t(slot)], f}, some.options());
-  accumulate_cpu(slot, op, coupling, out, /*overwrite=*/true);
+  if (chosen == ProductKernel::kDevice)
+    accumulate_device(slot, op, coupling, out, /*accumulate=*/false);
+  else
+    accumulate_cpu(slot, op, coupling, out, /*overwrite=*/true);
   return out;
 }
 
@@ -390,14 +462,18 @@ torch::Tensor product_sum_kernel(int64_t operand, const std::vector<torch::Tenso
       if (form->operand[size_t(s)] >= 0 && s != slot) local[size_t(s)] = operands[size_t(form->operand[size_t(s)])];
     torch::Tensor some;
     const auto op = checked_operands(slot, local, form->coupling, some);
-    if (!some.device().is_cpu() || !host_kernels_enabled()) {
+    const ProductKernel chosen = route(ProductKernel::kAuto, some.device());
+    if (chosen == ProductKernel::kGeneric) {
       const auto part = generic_kernel(slot, op, form->coupling, some.size(-1));
       out = out.defined() ? out + part : part;
       continue;
     }
     const bool first = !out.defined();
     if (first) out = torch::empty({some.size(0), rows_of(form->coupling)[size_t(slot)], some.size(-1)}, some.options());
-    accumulate_cpu(slot, op, form->coupling, out, /*overwrite=*/first);
+    if (chosen == ProductKernel::kDevice)
+      accumulate_device(slot, op, form->coupling, out, /*accumulate=*/!first);
+    else
+      accumulate_cpu(slot, op, form->coupling, out, /*overwrite=*/first);
   }
   if (!out.defined())
     throw Error("product sum: no form holds operand " + std::to_string(operand) + " with the operands required");

@@ -37,8 +37,13 @@ struct ProductCoupling {
 };
 
 enum class ProductKernel {
-  kAuto,     ///< the CPU kernel for host tensors, kGeneric elsewhere
+  /// the CPU kernel for host tensors (with the host kernels on, models/kernels/host_tensor.h);
+  /// elsewhere kDevice with the device kernels on (models/kernels/device_kernels.h), else kGeneric
+  kAuto,
   kGeneric,  ///< LibTorch operations (gathers, products, index_add): any device
+  /// mlip's CUDA kernel on a CUDA device (an mlip::Error in a build without it), its host twin
+  /// (the same arithmetic, product_rule.h) on the CPU
+  kDevice,
 };
 
 /// ∂F/∂(operand `slot`) at the other operands (`operands[slot]` is ignored; absent ones are

@@ -1,5 +1,8 @@
 #include "models/kernels/device_kernels.h"
 
+#include <string>
+
+#include "error.h"
 #include "models/kernels/environment_switch.h"
 
 namespace mlip::models {
@@ -19,6 +22,16 @@ bool cuda_kernels_compiled() {
 #else
   return false;
 #endif
+}
+
+void require_device_kernels(const char* operation, const c10::Device& device) {
+  if (device.is_cuda() && !cuda_kernels_compiled())
+    throw Error(std::string(operation) + ": mlip's CUDA kernels were asked for (MLIP_DEVICE_KERNELS=on) on " +
+                device.str() +
+                ", but this mlip was built without them (MLIP_CUDA_KERNELS=OFF, or a LibTorch without CUDA)");
+  if (!device.is_cpu() && !device.is_cuda())
+    throw Error(std::string(operation) + ": mlip's kernels run on the CPU or a CUDA device, got operands on " +
+                device.str());
 }
 
 }  // namespace mlip::models

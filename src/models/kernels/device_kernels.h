@@ -1,6 +1,8 @@
 // Whether mlip's own CUDA kernels take the equivariant model's operations on a GPU.
 #pragma once
 
+#include <c10/core/Device.h>
+
 namespace mlip::models {
 
 /// Whether the equivariant model's message contraction runs through mlip's own kernels
@@ -15,5 +17,9 @@ void set_device_kernels(bool enabled);
 
 /// Whether this build compiled the CUDA kernels (CMake's MLIP_CUDA_KERNELS).
 bool cuda_kernels_compiled();
+
+/// Throws mlip::Error, naming `operation`, unless mlip's kernels can run on `device`: the CPU
+/// (their host twins), or a CUDA device in a build with the CUDA kernels.
+void require_device_kernels(const char* operation, const c10::Device& device);
 
 }  // namespace mlip::models
