@@ -6,9 +6,13 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/cuda.h>
 
+#include <optional>
 #include <type_traits>
 
+#include "gpu_code_on_the_cpu.h"
+#include "models/kernels/device_kernels.h"
 #include "test_util.h"
 
 namespace {
@@ -25,14 +29,36 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
 }
 
+void expect_gate_equals_plain_operations(torch::Dtype dtype, double tolerance, torch::Device device);
+
 std::vector<torch::Tensor> plain_gate(const torch::Tensor& g, const std::vector<torch::Tensor>& gated, int64_t f) {
   std::vector<torch::Tensor> out = {g.narrow(2, 0, f) * torch::sigmoid(g.narrow(2, 0, f))};
   for (size_t q = 0; q < gated.size(); ++q) out.push_back(gated[q] * torch::sigmoid(g.narrow(2, f * int64_t(q + 1), f)));
   return out;
 }
 
+// The gate's three stages by the host loops, by LibTorch's operations (a GPU's code) and by
+// mlip's CUDA kernels' host twin: each against the plain operations.
 TYPED_TEST(GateTest, ValuesAndTwoDerivativesEqualThePlainOperations) {
-  const auto opts = torch::TensorOptions().dtype(TestFixture::dtype());
+  for (const char* code : {"host loops", "LibTorch operations", "device kernels' twin"}) {
+    SCOPED_TRACE(code);
+    std::optional<mlip::test::GpuCodeOnTheCpu> gpu_code;
+    if (code[0] != 'h') gpu_code.emplace(code[0] == 'd');
+    expect_gate_equals_plain_operations(TestFixture::dtype(), TestFixture::tolerance(), torch::kCPU);
+  }
+}
+
+// On a CUDA device (label gpu): the CUDA kernels, against the plain operations there.
+TYPED_TEST(GateTest, CudaKernelsEqualThePlainOperations) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible (or this build has no CUDA)";
+  if (!mlip::models::cuda_kernels_compiled()) GTEST_SKIP() << "this build has no CUDA kernels (MLIP_CUDA_KERNELS=OFF)";
+  mlip::models::set_device_kernels(true);
+  expect_gate_equals_plain_operations(TestFixture::dtype(), TestFixture::tolerance(), torch::kCUDA);
+  mlip::models::set_device_kernels(false);
+}
+
+void expect_gate_equals_plain_operations(torch::Dtype dtype, double tolerance, torch::Device device) {
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   const int64_t n = 6, f = 5;
   for (const std::vector<int64_t>& components : {std::vector<int64_t>{}, {3}, {3, 5}}) {
     SCOPED_TRACE(std::to_string(components.size()) + " gated irreps");
@@ -71,7 +97,7 @@ TYPED_TEST(GateTest, ValuesAndTwoDerivativesEqualThePlainOperations) {
     ASSERT_EQ(fused.size(), plain.size());
     for (size_t k = 0; k < fused.size(); ++k) {
       EXPECT_GT(plain[k].abs().max().template item<double>(), 1e-3) << "quantity " << k << " can differ";
-      EXPECT_LT(relative(fused[k], plain[k]), TestFixture::tolerance()) << "quantity " << k;
+      EXPECT_LT(relative(fused[k], plain[k]), tolerance) << "quantity " << k;
     }
   }
 }

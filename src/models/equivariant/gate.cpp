@@ -5,9 +5,20 @@
 
 #include <string>
 
+#include <ATen/Parallel.h>
+
 #include "error.h"
-#include "models/kernels/host_tensor.h"
+#include "models/equivariant/gate_rule.h"
+#include "models/kernels/device_kernels.h"
 #include "models/kernels/fast_tanh.h"
+#include "models/kernels/host_tensor.h"
+
+#ifdef MLIP_HAVE_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "models/equivariant/gate_cuda.h"
+#endif
 
 namespace mlip::models {
 namespace {
@@ -197,14 +208,82 @@ std::vector<torch::Tensor> second_ops(const GateShape& sh, const torch::Tensor& 
   return out;
 }
 
-// ---- dispatch ----
-
 std::vector<torch::Tensor> contiguous(std::vector<torch::Tensor> t) {
   for (auto& x : t) x = x.contiguous();
   return t;
 }
 
+// ---- the same by mlip's kernels: the CUDA kernels on a GPU, their host twin on the CPU ----
+
+/// Whether mlip's device kernels take a call on g: they are on, the host loops are not, and the
+/// call has at most kMostGated gated irreps (more take the LibTorch operations).
+bool by_device_kernels(const torch::Tensor& g, const GateShape& sh) {
+  if (on_host(g) || !device_kernels_enabled() || sh.components.size() > size_t(kMostGated)) return false;
+  require_device_kernels("gate", g.device());
+  return g.scalar_type() == torch::kFloat64 || g.scalar_type() == torch::kFloat32;
+}
+
+/// The operands and outputs of `stage` (gate_rule.h), every tensor contiguous; the inputs a
+/// stage does not read are empty vectors or undefined.
+struct GateTensors {
+  torch::Tensor g, gs, hg;
+  std::vector<torch::Tensor> z, gv, hz;
+  std::vector<torch::Tensor> out;  // in the order the stage's dispatcher returns them
+};
+
+template <typename T>
+void run_device_stage(GateStage stage, const GateShape& sh, const GateTensors& t) {
+  GateRuleArgs<T> a;
+  a.n = sh.n, a.f = sh.f, a.gated = int(sh.components.size());
+  auto ptr = [](const torch::Tensor& x) -> const T* { return x.defined() ? x.data_ptr<T>() : nullptr; };
+  a.g = ptr(t.g), a.gs = ptr(t.gs), a.hg = ptr(t.hg);
+  const size_t Q = sh.components.size();
+  for (size_t q = 0; q < Q; ++q) {
+    a.components[q] = sh.components[q];
+    a.z[q] = ptr(t.z[q]);
+    if (!t.gv.empty()) a.gv[q] = ptr(t.gv[q]);
+    if (!t.hz.empty()) a.hz[q] = ptr(t.hz[q]);
+    a.out_z[q] = t.out[1 + q].data_ptr<T>();
+    if (stage == GateStage::kSecond) a.out_gv[q] = t.out[Q + 2 + q].data_ptr<T>();
+  }
+  a.out_g = t.out[0].data_ptr<T>();
+  if (stage == GateStage::kSecond) a.out_gs = t.out[Q + 1].data_ptr<T>();
+  if (t.g.device().is_cpu()) {
+    at::parallel_for(0, sh.n, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < sh.f; ++c) gate_stage_at(stage, a, r, c);
+    });
+    return;
+  }
+#ifdef MLIP_HAVE_CUDA_KERNELS
+  const c10::cuda::CUDAGuard guard(t.g.device());
+  launch_gate(stage, a, c10::cuda::getCurrentCUDAStream(t.g.device().index()).stream());
+#endif
+}
+
+/// The stage by mlip's kernels, its outputs allocated as the host loops allocate theirs.
+std::vector<torch::Tensor> device_stage(GateStage stage, const GateShape& sh, GateTensors t) {
+  t.g = t.g.contiguous();
+  if (t.gs.defined()) t.gs = t.gs.contiguous();
+  if (t.hg.defined()) t.hg = t.hg.contiguous();
+  t.z = contiguous(t.z), t.gv = contiguous(t.gv), t.hz = contiguous(t.hz);
+  t.out = {stage == GateStage::kForward ? torch::empty({sh.n, 1, sh.f}, t.g.options()) : torch::empty_like(t.g)};
+  for (const auto& x : t.z) t.out.push_back(torch::empty_like(x));
+  if (stage == GateStage::kSecond) {
+    t.out.push_back(torch::empty_like(t.gs));
+    for (const auto& x : t.gv) t.out.push_back(torch::empty_like(x));
+  }
+  if (t.g.scalar_type() == torch::kFloat64)
+    run_device_stage<double>(stage, sh, t);
+  else
+    run_device_stage<float>(stage, sh, t);
+  return t.out;
+}
+
+// ---- dispatch ----
+
 std::vector<torch::Tensor> forward_kernel(const GateShape& sh, const torch::Tensor& g, const std::vector<torch::Tensor>& z) {
+  if (by_device_kernels(g, sh)) return device_stage(GateStage::kForward, sh, {g, {}, {}, z, {}, {}, {}});
   if (!on_host(g)) return forward_ops(sh, g, z);
   const auto gc = g.contiguous();
   const auto zc = contiguous(z);
@@ -217,6 +296,7 @@ std::vector<torch::Tensor> forward_kernel(const GateShape& sh, const torch::Tens
 
 std::vector<torch::Tensor> backward_kernel(const GateShape& sh, const torch::Tensor& g, const std::vector<torch::Tensor>& z,
                                            const torch::Tensor& gs, const std::vector<torch::Tensor>& gv) {
+  if (by_device_kernels(g, sh)) return device_stage(GateStage::kBackward, sh, {g, gs, {}, z, gv, {}, {}});
   if (!on_host(g)) return backward_ops(sh, g, z, gs, gv);
   const auto gc = g.contiguous(), gsc = gs.contiguous();
   const auto zc = contiguous(z), gvc = contiguous(gv);
@@ -230,6 +310,7 @@ std::vector<torch::Tensor> backward_kernel(const GateShape& sh, const torch::Ten
 std::vector<torch::Tensor> second_kernel(const GateShape& sh, const torch::Tensor& g, const std::vector<torch::Tensor>& z,
                                          const torch::Tensor& gs, const std::vector<torch::Tensor>& gv,
                                          const torch::Tensor& hg, const std::vector<torch::Tensor>& hz) {
+  if (by_device_kernels(g, sh)) return device_stage(GateStage::kSecond, sh, {g, gs, hg, z, gv, hz, {}});
   if (!on_host(g)) return second_ops(sh, g, z, gs, gv, hg, hz);
   const auto gc = g.contiguous(), gsc = gs.contiguous(), hgc = hg.contiguous();
   const auto zc = contiguous(z), gvc = contiguous(gv), hzc = contiguous(hz);
