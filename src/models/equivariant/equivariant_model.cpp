@@ -137,7 +137,7 @@ class EquivariantModel final : public Model {
       << e.num_layers << " layers x " << e.num_features
       << " features" << (e.correlation > 1 ? ", correlation " + std::to_string(e.correlation) : std::string())
       << (e.readout_every_layer ? ", readout of every layer" : "") << ", contractions by "
-      << contraction_kernel_in_use(device_);
+      << kernel_route_name(device_);
     return o.str();
   }
 

@@ -218,7 +218,9 @@ std::vector<torch::Tensor> contiguous(std::vector<torch::Tensor> t) {
 /// Whether mlip's device kernels take a call on g: they are on, the host loops are not, and the
 /// call has at most kMostGated gated irreps (more take the LibTorch operations).
 bool by_device_kernels(const torch::Tensor& g, const GateShape& sh) {
-  if (on_host(g) || !device_kernels_enabled() || sh.components.size() > size_t(kMostGated)) return false;
+  if (on_host(g) || kernel_route(g.device()) != KernelRoute::kDeviceKernels ||
+      sh.components.size() > size_t(kMostGated))
+    return false;
   require_device_kernels("gate", g.device());
   return g.scalar_type() == torch::kFloat64 || g.scalar_type() == torch::kFloat32;
 }

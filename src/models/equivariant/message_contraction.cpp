@@ -17,7 +17,6 @@
 #include "models/equivariant/host_coupling.h"
 #include "models/kernels/channel_chunk.h"
 #include "models/kernels/device_kernels.h"
-#include "models/kernels/host_tensor.h"
 #include "models/kernels/target_clones.h"
 
 #ifdef MLIP_HAVE_CUDA_KERNELS
@@ -534,12 +533,6 @@ void ContractionTables::order_by_neighbor(const torch::Tensor& neighbor, int64_t
   neighbor_offsets = torch::cat({torch::zeros({1}, counts.options()), counts.cumsum(0)});
 }
 
-const char* contraction_kernel_in_use(const torch::Device& device) {
-  if (device.is_cpu() && host_kernels_enabled()) return "the CPU kernels";
-  if (!device_kernels_enabled()) return "LibTorch operations";
-  return device.is_cpu() ? "the CUDA kernels' host twin" : "mlip's CUDA kernels";
-}
-
 torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& operands, const ContractionTables& tables,
                               ContractionKernel kernel) {
   if (slot < 0 || slot > 3) throw Error("message contraction: slot must be 0..3, got " + std::to_string(slot));
@@ -549,9 +542,9 @@ torch::Tensor contract_kernel(int64_t slot, const std::vector<torch::Tensor>& op
   for (int64_t k = 0; k < 4; ++k)
     if (k != slot) op[size_t(k)] = operands[size_t(k)].contiguous();
   if (kernel == ContractionKernel::kAuto) {
-    kernel = some.device().is_cpu() && host_kernels_enabled() ? ContractionKernel::kAuto
-             : device_kernels_enabled()                        ? ContractionKernel::kDevice
-                                                               : ContractionKernel::kGeneric;
+    const KernelRoute route = kernel_route(some.device());
+    if (route == KernelRoute::kDeviceKernels) kernel = ContractionKernel::kDevice;
+    if (route == KernelRoute::kLibTorch) kernel = ContractionKernel::kGeneric;
   }
   if (kernel == ContractionKernel::kDevice) return device_kernel(slot, op, tables, f);
   if (kernel == ContractionKernel::kGeneric || !some.device().is_cpu()) return generic_kernel(slot, op, tables, f);

@@ -52,18 +52,14 @@ struct ContractionTerm {
 std::vector<ContractionTerm> contraction_terms(const ContractionTables& tables);
 
 enum class ContractionKernel {
-  /// the CPU kernel for host tensors (with the host kernels on, models/kernels/host_tensor.h);
-  /// elsewhere kDevice with the device kernels on (models/kernels/device_kernels.h), else kGeneric
+  /// by kernel_route (models/kernels/device_kernels.h): the CPU kernel for host tensors with the
+  /// host kernels on, elsewhere kDevice with the device kernels on, else kGeneric
   kAuto,
   kGeneric,  ///< LibTorch operations (gathers, batched products, index_add): any device
   /// mlip's CUDA kernels on a CUDA device (an mlip::Error in a build without them), their host
   /// twin (the same arithmetic, contraction_rule.h) on the CPU
   kDevice,
 };
-
-/// Which kernel kAuto takes for operands on `device` (for the model line of `mlip train`): "the
-/// CPU kernels", "mlip's CUDA kernels", "the CUDA kernels' host twin" or "LibTorch operations".
-const char* contraction_kernel_in_use(const torch::Device& device);
 
 /// ∂F/∂(operand `slot`) at the other three operands (`operands[slot]` is ignored), with autograd:
 /// differentiable to any order (each derivative is another call of this function).

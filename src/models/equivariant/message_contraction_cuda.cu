@@ -3,23 +3,13 @@
 // summed over its edges and coupling terms in registers and written once (no per-edge tensors,
 // no atomics: the same numbers on every run). The arithmetic is contraction_rule.h's, shared with
 // the host twin that the CPU tests check.
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <string>
 
-#include "error.h"
 #include "models/equivariant/message_contraction_cuda.h"
+#include "models/kernels/cuda_grid.h"
 
 namespace mlip::models {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMostBlocks = int64_t(1) << 20;  // the grid strides over the rest
-
-int64_t blocks_for(int64_t threads_needed) {
-  return std::max<int64_t>(1, std::min(kMostBlocks, (threads_needed + kThreads - 1) / kThreads));
-}
 
 /// Slots 0-2: element k of the output [rows, width, f], one thread each (the grid strides).
 /// Consecutive threads take consecutive channels, so a warp reads consecutive operand values.
@@ -59,18 +49,14 @@ void launch_message_contraction(int64_t slot, const ContractionRuleArgs<T>& args
   const auto s = static_cast<cudaStream_t>(stream);
   int64_t blocks = 0;
   if (slot == 3) {
-    blocks = blocks_for(rows * kContractionLanes);
-    harmonics_kernel<T><<<unsigned(blocks), kThreads, 0, s>>>(args, rows, out);
+    blocks = grid_blocks(rows * kContractionLanes);
+    harmonics_kernel<T><<<unsigned(blocks), kGridThreads, 0, s>>>(args, rows, out);
   } else {
     const int64_t width = slot == 0 ? args.S : slot == 1 ? args.D : args.P;
-    blocks = blocks_for(rows * width * args.f);
-    element_kernel<T><<<unsigned(blocks), kThreads, 0, s>>>(slot, args, rows, width, out);
+    blocks = grid_blocks(rows * width * args.f);
+    element_kernel<T><<<unsigned(blocks), kGridThreads, 0, s>>>(slot, args, rows, width, out);
   }
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess)
-    throw Error("the message contraction kernel of slot " + std::to_string(slot) + " did not launch (" +
-                std::to_string(rows) + " rows, " + std::to_string(blocks) + " blocks of " + std::to_string(kThreads) +
-                "): " + cudaGetErrorString(status));
+  check_grid_launch("message contraction (slot " + std::to_string(slot) + ")", std::to_string(rows) + " rows", blocks);
 }
 
 template void launch_message_contraction<float>(int64_t, const ContractionRuleArgs<float>&, int64_t, float*, void*);

@@ -14,7 +14,6 @@
 #include "models/equivariant/product_rule.h"
 #include "models/kernels/channel_chunk.h"
 #include "models/kernels/device_kernels.h"
-#include "models/kernels/host_tensor.h"
 #include "models/kernels/target_clones.h"
 
 #ifdef MLIP_HAVE_CUDA_KERNELS
@@ -377,13 +376,15 @@ void accumulate_device(int64_t slot, const std::vector<torch::Tensor>& op, const
     throw Error("product basis: expected float32 or float64 operands");
 }
 
-/// Which kernel computes a partial of operands on `device`: kAuto resolved (the CPU kernel for
-/// host tensors with the host kernels on; elsewhere mlip's device kernels when on, else LibTorch's
-/// operations). kAuto is returned for the CPU kernel.
+/// Which kernel computes a partial of operands on `device`: kAuto resolved by kernel_route
+/// (kAuto stands for the CPU kernel).
 ProductKernel route(ProductKernel kernel, const torch::Device& device) {
   if (kernel != ProductKernel::kAuto) return kernel;
-  if (device.is_cpu() && host_kernels_enabled()) return ProductKernel::kAuto;
-  return device_kernels_enabled() ? ProductKernel::kDevice : ProductKernel::kGeneric;
+  switch (kernel_route(device)) {
+    case KernelRoute::kHostLoops: return ProductKernel::kAuto;
+    case KernelRoute::kDeviceKernels: return ProductKernel::kDevice;
+    default: return ProductKernel::kGeneric;
+  }
 }
 
 /// out [nodes, rows of slot, f] += the partial by `slot` (CPU kernel; host tensors); with

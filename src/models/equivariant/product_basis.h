@@ -37,8 +37,8 @@ struct ProductCoupling {
 };
 
 enum class ProductKernel {
-  /// the CPU kernel for host tensors (with the host kernels on, models/kernels/host_tensor.h);
-  /// elsewhere kDevice with the device kernels on (models/kernels/device_kernels.h), else kGeneric
+  /// by kernel_route (models/kernels/device_kernels.h): the CPU kernel for host tensors with the
+  /// host kernels on, elsewhere kDevice with the device kernels on, else kGeneric
   kAuto,
   kGeneric,  ///< LibTorch operations (gathers, products, index_add): any device
   /// mlip's CUDA kernel on a CUDA device (an mlip::Error in a build without it), its host twin

@@ -2,19 +2,13 @@
 // product of one to three messages in one launch, each output element summed over its terms in
 // a register and written once (no per-term tensors, no atomics). The arithmetic is
 // product_rule.h's, shared with the host twin that the CPU tests check.
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <string>
 
-#include "error.h"
 #include "models/equivariant/product_basis_cuda.h"
+#include "models/kernels/cuda_grid.h"
 
 namespace mlip::models {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMostBlocks = int64_t(1) << 20;  // the grid strides over the rest
 
 /// Element k of out [nodes, out_rows, f], one thread each; consecutive threads take consecutive
 /// channels, so a warp reads consecutive operand values.
@@ -36,13 +30,10 @@ void launch_product_basis(const ProductRuleArgs<T>& args, int64_t nodes, int64_t
                           void* stream) {
   const int64_t total = nodes * out_rows * args.f;
   if (total == 0) return;
-  const int64_t blocks = std::max<int64_t>(1, std::min(kMostBlocks, (total + kThreads - 1) / kThreads));
-  product_kernel<T>
-      <<<unsigned(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, nodes, out_rows, out, accumulate);
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess)
-    throw Error("the product basis kernel did not launch (" + std::to_string(nodes) + " nodes, " +
-                std::to_string(blocks) + " blocks of " + std::to_string(kThreads) + "): " + cudaGetErrorString(status));
+  const int64_t blocks = grid_blocks(total);
+  product_kernel<T><<<unsigned(blocks), kGridThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, nodes, out_rows,
+                                                                                              out, accumulate);
+  check_grid_launch("product basis", std::to_string(nodes) + " nodes", blocks);
 }
 
 template void launch_product_basis<float>(const ProductRuleArgs<float>&, int64_t, int64_t, float*, bool, void*);

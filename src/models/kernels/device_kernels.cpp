@@ -4,6 +4,7 @@
 
 #include "error.h"
 #include "models/kernels/environment_switch.h"
+#include "models/kernels/host_tensor.h"
 
 namespace mlip::models {
 namespace {
@@ -15,6 +16,22 @@ EnvironmentSwitch g_device_kernels("MLIP_DEVICE_KERNELS", false);
 bool device_kernels_enabled() { return g_device_kernels.enabled(); }
 
 void set_device_kernels(bool enabled) { g_device_kernels.set(enabled); }
+
+KernelRoute kernel_route(const c10::Device& device) {
+  if (device.is_cpu() && host_kernels_enabled()) return KernelRoute::kHostLoops;
+  return device_kernels_enabled() ? KernelRoute::kDeviceKernels : KernelRoute::kLibTorch;
+}
+
+const char* kernel_route_name(const c10::Device& device) {
+  switch (kernel_route(device)) {
+    case KernelRoute::kHostLoops:
+      return "the CPU kernels";
+    case KernelRoute::kLibTorch:
+      return "LibTorch operations";
+    default:
+      return device.is_cpu() ? "the CUDA kernels' host twin" : "mlip's CUDA kernels";
+  }
+}
 
 bool cuda_kernels_compiled() {
 #ifdef MLIP_HAVE_CUDA_KERNELS

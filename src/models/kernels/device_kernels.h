@@ -15,6 +15,16 @@ bool device_kernels_enabled();
 /// Sets it for the whole process (tests), whatever the environment says.
 void set_device_kernels(bool enabled);
 
+/// Which code takes a custom node's work (the equivariant model's contractions and gate) for
+/// operands on a device: the CPU's hand-written loops (host tensors with the host kernels on),
+/// else mlip's device kernels when they are on (the CUDA kernels, or their host twins on the
+/// CPU), else LibTorch's operations.
+enum class KernelRoute { kHostLoops, kDeviceKernels, kLibTorch };
+KernelRoute kernel_route(const c10::Device& device);
+/// The route's words for the model line of `mlip train`: "the CPU kernels", "mlip's CUDA
+/// kernels", "the CUDA kernels' host twin" or "LibTorch operations".
+const char* kernel_route_name(const c10::Device& device);
+
 /// Whether this build compiled the CUDA kernels (CMake's MLIP_CUDA_KERNELS).
 bool cuda_kernels_compiled();
 
