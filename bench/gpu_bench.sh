@@ -10,9 +10,10 @@
 #   - under torchrun, float32, per-rank batch 1 and 4 (--dist-batches): one rank with
 #     --backend nccl, and two ranks sharing the one GPU with --backend nccl and with
 #     --backend gloo (docs/device.md "Collectives");
-#   - with --cuda-graphs "false true", each single-rank row on the device twice: the usual step
-#     and the step from static buffers captured as CUDA graphs (training.cuda_graphs: true,
-#     docs/device.md "Static shapes"; the device column says "(graphs)");
+#   - with --cuda-graphs "false true", each single-rank row and each two-rank Gloo row on the
+#     device twice: the usual step and the step from static buffers captured as CUDA graphs
+#     (training.cuda_graphs: true, docs/device.md "Static shapes"; the device column says
+#     "(graphs)");
 #   - with --se-paths "generic fused", each se_e2_a row on the device once per training path
 #     (MLIP_SE_E2_A_PATH; fused: the embedding nets by mlip's CUDA kernels, docs/fused_kernels.md
 #     "The training path"; the device column names the path);
@@ -288,12 +289,14 @@ if [ "$DIST" = 1 ]; then
   for model in "${model_list[@]}"; do
     for b in "${dist_batch_list[@]}"; do
       if [ "$DEVICE" = cpu ]; then
-        run_case "$model" "$dprec" cpu 2 gloo "$b"
+        for g in $GRAPHS; do run_case "$model" "$dprec" cpu 2 gloo "$b" "$g"; done
         add_row "| $model | $dprec | cpu | 1-2 x $b | nccl | skipped | | | | | | NCCL needs --device cuda |"
       else
         run_case "$model" "$dprec" "$DEVICE" 1 nccl "$b"
         run_case "$model" "$dprec" "$DEVICE" 2 nccl "$b"
-        run_case "$model" "$dprec" "$DEVICE" 2 gloo "$b"
+        # Two Gloo ranks with each --cuda-graphs value (the captured step: two graphs, the
+        # all-reduce between them).
+        for g in $GRAPHS; do run_case "$model" "$dprec" "$DEVICE" 2 gloo "$b" "$g"; done
       fi
     done
   done

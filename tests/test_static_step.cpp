@@ -4,7 +4,9 @@
 // operations with the moving average) in the parameters, the averages and the error sums, for
 // both models, float64 and float32, with batches of two shapes interleaved, a learning rate and
 // loss prefactors that change every step, and a non-finite loss recorded at its step; on a GPU
-// (label gpu) the same with each shape's step captured as a CUDA graph and replayed.
+// (label gpu) the same with each shape's step captured as a CUDA graph and replayed. The step in
+// two parts (several ranks: the all-reduce between the gradients and the update) likewise, its
+// synchronise called once a step with the finished gradients and the weights not yet updated.
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
@@ -73,8 +75,10 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
 /// StaticStep on `device` (capturing where `capture` and it can), on batches of two frames and
 /// of one, and compares the error sums, the parameters and the averages after every step within
 /// `tol`; then records a non-finite loss. Returns the StaticStep's replays (0 without capture).
+/// `two_parts`: the step with a synchronise, as two ranks with the same batch would all-reduce:
+/// the gradients' mean is this rank's, the error sums double.
 int64_t train_both_ways(const std::string& model, const std::string& precision, torch::Device device, bool capture,
-                        double tol) {
+                        double tol, bool two_parts = false) {
   TempDir dir;
   mlip::test::write_system(dir / "sys", 4, 8, 6, 11);
   std::vector<std::string> type_map{"O", "H"};
@@ -89,9 +93,26 @@ int64_t train_both_ways(const std::string& model, const std::string& precision, 
   // model without padding.
   Trained usual(config, systems, model == "se_e2_a", device);
   Trained fixed(config, systems, true, device);
-  mlip::train::StaticStep step(*fixed.model, *fixed.adam, fixed.ema.get(), fixed.params, device, capture, &std::cout);
-  if (device.is_cpu())
+  // The synchronise of two ranks with the same batch; it checks what it is handed: the step's
+  // gradients (the usual step's, which ran first), the weights before the update.
+  int synchronised = 0;
+  bool checked = true;
+  std::vector<torch::Tensor> weights_before;
+  mlip::train::StaticStep::Synchronise synchronise;
+  if (two_parts)
+    synchronise = [&](torch::Tensor& sums) {
+      ++synchronised;
+      for (size_t k = 0; checked && k < fixed.params.size(); ++k) {
+        EXPECT_LT(relative(fixed.params[k].grad(), usual.params[k].grad()), tol) << "gradient " << k;
+        EXPECT_TRUE(torch::equal(fixed.params[k], weights_before[k])) << "parameter " << k << " updated before";
+      }
+      sums.mul_(2.0);
+    };
+  mlip::train::StaticStep step(*fixed.model, *fixed.adam, fixed.ema.get(), fixed.params, device, capture, &std::cout, 2,
+                               synchronise);
+  if (device.is_cpu()) {
     EXPECT_NE(step.capture_status().find("not captured: "), std::string::npos) << step.capture_status();
+  }
 
   std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
   std::vector<mlip::data::Frame> frames;
@@ -134,8 +155,11 @@ int64_t train_both_ways(const std::string& model, const std::string& precision, 
     usual.model->backward(g[0], g[1], g[2]);
     mlip::train::adam_step(*usual.adam, usual.ema.get(), true);
 
+    weights_before.clear();
+    for (const auto& p : fixed.params) weights_before.push_back(p.detach().clone());
     const auto sums = step.run(atoms, batch, labels, pe, pf, pv, s);
-    EXPECT_LT(relative(sums, loss.sums), tol) << "error sums";
+    EXPECT_LT(relative(sums, two_parts ? 2.0 * loss.sums : loss.sums), tol) << "error sums";
+    EXPECT_EQ(synchronised, two_parts ? s : 0) << "synchronise once a step";
     for (size_t k = 0; k < usual.params.size(); ++k) {
       EXPECT_LT(relative(fixed.params[k], usual.params[k]), tol) << "parameter " << k;
       EXPECT_LT(relative(fixed.ema->averages()[k], usual.ema->averages()[k]), tol) << "average " << k;
@@ -153,8 +177,14 @@ int64_t train_both_ways(const std::string& model, const std::string& precision, 
   bad.energy = torch::full({1}, std::nan(""), f64);
   bad.forces = torch::zeros({1, atoms.natoms, 3}, f64);
   bad.weights = torch::ones({1}, f64);
+  weights_before.clear();
+  for (const auto& p : fixed.params) weights_before.push_back(p.detach().clone());
+  checked = false;  // no usual step to compare with
   step.run(atoms, {inputs[0].get()}, bad, 1.0, 1.0, 0.0, 8);
   EXPECT_EQ(step.first_bad_step().item<int64_t>(), 8);
+  if (two_parts) {
+    EXPECT_EQ(step.captures(), capture && device.is_cuda() ? 2 * 2 : 0) << "two graphs per shape";
+  }
   return step.replays();
 }
 
@@ -172,6 +202,16 @@ TYPED_TEST(StaticStepTest, EqualsTheUsualStepStepAfterStep) {
   }
 }
 
+TYPED_TEST(StaticStepTest, InTwoPartsWithTheAllReduceBetweenEqualsTheUsualStep) {
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  for (const std::string model : {"se_e2_a", "equivariant"}) {
+    SCOPED_TRACE(model);
+    EXPECT_EQ(
+        train_both_ways(model, is_double ? "float64" : "float32", torch::kCPU, true, is_double ? 1e-11 : 2e-5, true),
+        0);
+  }
+}
+
 // On a GPU (label gpu): each shape's step is captured as a CUDA graph after its warm-up and
 // replayed, and still equals the usual step (atomics in the scatter-adds: round-off only).
 TYPED_TEST(StaticStepTest, CapturedOnCudaEqualsTheUsualStep) {
@@ -179,10 +219,13 @@ TYPED_TEST(StaticStepTest, CapturedOnCudaEqualsTheUsualStep) {
   const bool is_double = std::is_same_v<TypeParam, double>;
   for (const std::string model : {"se_e2_a", "equivariant"}) {
     SCOPED_TRACE(model);
-    EXPECT_GT(train_both_ways(model, is_double ? "float64" : "float32", torch::Device(torch::kCUDA, 0), true,
-                              is_double ? 1e-10 : 1e-4),
-              0)
-        << "some steps were replayed";
+    for (const bool two_parts : {false, true}) {
+      SCOPED_TRACE(two_parts ? "in two parts" : "in one part");
+      EXPECT_GT(train_both_ways(model, is_double ? "float64" : "float32", torch::Device(torch::kCUDA, 0), true,
+                                is_double ? 1e-10 : 1e-4, two_parts),
+                0)
+          << "some steps were replayed";
+    }
   }
 }
 

@@ -23,7 +23,8 @@ struct StaticStep::Slot {
   torch::Tensor sums;                 ///< [4] float64, the step's error sums (written by the step)
   int64_t runs = 0;                   ///< steps run on this slot so far
 #ifdef MLIP_HAVE_CUDA
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  /// The captured parts: [0] the whole step (one rank) or the gradients, [1] the update.
+  std::unique_ptr<at::cuda::CUDAGraph> graphs[2];
 #endif
 };
 
@@ -43,7 +44,7 @@ torch::Tensor owned(const torch::Tensor& t) { return t.defined() ? t.clone() : t
 
 StaticStep::StaticStep(models::Model& model, torch::optim::Adam& optimizer, Ema* ema,
                        std::vector<torch::Tensor> parameters, torch::Device device, bool capture, std::ostream* log,
-                       int warmup)
+                       int warmup, Synchronise synchronise)
     : model_(model),
       optimizer_(optimizer),
       ema_(ema),
@@ -51,7 +52,8 @@ StaticStep::StaticStep(models::Model& model, torch::optim::Adam& optimizer, Ema*
       device_(device),
       capture_(capture),
       log_(log),
-      warmup_(std::max(warmup, 1)) {
+      warmup_(std::max(warmup, 1)),
+      synchronise_(std::move(synchronise)) {
   // Every parameter has a gradient from the start (zeros), so that the step's numbers can be
   // worked out before its first backward pass (advance_adam).
   for (auto& p : parameters_)
@@ -70,7 +72,9 @@ StaticStep::StaticStep(models::Model& model, torch::optim::Adam& optimizer, Ema*
     capture_status_ = "not captured: this build's LibTorch has no CUDA";
   }
 #endif
-  if (capture_) capture_status_ = "captured as CUDA graphs, one per shape";
+  if (capture_)
+    capture_status_ = synchronise_ ? "captured as CUDA graphs, two per shape (the all-reduce between them)"
+                                   : "captured as CUDA graphs, one per shape";
   if (capture_status_.empty()) capture_status_ = "not captured (not asked for)";
 }
 
@@ -79,7 +83,8 @@ StaticStep::~StaticStep() = default;
 int64_t StaticStep::captures() const {
   int64_t n = 0;
 #ifdef MLIP_HAVE_CUDA
-  for (const auto& [key, slot] : slots_) n += slot->graph ? 1 : 0;
+  for (const auto& [key, slot] : slots_)
+    for (const auto& graph : slot->graphs) n += graph ? 1 : 0;
 #endif
   return n;
 }
@@ -114,8 +119,10 @@ StaticStep::Slot& StaticStep::slot_for(const models::SystemAtoms& atoms,
   return slot;
 }
 
-torch::Tensor StaticStep::body(Slot& slot, const models::SystemAtoms& atoms) {
-  for (auto& p : parameters_) p.mutable_grad().zero_();
+void StaticStep::gradients(Slot& slot, const models::SystemAtoms& atoms) {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : parameters_) grads.push_back(p.grad());
+  for (auto& g : grads) g.zero_();
   const models::Prediction out = model_.predict_packed(atoms, slot.inputs, true);
   // The loss on leaf copies of the prediction; the model's backward carries its gradient to
   // the parameters (as Trainer::evaluate).
@@ -126,14 +133,28 @@ torch::Tensor StaticStep::body(Slot& slot, const models::SystemAtoms& atoms) {
   const auto g =
       torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
   model_.backward(g[0], g[1], g[2]);
-  // The non-finite record (train/non_finite_guard.h, on the device): min(first, finite ? max : step).
-  const auto finite = torch::isfinite(loss.loss.detach().reshape({1}));
-  first_bad_step_.copy_(torch::minimum(
-      first_bad_step_,
-      torch::where(finite, torch::full_like(step_index_, std::numeric_limits<int64_t>::max()), step_index_)));
-  adam_update_from(optimizer_, ema_, scalars_.narrow(0, 0, adam_scalars));
+  // The gradients end in the tensors they started in, whatever the backward did: what is read
+  // after this part (the all-reduce, the captured update) reads those.
+  for (size_t k = 0; k < parameters_.size(); ++k) {
+    torch::Tensor& now = parameters_[k].mutable_grad();
+    if (!now.defined()) {
+      now = grads[k];
+    } else if (!now.is_same(grads[k])) {
+      grads[k].copy_(now);
+      now = grads[k];
+    }
+  }
   slot.sums.copy_(loss.sums);
-  return slot.sums;
+}
+
+void StaticStep::update(Slot& slot) {
+  // The non-finite record (train/non_finite_guard.h, on the device): min(first, finite ? max : step),
+  // from the loss in the error sums (the loss times the batch size; summed over the ranks with
+  // several, so that every rank keeps the same record and stops at the same step).
+  first_bad_step_.copy_(torch::minimum(
+      first_bad_step_, torch::where(torch::isfinite(slot.sums.narrow(0, 0, 1)),
+                                    torch::full_like(step_index_, std::numeric_limits<int64_t>::max()), step_index_)));
+  adam_update_from(optimizer_, ema_, scalars_.narrow(0, 0, scalars_.size(0) - 3));
 }
 
 torch::Tensor StaticStep::run(const models::SystemAtoms& atoms, const std::vector<const models::FrameInput*>& frames,
@@ -148,22 +169,38 @@ torch::Tensor StaticStep::run(const models::SystemAtoms& atoms, const std::vecto
     throw Error("static training step: the optimiser's parameter groups changed during training");
   scalars_.copy_(host);
   step_index_.fill_(step);
-#ifdef MLIP_HAVE_CUDA
-  if (capture_ && !slot.graph && slot.runs >= warmup_) capture(slot, atoms);
-  if (slot.graph) {
-    slot.graph->replay();
-    ++replays_;
+  bool replayed = false;
+  if (synchronise_) {
+    replayed = run_part(slot, 0, [&] { gradients(slot, atoms); });
+    synchronise_(slot.sums);
+    replayed = run_part(slot, 1, [&] { update(slot); }) && replayed;
   } else {
-    body(slot, atoms);
+    replayed = run_part(slot, 0, [&] {
+      gradients(slot, atoms);
+      update(slot);
+    });
   }
-#else
-  body(slot, atoms);
-#endif
+  if (replayed) ++replays_;
   ++slot.runs;
   return slot.sums.clone();
 }
 
-void StaticStep::capture(Slot& slot, const models::SystemAtoms& atoms) {
+bool StaticStep::run_part(Slot& slot, int part, const std::function<void()>& body) {
+#ifdef MLIP_HAVE_CUDA
+  if (capture_ && !slot.graphs[part] && slot.runs >= warmup_) capture(slot, part, body);
+  if (slot.graphs[part]) {
+    slot.graphs[part]->replay();
+    return true;
+  }
+#else
+  (void)slot;
+  (void)part;
+#endif
+  body();
+  return false;
+}
+
+void StaticStep::capture(Slot& slot, int part, const std::function<void()>& body) {
 #ifdef MLIP_HAVE_CUDA
   // Capture on a side stream (CUDA graphs cannot capture the default stream), after the warm-up
   // steps have run eagerly on these buffers (cuBLAS handles, the autograd engine's threads).
@@ -179,7 +216,7 @@ void StaticStep::capture(Slot& slot, const models::SystemAtoms& atoms) {
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
     graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
-      body(slot, atoms);
+      body();
     } catch (...) {
       try {
         graph->capture_end();
@@ -188,7 +225,7 @@ void StaticStep::capture(Slot& slot, const models::SystemAtoms& atoms) {
       throw;
     }
     graph->capture_end();
-    slot.graph = std::move(graph);
+    slot.graphs[part] = std::move(graph);
   } catch (const c10::Error& e) {
     capture_ = false;
     capture_status_ = std::string("not captured: the capture failed (") + e.what_without_backtrace() + ")";
@@ -199,7 +236,8 @@ void StaticStep::capture(Slot& slot, const models::SystemAtoms& atoms) {
   captured.block(main_stream);
 #else
   (void)slot;
-  (void)atoms;
+  (void)part;
+  (void)body;
 #endif
 }
 

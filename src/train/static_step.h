@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -28,14 +29,26 @@ namespace mlip::train {
 /// Model::backward, the non-finite record, adam_update_from (train/adam_step.h) with the moving
 /// average. Without capture (the CPU, or a build without CUDA) the same step runs operation by
 /// operation from the same buffers, which is how the CPU tests check it against the usual step.
-/// One rank only: the gradient all-reduce is not part of it.
+///
+/// Several ranks: the step is two parts, the gradients (zeroing to the model's backward) and the
+/// update (the non-finite record and Adam), each captured as a graph of its own, with the
+/// caller's all-reduce of the gradients and the error sums run between them, uncaptured.
 class StaticStep {
  public:
+  /// Run between the gradients and the update, uncaptured, with the step's error sums [4]
+  /// float64 on the device (BatchLoss::sums, this rank's): it must average the parameters'
+  /// gradients over the ranks and sum `sums` over them, both in place (the gradients' tensors
+  /// may be replaced by others, as SimpleDDP's first sync does, but not from the second step on:
+  /// the captured update reads the tensors the step before capture left).
+  using Synchronise = std::function<void(torch::Tensor& sums)>;
+
   /// `capture`: capture each shape's step as a CUDA graph once it has run `warmup` times (CUDA
   /// devices in CUDA builds only: otherwise the constructor records why not, capture_status()).
   /// A capture that fails is said once on `log` (if not null), and the steps run uncaptured.
+  /// `synchronise`: empty with one rank (the step is one part, one graph per shape).
   StaticStep(models::Model& model, torch::optim::Adam& optimizer, Ema* ema, std::vector<torch::Tensor> parameters,
-             torch::Device device, bool capture, std::ostream* log = nullptr, int warmup = 2);
+             torch::Device device, bool capture, std::ostream* log = nullptr, int warmup = 2,
+             Synchronise synchronise = {});
   ~StaticStep();
   StaticStep(const StaticStep&) = delete;
   StaticStep& operator=(const StaticStep&) = delete;
@@ -43,7 +56,8 @@ class StaticStep {
   /// Step `step` (1-based) on a batch of `frames` of the system `atoms` with their `labels`:
   /// copies the inputs, labels and the step's numbers into the buffers of the batch's shape,
   /// then runs (or replays) the step. Returns the error sums [4] float64 of the step
-  /// (BatchLoss::sums), a tensor of its own on the device.
+  /// (BatchLoss::sums; summed over the ranks with `synchronise`), a tensor of its own on the
+  /// device.
   torch::Tensor run(const models::SystemAtoms& atoms, const std::vector<const models::FrameInput*>& frames,
                     const BatchLabels& labels, double prefactor_e, double prefactor_f, double prefactor_v,
                     int64_t step);
@@ -52,7 +66,8 @@ class StaticStep {
   const torch::Tensor& first_bad_step() const { return first_bad_step_; }
   /// Whether steps are captured, or why not: "captured as CUDA graphs", or "not captured: ...".
   const std::string& capture_status() const { return capture_status_; }
-  /// Steps replayed from a captured graph, and graphs captured, so far.
+  /// Steps replayed wholly from captured graphs, and graphs captured, so far (two per shape with
+  /// `synchronise`).
   int64_t replays() const { return replays_; }
   int64_t captures() const;
 
@@ -60,9 +75,16 @@ class StaticStep {
   struct Slot;
   Slot& slot_for(const models::SystemAtoms& atoms, const std::vector<const models::FrameInput*>& frames,
                  const BatchLabels& labels);
-  torch::Tensor body(Slot& slot, const models::SystemAtoms& atoms);
-  /// Captures slot's step as a CUDA graph (CUDA builds); on failure, turns capture off.
-  void capture(Slot& slot, const models::SystemAtoms& atoms);
+  /// The first part: the gradients of the slot's batch in the parameters' gradient tensors (the
+  /// ones they had before it), the error sums in slot.sums.
+  void gradients(Slot& slot, const models::SystemAtoms& atoms);
+  /// The second part: the non-finite record from slot.sums and Adam's update with the average.
+  void update(Slot& slot);
+  /// Runs part `part` of the slot (0 or 1) by `body`: replayed, captured then replayed, or run
+  /// operation by operation. Returns whether it was replayed.
+  bool run_part(Slot& slot, int part, const std::function<void()>& body);
+  /// Captures `body` as the slot's graph `part` (CUDA builds); on failure, turns capture off.
+  void capture(Slot& slot, int part, const std::function<void()>& body);
 
   models::Model& model_;
   torch::optim::Adam& optimizer_;
@@ -72,6 +94,7 @@ class StaticStep {
   bool capture_;
   std::ostream* log_;
   int warmup_;
+  Synchronise synchronise_;
   std::string capture_status_;
   int64_t replays_ = 0;
   /// The step's numbers: advance_adam's [2·G + 1], then the prefactors {e, f, v}: float64 on the

@@ -203,16 +203,19 @@ class Trainer {
   /// the batch's error sums (over every rank). Returns true when the run must stop after it
   /// (SIGINT or SIGTERM on any rank).
   bool train_step(int64_t step, double lr, const Prefactors& pref, ErrorSums& trn, LoopProgress& progress);
-  /// Several ranks: one all-reduce of the gradients, `trn`'s sums and the stop flag `stop`
-  /// (made global in place). Returns whether any rank stops.
-  bool synchronise_step(ErrorSums& trn, bool stop);
+  /// Several ranks: one all-reduce of the gradients, the step's error sums [4] float64 (summed
+  /// in place) and this rank's stop flag `stop`. Returns whether any rank stops.
+  bool all_reduce_step(torch::Tensor& sums, bool stop);
+  /// The global counts of `trn` after the all-reduce: every rank has a shard of the same size
+  /// of the same system, so they are the local ones times the ranks.
+  void count_all_ranks(ErrorSums& trn) const;
   /// train_step's two ways (docs/device.md "Static shapes"): the usual step (forward, backward,
-  /// the all-reduce, Adam; returns the stop flag agreed by the ranks, `stop` being this rank's),
-  /// or the step from static buffers (one rank), captured as a CUDA graph where it can be.
+  /// the all-reduce, Adam) or the step from static buffers, captured as CUDA graphs where it can
+  /// be. Both return the stop flag agreed by the ranks, `stop` being this rank's.
   bool run_eager_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
                       LoopProgress& progress, bool stop);
-  void run_static_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
-                       LoopProgress& progress);
+  bool run_static_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
+                       LoopProgress& progress, bool stop);
   /// After `step` steps: the first-step line, and on displayed steps the validation, the
   /// lcurve line and the progress line or bar.
   void report_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn, LoopProgress& progress);
@@ -300,6 +303,9 @@ class Trainer {
   /// training.cuda_graphs resolved (choose_step): steps from static buffers (train/static_step.h).
   bool static_step_on_ = false;
   std::unique_ptr<StaticStep> static_step_;
+  /// Several ranks with the static step: this rank's stop flag for the all-reduce inside the
+  /// step, and the flag the ranks agreed on there.
+  bool stop_asked_ = false, stop_agreed_ = false;
   int64_t validation_reduces_ = 0;
   bool has_virial_ = false;
   // Timings of the loop, for the communication line.
@@ -482,12 +488,6 @@ void Trainer::print_data_summary() const {
 void Trainer::choose_step() {
   const std::optional<bool>& asked = config_.cuda_graphs;  // unset: auto
   if (asked.has_value() && !*asked) return;
-  if (comm_->size() > 1) {
-    if (asked.has_value() && root())
-      std::cout << "training.cuda_graphs: true, but each step runs operation by operation: not with "
-                << comm_->size() << " ranks (the gradient all-reduce is not part of the captured step yet)\n";
-    return;
-  }
   static_step_on_ = asked.has_value() || device_.is_cuda();
 }
 
@@ -833,8 +833,12 @@ void Trainer::set_up_optimisation() {
   ddp_ = std::make_unique<dist::SimpleDDP>(params_, *comm_);
   if (static_step_on_) {
     // Capture wherever it can be done; StaticStep says why not elsewhere (the model line).
+    // Several ranks: the all-reduce between the step's gradients and its update.
+    StaticStep::Synchronise synchronise;
+    if (comm_->size() > 1)
+      synchronise = [this](torch::Tensor& sums) { stop_agreed_ = all_reduce_step(sums, stop_asked_); };
     static_step_ = std::make_unique<StaticStep>(*model_, *optimizer_, ema_.get(), params_, device_, true,
-                                                root() ? &std::cout : nullptr);
+                                                root() ? &std::cout : nullptr, 2, std::move(synchronise));
   }
 }
 
@@ -960,7 +964,7 @@ bool Trainer::train_step(int64_t step, double lr, const Prefactors& pref, ErrorS
   const double making_before = store_->make_time().seconds;
   const OperationCounter* ops = progress.operations.get();
   const OperationCounts counts_before = ops ? ops->counts() : OperationCounts{};
-  if (static_step_) run_static_step(step, pref, batch, trn, progress);
+  if (static_step_) stop = run_static_step(step, pref, batch, trn, progress, stop);
   else stop = run_eager_step(step, pref, batch, trn, progress, stop);
   step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   if (!options_.step_times.empty()) {
@@ -986,7 +990,10 @@ bool Trainer::run_eager_step(int64_t step, const Prefactors& pref, const SystemS
   const int64_t waits_before = store_->waits();
   evaluate(train_set_, batch.system, sampler_->shard(batch, comm_->rank()), pref, true, trn);
   if (store_->waits() > waits_before) ++progress.waited_steps;
-  if (comm_->size() > 1) stop = synchronise_step(trn, stop);
+  if (comm_->size() > 1) {
+    stop = all_reduce_step(trn.sums, stop);
+    count_all_ranks(trn);
+  }
   guard_->after_loss(trn.sums.narrow(0, 0, 1), step + 1, [&] {
     std::ostringstream b;
     b << "the batch of system " << train_raw_[batch.system].name << ", frames";
@@ -997,40 +1004,47 @@ bool Trainer::run_eager_step(int64_t step, const Prefactors& pref, const SystemS
   return stop;
 }
 
-void Trainer::run_static_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
-                              LoopProgress& progress) {
-  // One rank (choose_step): the batch's frames are all this rank's.
+bool Trainer::run_static_step(int64_t step, const Prefactors& pref, const SystemSampler::Batch& batch, ErrorSums& trn,
+                              LoopProgress& progress, bool stop) {
   const SystemData& d = train_[batch.system];
   std::vector<std::shared_ptr<const PreparedFrame>> frames;
   std::vector<const models::FrameInput*> inputs;
   const int64_t waits_before = store_->waits();
-  for (int64_t f : batch.frames) {
+  for (int64_t f : sampler_->shard(batch, comm_->rank())) {
     frames.push_back(store_->get(train_set_, batch.system, f));
     inputs.push_back(frames.back()->input.get());
   }
   if (store_->waits() > waits_before) ++progress.waited_steps;
   const BatchLabels labels = labels_of(train_set_, batch.system, frames);
+  // Several ranks: the all-reduce runs inside the step, between its gradients and its update
+  // (StaticStep's synchronise, made in set_up_optimisation), with this rank's stop flag.
+  stop_asked_ = stop;
   trn.add(static_step_->run(d.atoms, inputs, labels, pref.e, pref.f, pref.v, step + 1));
-  trn.frames += int64_t(batch.frames.size());
+  trn.frames += int64_t(inputs.size());
   if (d.has_force) trn.force_components += labels.forces.numel();
-  if (d.has_virial) trn.virial_frames += int64_t(batch.frames.size());
+  if (d.has_virial) trn.virial_frames += int64_t(inputs.size());
+  if (comm_->size() == 1) return stop;
+  count_all_ranks(trn);
+  return stop_agreed_;
 }
 
-bool Trainer::synchronise_step(ErrorSums& trn, bool stop) {
+bool Trainer::all_reduce_step(torch::Tensor& sums, bool stop) {
   // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop
   // flag (so that every rank stops after the same step when any of them got SIGINT or
-  // SIGTERM). The counts need no communication: every rank has a shard of the same size of
-  // the same system, so the global counts are the local ones times the ranks.
-  const int world = comm_->size();
-  auto extras = torch::cat({trn.sums, torch::full({1}, stop ? 1.0 : 0.0, torch::kFloat64).to(device_)});
+  // SIGTERM).
+  auto extras = torch::cat({sums, torch::full({1}, stop ? 1.0 : 0.0, torch::kFloat64).to(device_)});
   const auto sync_start = std::chrono::steady_clock::now();
   const double wait_before = comm_->all_reduce_arrival_wait_seconds();
   ddp_->sync(extras);
   sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   if (wait_before >= 0) sync_wait_seconds_ += comm_->all_reduce_arrival_wait_seconds() - wait_before;
-  trn.sums = extras.narrow(0, 0, 4);
-  trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
+  sums.copy_(extras.narrow(0, 0, 4));
   return extras[4].item<double>() > 0;  // a device-to-host read every step: the ranks must agree on stopping
+}
+
+void Trainer::count_all_ranks(ErrorSums& trn) const {
+  const int world = comm_->size();
+  trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
 }
 
 void Trainer::report_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn,

@@ -2,7 +2,9 @@
 # ctest, labelled gpu (docs/device.md "Collectives"): on one GPU, two ranks under the real
 # torchrun sharing it through Gloo (NCCL refuses two ranks on one device) give, after 20 steps,
 # the same weights as one rank on the GPU with the doubled batch, and that rank the same as the
-# CPU; relative 1e-8 in float64 (CUDA's scatter-adds use atomics, so the last bits may move).
+# CPU; relative 1e-8 in float64 (CUDA's scatter-adds use atomics, so the last bits may move). The
+# same two ranks with the step captured as CUDA graphs (training.cuda_graphs: true; two graphs per
+# shape, the Gloo all-reduce between them) give the same weights too.
 # Skipped (exit 77) where this mlip has no CUDA or no CUDA device is visible.
 # usage: torchrun_cuda.sh <mlip>
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -27,3 +29,11 @@ grep -q "world size:   2" ranks.log || { cat ranks.log; fail "no summary block w
 grep -q "backend:      gloo" ranks.log || { cat ranks.log; fail "expected the gloo backend"; }
 same_weights cuda/model.ckpt-20.pt ranks/model.ckpt-20.pt 1e-8
 echo "ok: 2 ranks x batch 1 on one GPU (gloo) == 1 rank x batch 2 on it"
+small_input graphs.yaml 1 "  cuda_graphs: true"
+"$TORCHRUN" --nproc-per-node=2 --no-python "$MLIP" train graphs.yaml -o graphs --device cuda --backend gloo \
+  > graphs.log 2>&1 || { cat graphs.log; fail "torchrun with 2 ranks, cuda_graphs: true, exited non-zero"; }
+grep -q "step: from static buffers (training.cuda_graphs), captured as CUDA graphs, two per shape" graphs.log ||
+  { cat graphs.log; fail "expected the step captured as two CUDA graphs per shape"; }
+if grep -q "not captured" graphs.log; then cat graphs.log; fail "the capture failed"; fi
+same_weights cuda/model.ckpt-20.pt graphs/model.ckpt-20.pt 1e-8
+echo "ok: 2 ranks x batch 1 on one GPU, captured as CUDA graphs (gloo between them) == 1 rank x batch 2"
