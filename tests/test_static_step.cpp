@@ -23,6 +23,7 @@
 #include "train/batch_loss.h"
 #include "train/config.h"
 #include "train/ema.h"
+#include "train/host_wait_check.h"
 #include "train/static_step.h"
 
 namespace {
@@ -76,9 +77,12 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
 /// of one, and compares the error sums, the parameters and the averages after every step within
 /// `tol`; then records a non-finite loss. Returns the StaticStep's replays (0 without capture).
 /// `two_parts`: the step with a synchronise, as two ranks with the same batch would all-reduce:
-/// the gradients' mean is this rank's, the error sums double.
+/// the gradients' mean is this rank's, the error sums double. `check_waits` (CUDA): from step 5
+/// on (the two-frame shape captured at step 4) StaticStep::run, its packing of the batch, its
+/// numbers and the replay included, must not make the host wait for the device (HostWaitCheck:
+/// such an operation throws, and the test fails naming it).
 int64_t train_both_ways(const std::string& model, const std::string& precision, torch::Device device, bool capture,
-                        double tol, bool two_parts = false) {
+                        double tol, bool two_parts = false, bool check_waits = false) {
   TempDir dir;
   mlip::test::write_system(dir / "sys", 4, 8, 6, 11);
   std::vector<std::string> type_map{"O", "H"};
@@ -157,7 +161,11 @@ int64_t train_both_ways(const std::string& model, const std::string& precision, 
 
     weights_before.clear();
     for (const auto& p : fixed.params) weights_before.push_back(p.detach().clone());
-    const auto sums = step.run(atoms, batch, labels, pe, pf, pv, s);
+    torch::Tensor sums;
+    {
+      mlip::train::HostWaitCheck no_waits(check_waits && s >= 5);
+      sums = step.run(atoms, batch, labels, pe, pf, pv, s);
+    }
     EXPECT_LT(relative(sums, two_parts ? 2.0 * loss.sums : loss.sums), tol) << "error sums";
     EXPECT_EQ(synchronised, two_parts ? s : 0) << "synchronise once a step";
     for (size_t k = 0; k < usual.params.size(); ++k) {
@@ -226,6 +234,21 @@ TYPED_TEST(StaticStepTest, CapturedOnCudaEqualsTheUsualStep) {
                 0)
           << "some steps were replayed";
     }
+  }
+}
+
+// On a GPU (label gpu): once captured, a step asks nothing of the device that makes the host wait
+// (the batch's index tables, the labels' weights and the step's numbers are copied through
+// page-locked memory), so the host prepares the next step while the device runs this one.
+TYPED_TEST(StaticStepTest, CapturedOnCudaMakesTheHostWaitForNothing) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible: the host's waits are not checked here";
+  ASSERT_TRUE(mlip::train::HostWaitCheck::available());
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  for (const std::string model : {"se_e2_a", "equivariant"}) {
+    SCOPED_TRACE(model);
+    EXPECT_GT(train_both_ways(model, is_double ? "float64" : "float32", torch::Device(torch::kCUDA, 0), true,
+                              is_double ? 1e-10 : 1e-4, false, true),
+              0);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "error.h"
+#include "models/host_to_device.h"
 #include "train/adam_step.h"
 
 #ifdef MLIP_HAVE_CUDA
@@ -167,7 +168,7 @@ torch::Tensor StaticStep::run(const models::SystemAtoms& atoms, const std::vecto
   if (!scalars_.defined()) scalars_ = torch::empty({host.size(0)}, host.options().device(device_));
   if (scalars_.size(0) != host.size(0))
     throw Error("static training step: the optimiser's parameter groups changed during training");
-  scalars_.copy_(host);
+  models::copy_without_waiting(scalars_, host);
   step_index_.fill_(step);
   bool replayed = false;
   if (synchronise_) {

@@ -27,6 +27,7 @@
 #include "dist/simple_ddp.h"
 #include "byte_size.h"
 #include "error.h"
+#include "models/host_to_device.h"
 #include "models/registry.h"
 #include "train/adam_step.h"
 #include "train/batch_loss.h"
@@ -682,7 +683,7 @@ BatchLabels Trainer::labels_of(int set, size_t system,
   labels.energy = torch::cat(energies);
   if (d.has_force) labels.forces = torch::stack(forces);
   if (d.has_virial) labels.virial = torch::stack(virials);
-  labels.weights = torch::tensor(weights, torch::kFloat64).to(device_);
+  labels.weights = models::to_device_without_waiting(torch::tensor(weights, torch::kFloat64), device_);
   return labels;
 }
 
@@ -1032,7 +1033,7 @@ bool Trainer::all_reduce_step(torch::Tensor& sums, bool stop) {
   // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop
   // flag (so that every rank stops after the same step when any of them got SIGINT or
   // SIGTERM).
-  auto extras = torch::cat({sums, torch::full({1}, stop ? 1.0 : 0.0, torch::kFloat64).to(device_)});
+  auto extras = torch::cat({sums, torch::full({1}, stop ? 1.0 : 0.0, sums.options())});
   const auto sync_start = std::chrono::steady_clock::now();
   const double wait_before = comm_->all_reduce_arrival_wait_seconds();
   ddp_->sync(extras);

@@ -4,6 +4,7 @@
 
 #include "error.h"
 #include "models/bucket.h"
+#include "models/host_to_device.h"
 
 namespace mlip::models {
 
@@ -11,7 +12,7 @@ namespace {
 
 /// One index table of a batch: the frames' host tables one after the other, frame f's entries
 /// plus offset[f], its first `skip` entries left out after the first frame (offset tables
-/// [N+1] start with 0); built on the host and moved to `device` once.
+/// [N+1] start with 0); built on the host and moved to `device` once, without waiting for it.
 torch::Tensor concatenated(const std::vector<const torch::Tensor*>& tables, const std::vector<int64_t>& offset,
                            int64_t skip, torch::Device device) {
   int64_t total = 0;
@@ -23,7 +24,7 @@ torch::Tensor concatenated(const std::vector<const torch::Tensor*>& tables, cons
     const int64_t* v = t.data_ptr<int64_t>();
     for (int64_t k = f > 0 ? skip : 0; k < t.size(0); ++k) *o++ = v[k] + offset[f];
   }
-  return out.to(device);
+  return to_device_without_waiting(out, device);
 }
 
 /// `t` with `rows` zero rows appended.
@@ -57,10 +58,10 @@ FrameBatch batch_from(const std::vector<torch::Tensor>& t) {
 
 FrameBatch single_frame_batch(const EquivariantFrame& g, torch::Device device) {
   FrameBatch b{g.d,
-               g.i.to(device),
-               g.j.to(device),
-               g.pair.to(device),
-               g.pair_edge.to(device),
+               to_device_without_waiting(g.i, device),
+               to_device_without_waiting(g.j, device),
+               to_device_without_waiting(g.pair, device),
+               to_device_without_waiting(g.pair_edge, device),
                g.basis,
                g.basis_jacobian,
                g.y,
@@ -69,7 +70,7 @@ FrameBatch single_frame_batch(const EquivariantFrame& g, torch::Device device) {
                torch::zeros({g.i.size(0)}, g.i.options().device(device)),
                {}};
   b.edges = {b.i, b.j};
-  for (size_t k = 2; k < g.edges.size(); ++k) b.edges.push_back(g.edges[k].to(device));
+  for (size_t k = 2; k < g.edges.size(); ++k) b.edges.push_back(to_device_without_waiting(g.edges[k], device));
   b.edges.push_back(b.pair);
   b.edges.push_back(b.pair_edge);
   return b;
@@ -113,7 +114,7 @@ FrameBatch frame_batch(const std::vector<const EquivariantFrame*>& frames, int64
   b.j = concatenated(j, atom_offset, 0, device);
   b.pair = concatenated(pair, pair_offset, 0, device);
   b.pair_edge = concatenated(pair_edge, edge_offset, 0, device);
-  b.edge_frame = edge_frame.to(device);
+  b.edge_frame = to_device_without_waiting(edge_frame, device);
   b.edges = {b.i,
              b.j,
              concatenated(centre_offsets, edge_offset, 1, device),
