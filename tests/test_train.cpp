@@ -166,6 +166,29 @@ TEST_F(TrainTest, CountOpsWritesEachStepsOperatorCallsAndAutogradNodes) {
       EXPECT_EQ(row[5], reads) << "step " << row[0];
     }
   }
+  // The equivariant model on the GPU's code (MLIP_HOST_KERNELS=off: LibTorch's operations, and with
+  // MLIP_DEVICE_KERNELS=on the CUDA kernels' host twins): the usual step reads only the guard's
+  // loss, the step from static buffers nothing.
+  const std::string equivariant = std::regex_replace(
+      input_yaml(4, "  data_workers: 0\n"), std::regex("model:\n(  .*\n)+"),
+      "model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 4, l_max: 1, num_layers: 2, "
+      "correlation: 2, radial_width: 8, seed: 4}\n");
+  for (const std::string kernels : {"off", "on"}) {
+    for (const auto& [name, reads] : std::vector<std::pair<std::string, double>>{{"eq-usual", 1}, {"eq-static", 0}}) {
+      SCOPED_TRACE(name + ", device kernels " + kernels);
+      write_text(dir_ / (name + ".yaml"), equivariant + (name == "eq-static" ? "  cuda_graphs: true\n" : ""));
+      auto r = run_command("cd " + dir_.path() + " && MLIP_HOST_KERNELS=off MLIP_DEVICE_KERNELS=" + kernels + " " +
+                           kMlip + " train " + name + ".yaml -o " + name + kernels + " --step-times " + name +
+                           kernels + ".txt --count-ops");
+      ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+      const auto rows = lcurve_numbers(read(name + kernels + ".txt"));
+      ASSERT_EQ(rows.size(), 4u);
+      for (const auto& row : rows) {
+        ASSERT_EQ(row.size(), 6u);
+        EXPECT_EQ(row[5], reads) << "step " << row[0];
+      }
+    }
+  }
   auto alone = mlip("train input.yaml -o alone --count-ops");
   EXPECT_EQ(alone.exit_code, 2);
   EXPECT_NE(alone.err.find("--count-ops needs --step-times <file>"), std::string::npos) << alone.err;
