@@ -113,6 +113,31 @@ TYPED_TEST(AdamStep, TensorOperationsAreAFewForAWholeGroup) {
   EXPECT_EQ(operators[1], operators[0]);
 }
 
+TYPED_TEST(AdamStep, TheReplayableUpdateIsAFewOperationsForAWholeGroup) {
+  // adam_update_from (the step from static buffers, what a CUDA graph captures) the same: as
+  // many operations for 40 parameters as for 4, except where LibTorch's multi-tensor product takes
+  // no tensor scalar (1.13: three products per parameter instead).
+  const auto dtype = std::is_same_v<TypeParam, float> ? torch::kFloat32 : torch::kFloat64;
+  int64_t operators[2] = {0, 0};
+  for (int copies : {1, 10}) {
+    std::vector<torch::Tensor> ps;
+    for (int c = 0; c < copies; ++c)
+      for (auto& p : make_params(dtype)) ps.push_back(p);
+    torch::optim::Adam adam(ps, torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
+    mlip::train::Ema ema(ps, 0.9);
+    set_grads(ps, 0);
+    const std::vector<double> numbers = mlip::train::advance_adam(adam, &ema);
+    const auto scalars = torch::tensor(numbers, torch::kFloat64);
+    mlip::train::OperationCounter counter;
+    mlip::train::adam_update_from(adam, &ema, scalars);
+    operators[copies == 1 ? 0 : 1] = counter.counts().operators;
+  }
+  const int64_t params = int64_t(make_params(dtype).size());
+  EXPECT_GT(operators[0], 0);
+  EXPECT_LE(operators[0], 20 + (mlip::compat::kForeachMulTakesATensor ? 0 : 3 * params));
+  EXPECT_EQ(operators[1], operators[0] + (mlip::compat::kForeachMulTakesATensor ? 0 : 3 * 9 * params));
+}
+
 TYPED_TEST(AdamStep, TwoHalvesWithScalarsInATensorEqualTheStep) {
   // The replayable form (advance_adam on the host, adam_update_from reading one scalar tensor
   // that is refilled in place, as a captured graph's buffer) against adam_step's tensor

@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_foreach_mul.h>
 
 #include <cstdlib>
 #include <string>
@@ -25,6 +26,21 @@ inline auto optimizer_state_key(const at::Tensor& p) {
   return c10::guts::to_string(p.unsafeGetTensorImpl());
 #else
   return static_cast<void*>(p.unsafeGetTensorImpl());
+#endif
+}
+
+/// Whether LibTorch's multi-tensor product takes a tensor as its scalar (2.x), so that
+/// foreach_mul_by_tensor_ is one operation for any number of tensors.
+constexpr bool kForeachMulTakesATensor = TORCH_VERSION_MAJOR >= 2;
+
+/// list[k] *= scalar for every k, `scalar` a 0-dim tensor on the list's device, read there (so
+/// that a CUDA graph replays it with each step's value). 2.x: one multi-tensor operation (one
+/// launch on a GPU for the whole list); 1.13, which lacks that overload: one mul_ per tensor.
+inline void foreach_mul_by_tensor_(at::TensorList list, const at::Tensor& scalar) {
+#if TORCH_VERSION_MAJOR < 2
+  for (const at::Tensor& t : list) const_cast<at::Tensor&>(t).mul_(scalar);
+#else
+  at::_foreach_mul_(list, scalar);
 #endif
 }
 

@@ -147,27 +147,48 @@ void adam_update_from(torch::optim::Adam& optimizer, Ema* ema, const torch::Tens
   if (scalars.dim() != 1 || scalars.size(0) != 2 * groups + 1)
     throw Error("adam_update_from: expected " + std::to_string(2 * groups + 1) + " scalars (advance_adam's), got " +
                 std::to_string(scalars.numel()));
-  const at::Tensor avg_weight = scalars[2 * groups];
   size_t index = 0;
   int64_t group_index = 0;
   for (auto& group : optimizer.param_groups()) {
+    if (group.params().empty()) {
+      ++group_index;
+      continue;
+    }
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
-    const at::Tensor step_size = scalars[2 * group_index], inv_sqrt_bc2 = scalars[2 * group_index + 1];
+    // The numbers in the parameters' dtype (a multi-tensor operation reads its scalar tensor in
+    // the list's dtype; an in-place product of float32 by a float64 number is float32 anyway).
+    const at::Tensor numbers = scalars.to(group.params()[0].scalar_type());
+    const at::Tensor step_size = numbers[2 * group_index], inv_sqrt_bc2 = numbers[2 * group_index + 1];
+    const at::Tensor avg_weight = numbers[2 * groups];
+    std::vector<at::Tensor> params, grads, m, v, avgs;
     for (auto& p : group.params()) {
       const size_t k = index++;
       auto& st = state_of(optimizer, p);
-      const at::Tensor grad = p.grad();
-      const at::Tensor g = o.weight_decay() != 0 ? grad + o.weight_decay() * p : grad;
-      at::Tensor m = st.exp_avg(), v = st.exp_avg_sq();
-      // As update_with_tensor_ops, each scalar a tensor: p + (-step_size)·(m / denominator).
-      m.mul_(beta1).add_(g, 1 - beta1);
-      v.mul_(beta2).addcmul_(g, g, 1 - beta2);
-      p.detach().sub_(m.div(v.sqrt().mul_(inv_sqrt_bc2).add_(o.eps())).mul_(step_size));
-      if (ema != nullptr) {
-        at::Tensor avg = ema->averages()[order[k]];
-        avg.add_((p.detach() - avg).mul_(avg_weight));
-      }
+      params.push_back(p);  // changed in place under no_grad: no detach, one operator call fewer each
+      grads.push_back(p.grad());
+      m.push_back(st.exp_avg());
+      v.push_back(st.exp_avg_sq());
+      if (ema != nullptr) avgs.push_back(ema->averages()[order[k]]);
+    }
+    // As update_with_tensor_ops, for the whole group at once (one launch per operation on a
+    // GPU), each scalar that changes from step to step a tensor on the device:
+    // p + (-step_size)·(m / denominator).
+    const std::vector<at::Tensor> g = o.weight_decay() != 0 ? at::_foreach_add(grads, params, o.weight_decay()) : grads;
+    at::_foreach_mul_(m, beta1);
+    at::_foreach_add_(m, g, 1 - beta1);
+    at::_foreach_mul_(v, beta2);
+    at::_foreach_addcmul_(v, g, g, 1 - beta2);
+    const std::vector<at::Tensor> denominator = at::_foreach_sqrt(v);
+    compat::foreach_mul_by_tensor_(denominator, inv_sqrt_bc2);
+    at::_foreach_add_(denominator, o.eps());
+    const std::vector<at::Tensor> change = at::_foreach_div(m, denominator);
+    compat::foreach_mul_by_tensor_(change, step_size);
+    at::_foreach_sub_(params, change);
+    if (!avgs.empty()) {
+      const std::vector<at::Tensor> towards = at::_foreach_sub(params, avgs);
+      compat::foreach_mul_by_tensor_(towards, avg_weight);
+      at::_foreach_add_(avgs, towards);
     }
     ++group_index;
   }
