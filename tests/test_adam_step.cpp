@@ -90,52 +90,46 @@ TYPED_TEST(AdamStep, TensorOperationsEqualTheFusedLoopWithTheAverage) {
 }
 
 
+/// Operator calls of one update of `copies` copies of make_params' parameters, with weight decay
+/// and the moving average, after a first step that makes the state: adam_step's tensor
+/// operations, or (`replayable`) advance_adam + adam_update_from, the static step's form.
+int64_t update_operators(torch::Dtype dtype, int copies, bool replayable) {
+  std::vector<torch::Tensor> ps;
+  for (int c = 0; c < copies; ++c)
+    for (auto& p : make_params(dtype)) ps.push_back(p);
+  torch::optim::Adam adam(ps, torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
+  mlip::train::Ema ema(ps, 0.9);
+  set_grads(ps, 0);
+  mlip::train::adam_step(adam, &ema, true);  // the first step makes the state
+  set_grads(ps, 1);
+  const auto scalars = torch::tensor(mlip::train::advance_adam(adam, &ema), torch::kFloat64);
+  mlip::train::OperationCounter counter;
+  if (replayable) mlip::train::adam_update_from(adam, &ema, scalars);
+  else mlip::train::adam_step(adam, &ema, true);
+  return counter.counts().operators;
+}
+
 TYPED_TEST(AdamStep, TensorOperationsAreAFewForAWholeGroup) {
   // A GPU's update launches the same operations for 4 parameters as for 40 (multi-tensor
-  // operations), with weight decay and the moving average.
+  // operations).
   const auto dtype = std::is_same_v<TypeParam, float> ? torch::kFloat32 : torch::kFloat64;
-  int64_t operators[2] = {0, 0};
-  for (int copies : {1, 10}) {
-    std::vector<torch::Tensor> ps;
-    for (int c = 0; c < copies; ++c)
-      for (auto& p : make_params(dtype)) ps.push_back(p);
-    torch::optim::Adam adam(ps, torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
-    mlip::train::Ema ema(ps, 0.9);
-    set_grads(ps, 0);
-    mlip::train::adam_step(adam, &ema, true);  // the first step makes the state
-    set_grads(ps, 1);
-    mlip::train::OperationCounter counter;
-    mlip::train::adam_step(adam, &ema, true);
-    operators[copies == 1 ? 0 : 1] = counter.counts().operators;
-  }
-  EXPECT_GT(operators[0], 0);
-  EXPECT_LE(operators[0], 12);
-  EXPECT_EQ(operators[1], operators[0]);
+  const int64_t few = update_operators(dtype, 1, false), many = update_operators(dtype, 10, false);
+  EXPECT_GT(few, 0);
+  EXPECT_LE(few, 12);
+  EXPECT_EQ(many, few);
 }
 
 TYPED_TEST(AdamStep, TheReplayableUpdateIsAFewOperationsForAWholeGroup) {
-  // adam_update_from (the step from static buffers, what a CUDA graph captures) the same: as
-  // many operations for 40 parameters as for 4, except where LibTorch's multi-tensor product takes
-  // no tensor scalar (1.13: three products per parameter instead).
+  // adam_update_from (the step from static buffers, what a CUDA graph captures) the same, except
+  // where LibTorch's multi-tensor product takes no tensor scalar (1.13: three products per
+  // parameter instead).
   const auto dtype = std::is_same_v<TypeParam, float> ? torch::kFloat32 : torch::kFloat64;
-  int64_t operators[2] = {0, 0};
-  for (int copies : {1, 10}) {
-    std::vector<torch::Tensor> ps;
-    for (int c = 0; c < copies; ++c)
-      for (auto& p : make_params(dtype)) ps.push_back(p);
-    torch::optim::Adam adam(ps, torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
-    mlip::train::Ema ema(ps, 0.9);
-    set_grads(ps, 0);
-    const std::vector<double> numbers = mlip::train::advance_adam(adam, &ema);
-    const auto scalars = torch::tensor(numbers, torch::kFloat64);
-    mlip::train::OperationCounter counter;
-    mlip::train::adam_update_from(adam, &ema, scalars);
-    operators[copies == 1 ? 0 : 1] = counter.counts().operators;
-  }
+  const int64_t few = update_operators(dtype, 1, true), many = update_operators(dtype, 10, true);
   const int64_t params = int64_t(make_params(dtype).size());
-  EXPECT_GT(operators[0], 0);
-  EXPECT_LE(operators[0], 20 + (mlip::compat::kForeachMulTakesATensor ? 0 : 3 * params));
-  EXPECT_EQ(operators[1], operators[0] + (mlip::compat::kForeachMulTakesATensor ? 0 : 3 * 9 * params));
+  const bool one_call = mlip::compat::kForeachMulTakesATensor;
+  EXPECT_GT(few, 0);
+  EXPECT_LE(few, 20 + (one_call ? 0 : 3 * params));
+  EXPECT_EQ(many, few + (one_call ? 0 : 3 * 9 * params));
 }
 
 TYPED_TEST(AdamStep, TwoHalvesWithScalarsInATensorEqualTheStep) {
