@@ -36,6 +36,7 @@
 #include "train/ema.h"
 #include "train/finetune.h"
 #include "train/frame_store.h"
+#include "train/lagged_flag.h"
 #include "train/learning_curve.h"
 #include "train/non_finite_guard.h"
 #include "train/operation_counter.h"
@@ -205,7 +206,9 @@ class Trainer {
   /// (SIGINT or SIGTERM on any rank).
   bool train_step(int64_t step, double lr, const Prefactors& pref, ErrorSums& trn, LoopProgress& progress);
   /// Several ranks: one all-reduce of the gradients, the step's error sums [4] float64 (summed
-  /// in place) and this rank's stop flag `stop`. Returns whether any rank stops.
+  /// in place) and this rank's stop flag `stop`. Returns whether any rank asked to stop by the
+  /// step before (the flag is read a step late, so that the host does not wait for this
+  /// step's all-reduce; every rank reads the same step's flag, so all stop after the same step).
   bool all_reduce_step(torch::Tensor& sums, bool stop);
   /// The global counts of `trn` after the all-reduce: every rank has a shard of the same size
   /// of the same system, so they are the local ones times the ranks.
@@ -307,6 +310,8 @@ class Trainer {
   /// Several ranks with the static step: this rank's stop flag for the all-reduce inside the
   /// step, and the flag the ranks agreed on there.
   bool stop_asked_ = false, stop_agreed_ = false;
+  /// The ranks' summed stop flag, read a step late (all_reduce_step).
+  LaggedFlag stop_flag_;
   int64_t validation_reduces_ = 0;
   bool has_virial_ = false;
   // Timings of the loop, for the communication line.
@@ -1032,7 +1037,7 @@ bool Trainer::run_static_step(int64_t step, const Prefactors& pref, const System
 bool Trainer::all_reduce_step(torch::Tensor& sums, bool stop) {
   // One all-reduce: the gradients, the error sums of the displayed metrics, and the stop
   // flag (so that every rank stops after the same step when any of them got SIGINT or
-  // SIGTERM).
+  // SIGTERM: the step after the all-reduce that carried it).
   auto extras = torch::cat({sums, torch::full({1}, stop ? 1.0 : 0.0, sums.options())});
   const auto sync_start = std::chrono::steady_clock::now();
   const double wait_before = comm_->all_reduce_arrival_wait_seconds();
@@ -1040,7 +1045,7 @@ bool Trainer::all_reduce_step(torch::Tensor& sums, bool stop) {
   sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   if (wait_before >= 0) sync_wait_seconds_ += comm_->all_reduce_arrival_wait_seconds() - wait_before;
   sums.copy_(extras.narrow(0, 0, 4));
-  return extras[4].item<double>() > 0;  // a device-to-host read every step: the ranks must agree on stopping
+  return stop_flag_.exchange(extras.narrow(0, 4, 1));
 }
 
 void Trainer::count_all_ranks(ErrorSums& trn) const {
