@@ -4,7 +4,8 @@
 # batch 1 under the real torchrun gives, after 20 steps, the same lcurve and weights (relative
 # 1e-10, float64) as one rank with batch W through the same step, and the same weights as the
 # usual step with W ranks: the all-reduce runs inside the step, between its gradients and its
-# update, one per step. For se_e2_a and the equivariant model.
+# update, one per step, and nothing read from the device in a step. For se_e2_a and the
+# equivariant model.
 # usage: static_step_ranks.sh <mlip> <W>
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 W="$2"
@@ -29,9 +30,14 @@ for model in se_e2_a equivariant; do
   make_input usual.yaml 1
   "$MLIP" train one.yaml -o one > one.log 2>&1 || { cat one.log; fail "$model: mlip train (one rank)"; }
   for run in static usual; do
-    "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train "$run.yaml" -o "$run" > "$run.log" 2>&1 ||
+    "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train "$run.yaml" -o "$run" \
+      --step-times "$run.times" --count-ops > "$run.log" 2>&1 ||
       { cat "$run.log"; fail "$model: torchrun with $W ranks ($run step) exited non-zero"; }
   done
+  # Reads from the device per step (the last column of --step-times): none from static buffers,
+  # the ranks' stop flag included (read a step late, without a read).
+  awk '!/^#/ && $6 != 0 { bad = 1 } END { exit bad }' static.times ||
+    { cat static.times; fail "$model: the step from static buffers read from the device"; }
   for log in one.log static.log; do
     grep -q "step: from static buffers (training.cuda_graphs), not captured: " "$log" ||
       { cat "$log"; fail "$model: $log does not say that steps run from static buffers"; }
