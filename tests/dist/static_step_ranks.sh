@@ -4,8 +4,8 @@
 # batch 1 under the real torchrun gives, after 20 steps, the same lcurve and weights (relative
 # 1e-10, float64) as one rank with batch W through the same step, and the same weights as the
 # usual step with W ranks: the all-reduce runs inside the step, between its gradients and its
-# update, one per step, and nothing read from the device in a step. For se_e2_a and the
-# equivariant model.
+# update, one per step, and nothing read from the device in a step; --restart continues bit for
+# bit. For se_e2_a and the equivariant model.
 # usage: static_step_ranks.sh <mlip> <W>
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 W="$2"
@@ -50,5 +50,15 @@ for model in se_e2_a equivariant; do
   same_weights one/model.ckpt-20.pt static/model.ckpt-20.pt 1e-10
   same_weights usual/model.ckpt-20.pt static/model.ckpt-20.pt 1e-10
   echo "ok: $model: $W ranks x batch 1 from static buffers == 1 rank x batch $W == the usual step"
-  rm -rf one static usual
+  # --restart continues bit for bit: 20 steps == 10 + restart + 10, from static buffers.
+  sed "s/save_freq: 20/save_freq: 10/" static.yaml > halves.yaml
+  "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train halves.yaml -o full > full.log 2>&1 ||
+    { cat full.log; fail "$model: torchrun (20 steps, checkpoint at 10)"; }
+  "$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train halves.yaml -o again --restart full/model.ckpt-10.pt \
+    > again.log 2>&1 || { cat again.log; fail "$model: torchrun --restart"; }
+  same_weights full/model.ckpt-20.pt again/model.ckpt-20.pt 0
+  diff <(awk '!/^#/ && $1 > 10' full/lcurve.out) <(grep -v '^#' again/lcurve.out) ||
+    fail "$model: lcurve after the restart differs"
+  echo "ok: $model: $W ranks from static buffers: 20 steps == 10 + restart + 10 (bit for bit)"
+  rm -rf one static usual full again
 done
