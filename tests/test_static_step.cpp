@@ -7,6 +7,7 @@
 // (label gpu) the same with each shape's step captured as a CUDA graph and replayed. The step in
 // two parts (several ranks: the all-reduce between the gradients and the update) likewise, its
 // synchronise called once a step with the finished gradients and the weights not yet updated.
+// On a GPU, the graphs of several shapes share one memory pool.
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
@@ -15,6 +16,7 @@
 #include <iostream>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "data/load.h"
 #include "models/registry.h"
@@ -22,6 +24,7 @@
 #include "train/adam_step.h"
 #include "train/batch_loss.h"
 #include "train/config.h"
+#include "train/device.h"
 #include "train/ema.h"
 #include "train/host_wait_check.h"
 #include "train/static_step.h"
@@ -67,6 +70,44 @@ struct Trained {
   }
 };
 
+/// The tests' system (six frames of 4 O and 8 H atoms, in a folder of its own) loaded, its atoms
+/// on `device`, and the training input of `model` with `precision`.
+struct TestSystem {
+  TempDir dir;
+  std::vector<mlip::data::System> systems;
+  mlip::models::SystemAtoms atoms;
+  mlip::train::TrainConfig config;
+  TestSystem(const std::string& model, const std::string& precision, torch::Device device) {
+    mlip::test::write_system(dir / "sys", 4, 8, 6, 11);
+    std::vector<std::string> type_map{"O", "H"};
+    systems = mlip::data::load_systems({dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
+    const auto& sys = systems[0];
+    atoms.natoms = sys.natoms();
+    atoms.types = sys.types;
+    atoms.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64).to(device);
+    config = mlip::train::parse_train_config(input_of(model, precision), "test", dir.path());
+  }
+};
+
+/// A batch of the frames `picked` (their prepared inputs) and its labels on `device`: the
+/// frames' energies and forces, weights 1.
+std::pair<std::vector<const mlip::models::FrameInput*>, mlip::train::BatchLabels> batch_of(
+    const std::vector<int64_t>& picked, const std::vector<std::unique_ptr<mlip::models::FrameInput>>& inputs,
+    const std::vector<mlip::data::Frame>& frames, torch::Device device) {
+  std::vector<const mlip::models::FrameInput*> batch;
+  std::vector<torch::Tensor> energy, forces;
+  for (int64_t f : picked) {
+    batch.push_back(inputs[size_t(f)].get());
+    energy.push_back(torch::tensor(frames[size_t(f)].energy, torch::kFloat64));
+    forces.push_back(torch::tensor(frames[size_t(f)].force, torch::kFloat64).reshape({-1, 3}));
+  }
+  mlip::train::BatchLabels labels;
+  labels.energy = torch::cat(energy).to(device);
+  labels.forces = torch::stack(forces).to(device);
+  labels.weights = torch::ones({int64_t(picked.size())}, torch::kFloat64).to(device);
+  return {batch, labels};
+}
+
 double relative(const torch::Tensor& a, const torch::Tensor& b) {
   const double scale = b.to(torch::kFloat64).abs().max().item<double>();
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
@@ -84,16 +125,11 @@ double relative(const torch::Tensor& a, const torch::Tensor& b) {
 /// such an operation throws, and the test fails naming it).
 int64_t train_both_ways(const std::string& model, const std::string& precision, torch::Device device, bool capture,
                         double tol, bool two_parts = false, bool check_waits = false) {
-  TempDir dir;
-  mlip::test::write_system(dir / "sys", 4, 8, 6, 11);
-  std::vector<std::string> type_map{"O", "H"};
-  const auto systems = mlip::data::load_systems({dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
+  TestSystem test(model, precision, device);
+  const auto& systems = test.systems;
   const auto& sys = systems[0];
-  mlip::models::SystemAtoms atoms;
-  atoms.natoms = sys.natoms();
-  atoms.types = sys.types;
-  atoms.atype = torch::tensor(std::vector<int64_t>(sys.types.begin(), sys.types.end()), torch::kInt64).to(device);
-  auto config = mlip::train::parse_train_config(input_of(model, precision), "test", dir.path());
+  const auto& atoms = test.atoms;
+  const auto& config = test.config;
   // The usual step: se_e2_a's device-generic path (the one with static shapes), the equivariant
   // model without padding.
   Trained usual(config, systems, model == "se_e2_a", device);
@@ -131,16 +167,7 @@ int64_t train_both_ways(const std::string& model, const std::string& precision, 
     // Batches of two frames and of one, interleaved (two shapes; the equivariant model's padded
     // sizes may differ within a shape's frames).
     std::vector<int64_t> picked = s % 3 == 0 ? std::vector<int64_t>{s % 6} : std::vector<int64_t>{s % 6, (s + 2) % 6};
-    std::vector<const mlip::models::FrameInput*> batch;
-    std::vector<torch::Tensor> energy, forces;
-    for (int64_t f : picked) {
-      batch.push_back(inputs[size_t(f)].get());
-      energy.push_back(torch::tensor(frames[size_t(f)].energy, torch::kFloat64));
-      forces.push_back(torch::tensor(frames[size_t(f)].force, torch::kFloat64).reshape({-1, 3}));
-    }
-    mlip::train::BatchLabels labels;
-    labels.energy = torch::cat(energy).to(device);
-    labels.forces = torch::stack(forces).to(device);
+    auto [batch, labels] = batch_of(picked, inputs, frames, device);
     auto weights = torch::full({int64_t(picked.size())}, 1.0, torch::kFloat64);
     weights[0] = 0.5 + 0.1 * double(s);
     labels.weights = weights.to(device);
@@ -250,6 +277,57 @@ TYPED_TEST(StaticStepTest, CapturedOnCudaMakesTheHostWaitForNothing) {
     EXPECT_GT(train_both_ways(model, is_double ? "float64" : "float32", torch::Device(torch::kCUDA, 0), true,
                               is_double ? 1e-10 : 1e-4, false, true),
               0);
+  }
+}
+
+/// Bytes the caching allocator holds on `device` (captured graphs' pools included) after each
+/// of four batch shapes, largest first, has run its two warm-up steps and been captured and
+/// replayed once; [0] before the first.
+std::vector<double> reserved_after_each_shape(const std::string& model, const std::string& precision,
+                                              torch::Device device) {
+  TestSystem test(model, precision, device);
+  const auto& sys = test.systems[0];
+  const auto& atoms = test.atoms;
+  Trained fixed(test.config, test.systems, true, device);
+  mlip::train::StaticStep step(*fixed.model, *fixed.adam, fixed.ema.get(), fixed.params, device, true, &std::cout, 2);
+  std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
+  std::vector<mlip::data::Frame> frames;
+  for (int64_t f = 0; f < sys.nframes; ++f) {
+    frames.push_back(sys.frame(f));
+    inputs.push_back(fixed.model->prepare_frame(sys, frames.back()));
+  }
+  std::vector<double> reserved{mlip::train::reserved_memory_bytes(device)};
+  int64_t s = 0;
+  for (const int64_t n : {4, 3, 2, 1}) {
+    std::vector<int64_t> picked;  // the first n frames
+    for (int64_t f = 0; f < n; ++f) picked.push_back(f);
+    const auto [batch, labels] = batch_of(picked, inputs, frames, device);
+    for (int k = 0; k < 3; ++k) step.run(atoms, batch, labels, 0.1, 10.0, 0.0, ++s);
+    torch::cuda::synchronize();
+    reserved.push_back(mlip::train::reserved_memory_bytes(device));
+  }
+  EXPECT_EQ(step.captures(), 4) << "one graph per shape";
+  EXPECT_EQ(step.replays(), 4) << "each shape's third step replayed";
+  return reserved;
+}
+
+// On a GPU (label gpu): the graphs of all shapes are captured into one memory pool, so that the
+// memory of N shapes is about the largest shape's, not the sum of N. The largest shape comes
+// first; the three smaller ones then fit in what its graph's temporaries left free. A pool per
+// graph would add at least one new segment (2 MiB, the caching allocator's smallest) for each.
+TYPED_TEST(StaticStepTest, CapturedShapesShareOneMemoryPool) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible: the graphs' memory is not checked here";
+  const bool is_double = std::is_same_v<TypeParam, double>;
+  for (const std::string model : {"se_e2_a", "equivariant"}) {
+    SCOPED_TRACE(model);
+    const auto reserved =
+        reserved_after_each_shape(model, is_double ? "float64" : "float32", torch::Device(torch::kCUDA, 0));
+    const double mib = 1024.0 * 1024.0;
+    const double first = (reserved[1] - reserved[0]) / mib, later = (reserved[4] - reserved[1]) / mib;
+    std::cout << model << ": reserved " << first << " MiB for the largest shape, " << later
+              << " MiB more for the three smaller ones\n";
+    EXPECT_GT(first, 0.0);
+    EXPECT_LT(later, 4.0) << "three more graphs, each with a pool of its own, would hold at least 6 MiB";
   }
 }
 

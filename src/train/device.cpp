@@ -9,6 +9,7 @@
 
 #ifdef MLIP_HAVE_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 namespace mlip::train {
@@ -57,6 +58,19 @@ c10::Device resolve_device(const std::string& request, const std::string& what, 
 double device_memory_bytes(const c10::Device& device) {
 #ifdef MLIP_HAVE_CUDA
   if (device.is_cuda()) return double(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+#endif
+  (void)device;
+  return 0.0;
+}
+
+double reserved_memory_bytes(const c10::Device& device) {
+#ifdef MLIP_HAVE_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    // Index 0: StatType::AGGREGATE (small and large segments together; its namespace moved
+    // between LibTorch versions, its value did not).
+    return double(stats.reserved_bytes[0].current);
+  }
 #endif
   (void)device;
   return 0.0;

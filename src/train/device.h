@@ -21,6 +21,11 @@ c10::Device resolve_device(const std::string& request, const std::string& what, 
 /// The memory of a CUDA device in bytes (its total); 0 for the CPU or when unknown.
 double device_memory_bytes(const c10::Device& device);
 
+/// The bytes LibTorch's caching allocator holds on a CUDA device now (its reserved segments,
+/// captured graphs' memory pools included; what nvidia-smi sees of this process less the CUDA
+/// context); 0 for the CPU.
+double reserved_memory_bytes(const c10::Device& device);
+
 /// The device for the summary: "cpu", or "cuda:0 (NVIDIA H100 80GB HBM3, 79.1 GiB)".
 std::string describe_device(const c10::Device& device);
 

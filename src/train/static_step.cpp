@@ -123,7 +123,7 @@ StaticStep::Slot& StaticStep::slot_for(const models::SystemAtoms& atoms,
 void StaticStep::gradients(Slot& slot, const models::SystemAtoms& atoms) {
   std::vector<torch::Tensor> grads;
   for (auto& p : parameters_) grads.push_back(p.grad());
-  for (auto& g : grads) g.zero_();
+  at::_foreach_zero_(grads);  // one multi-tensor operation: one node of the graph, not one per tensor
   const models::Prediction out = model_.predict_packed(atoms, slot.inputs, true);
   // The loss on leaf copies of the prediction; the model's backward carries its gradient to
   // the parameters (as Trainer::evaluate).
@@ -214,8 +214,13 @@ void StaticStep::capture(Slot& slot, int part, const std::function<void()>& body
   buffers_filled.block(stream);
   try {
     c10::cuda::CUDAStreamGuard guard(stream);
+    // One pool for all graphs: a replay writes before it reads every byte of the pool it
+    // touches, and what outlives a step (the buffers, sums, gradients, weights, Adam's moments,
+    // the average) was allocated before any capture, so graphs that never run at the same time
+    // can use the same memory for their temporaries (docs/device.md "Static shapes").
+    if (pool_ == std::pair<unsigned long long, unsigned long long>{0, 0}) pool_ = at::cuda::graph_pool_handle();
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
-    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
     try {
       body();
     } catch (...) {

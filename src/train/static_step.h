@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/model.h"
@@ -102,6 +103,10 @@ class StaticStep {
   torch::Tensor scalars_, step_index_;
   torch::Tensor first_bad_step_;
   std::map<std::vector<int64_t>, std::unique_ptr<Slot>> slots_;
+  /// The one memory pool every graph is captured into (LibTorch's MempoolId_t; {0, 0} until the
+  /// first capture): the graphs replay one at a time and keep nothing in it for later, so they
+  /// share one step's worth of temporaries (docs/device.md "Static shapes").
+  std::pair<unsigned long long, unsigned long long> pool_{0, 0};
 };
 
 }  // namespace mlip::train
