@@ -68,17 +68,35 @@ struct Trained {
     adam = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3).betas({0.9, 0.999}));
     ema = std::make_unique<mlip::train::Ema>(params, 0.9);
   }
+  /// The usual training step on `batch` (predict, the loss with `prefactors` [3] float64, its
+  /// gradient, the model's backward, Adam with the average); returns the error sums [4].
+  torch::Tensor step(const mlip::models::SystemAtoms& atoms, const std::vector<const mlip::models::FrameInput*>& batch,
+                     const mlip::train::BatchLabels& labels, const torch::Tensor& prefactors) {
+    for (auto& p : params)
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    const auto out = model->predict(atoms, batch, true);
+    const mlip::models::Prediction leaves{out.energy.detach().requires_grad_(true),
+                                          out.forces.detach().requires_grad_(true),
+                                          out.virial.detach().requires_grad_(true)};
+    const auto loss = mlip::train::batch_loss(leaves, labels, prefactors, atoms.natoms);
+    const auto g =
+        torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
+    model->backward(g[0], g[1], g[2]);
+    mlip::train::adam_step(*adam, ema.get(), true);
+    return loss.sums;
+  }
 };
 
-/// The tests' system (six frames of 4 O and 8 H atoms, in a folder of its own) loaded, its atoms
-/// on `device`, and the training input of `model` with `precision`.
+/// The tests' system (six frames of `oxygens` O and `hydrogens` H atoms, in a folder of its own)
+/// loaded, its atoms on `device`, and the training input of `model` with `precision`.
 struct TestSystem {
   TempDir dir;
   std::vector<mlip::data::System> systems;
   mlip::models::SystemAtoms atoms;
   mlip::train::TrainConfig config;
-  TestSystem(const std::string& model, const std::string& precision, torch::Device device) {
-    mlip::test::write_system(dir / "sys", 4, 8, 6, 11);
+  TestSystem(const std::string& model, const std::string& precision, torch::Device device, int oxygens = 4,
+             int hydrogens = 8) {
+    mlip::test::write_system(dir / "sys", oxygens, hydrogens, 6, 11);
     std::vector<std::string> type_map{"O", "H"};
     systems = mlip::data::load_systems({dir / "sys"}, type_map, "", mlip::data::Loading::kStreamed);
     const auto& sys = systems[0];
@@ -175,17 +193,7 @@ int64_t train_both_ways(const std::string& model, const std::string& precision, 
     for (auto* t : {&usual, &fixed})
       static_cast<torch::optim::AdamOptions&>(t->adam->param_groups()[0].options()).lr(lr);
 
-    for (auto& p : usual.params)
-      if (p.grad().defined()) p.mutable_grad().zero_();
-    const auto out = usual.model->predict(atoms, batch, true);
-    const mlip::models::Prediction leaves{out.energy.detach().requires_grad_(true),
-                                          out.forces.detach().requires_grad_(true),
-                                          out.virial.detach().requires_grad_(true)};
-    const auto loss = mlip::train::batch_loss(leaves, labels, torch::tensor({pe, pf, pv}, f64), atoms.natoms);
-    const auto g =
-        torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
-    usual.model->backward(g[0], g[1], g[2]);
-    mlip::train::adam_step(*usual.adam, usual.ema.get(), true);
+    const torch::Tensor usual_sums = usual.step(atoms, batch, labels, torch::tensor({pe, pf, pv}, f64));
 
     weights_before.clear();
     for (const auto& p : fixed.params) weights_before.push_back(p.detach().clone());
@@ -194,7 +202,7 @@ int64_t train_both_ways(const std::string& model, const std::string& precision, 
       mlip::train::HostWaitCheck no_waits(check_waits && s >= 5);
       sums = step.run(atoms, batch, labels, pe, pf, pv, s);
     }
-    EXPECT_LT(relative(sums, two_parts ? 2.0 * loss.sums : loss.sums), tol) << "error sums";
+    EXPECT_LT(relative(sums, two_parts ? 2.0 * usual_sums : usual_sums), tol) << "error sums";
     EXPECT_EQ(synchronised, two_parts ? s : 0) << "synchronise once a step";
     for (size_t k = 0; k < usual.params.size(); ++k) {
       EXPECT_LT(relative(fixed.params[k], usual.params[k]), tol) << "parameter " << k;
@@ -328,6 +336,45 @@ TYPED_TEST(StaticStepTest, CapturedShapesShareOneMemoryPool) {
               << " MiB more for the three smaller ones\n";
     EXPECT_GT(first, 0.0);
     EXPECT_LT(later, 4.0) << "three more graphs, each with a pool of its own, would hold at least 6 MiB";
+  }
+}
+
+// Two systems of 12 atoms, 4 O + 8 H and 6 O + 6 H, in batches of two frames: se_e2_a's packed
+// batch holds each type's atoms, so their shape keys differ; the equivariant model's holds the
+// types as data, so one key (and one graph) may serve both. Either way StaticStep gives each
+// batch buffers of its shapes and computes what the usual step does.
+TEST(StaticStep, SystemsOfOneSizeWithOtherTypesFitTheirBuffers) {
+  for (const std::string model : {"se_e2_a", "equivariant"}) {
+    SCOPED_TRACE(model);
+    TestSystem first(model, "float64", torch::kCPU, 4, 8), second(model, "float64", torch::kCPU, 6, 6);
+    Trained usual(first.config, first.systems, model == "se_e2_a"), fixed(first.config, first.systems, true);
+    mlip::train::StaticStep step(*fixed.model, *fixed.adam, fixed.ema.get(), fixed.params, torch::kCPU, true);
+    std::vector<std::vector<int64_t>> keys;
+    int64_t s = 0;
+    for (int round = 0; round < 2; ++round) {
+      for (TestSystem* test : {&first, &second}) {
+        const auto& sys = test->systems[0];
+        std::vector<std::unique_ptr<mlip::models::FrameInput>> inputs;
+        std::vector<mlip::data::Frame> frames;
+        for (int64_t f = 0; f < 2; ++f) {
+          frames.push_back(sys.frame(f));
+          inputs.push_back(fixed.model->prepare_frame(sys, frames.back()));
+        }
+        const auto [batch, labels] = batch_of({0, 1}, inputs, frames, torch::kCPU);
+        if (round == 0) keys.push_back(fixed.model->shape_key(test->atoms, batch));
+        const auto sums = step.run(test->atoms, batch, labels, 0.5, 10.0, 0.0, ++s);
+        // The usual step on the same batch (its own copy of the weights, which stay equal).
+        const auto usual_sums =
+            usual.step(test->atoms, batch, labels, torch::tensor({0.5, 10.0, 0.0}, torch::kFloat64));
+        EXPECT_LT(relative(sums, usual_sums), 1e-11) << "step " << s;
+        for (size_t k = 0; k < usual.params.size(); ++k)
+          EXPECT_LT(relative(fixed.params[k], usual.params[k]), 1e-11) << "step " << s << ", parameter " << k;
+      }
+    }
+    ASSERT_EQ(keys.size(), 2u);
+    if (model == "se_e2_a") {
+      EXPECT_NE(keys[0], keys[1]) << "the types' atoms are part of se_e2_a's shapes";
+    }
   }
 }
 

@@ -523,12 +523,19 @@ TEST_F(TrainTest, EquivariantModelTrainsRestartsFreezesAndTests) {
 // to bucket sizes, se_e2_a on its device-generic path), training as the usual step does: the
 // same learning curve and weights to round-off, both models, two systems of batches of 2 and 1.
 TEST_F(TrainTest, CudaGraphsOnTheCpuRunTheStaticStepAndTrainTheSame) {
+  // sys_c has as many atoms as sys_a (6) and as many frames a batch (2), in other proportions of
+  // O and H: the same batch size, other shapes for the types' tables of se_e2_a.
+  write_system(dir_ / "data/sys_c", 3, 3, 6, 4);
+  const std::string se_e2_a =
+      std::regex_replace(input_yaml(20), std::regex("systems: \\[data/sys_a, data/sys_b\\], batch_size: \\[2, 1\\]"),
+                         "systems: [data/sys_a, data/sys_b, data/sys_c], batch_size: [2, 1, 2]");
+  ASSERT_NE(se_e2_a.find("data/sys_c"), std::string::npos);
   const std::string equivariant = std::regex_replace(
-      input_yaml(20), std::regex("model:\n(  .*\n)+"),
+      se_e2_a, std::regex("model:\n(  .*\n)+"),
       "model: {type: equivariant, type_map: [O, H], r_max: 4.0, num_features: 4, l_max: 1, num_layers: 2, "
       "correlation: 2, radial_width: 8, seed: 4}\n");
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{{"se_e2_a", input_yaml(20)},
-                                                                                 {"equivariant", equivariant}}) {
+  for (const auto& [name, text] :
+       std::vector<std::pair<std::string, std::string>>{{"se_e2_a", se_e2_a}, {"equivariant", equivariant}}) {
     SCOPED_TRACE(name);
     write_text(dir_ / (name + "-usual.yaml"), text + "  cuda_graphs: false\n");
     write_text(dir_ / (name + "-static.yaml"), text + "  cuda_graphs: true\n");

@@ -35,7 +35,7 @@ namespace {
 void refill(torch::Tensor& to, const torch::Tensor& from, const char* what) {
   if (to.defined() != from.defined() || (to.defined() && (to.sizes() != from.sizes() || to.dtype() != from.dtype())))
     throw Error(std::string("static training step: the batch's ") + what +
-                " does not fit the buffers of its shape key (a model whose shape_key misses a size)");
+                " do not fit the buffers of its shape key (a model whose shape_key misses a size)");
   if (to.defined()) to.copy_(from);
 }
 
@@ -100,6 +100,12 @@ StaticStep::Slot& StaticStep::slot_for(const models::SystemAtoms& atoms,
   key.push_back(labels.forces.defined() ? 1 : 0);
   key.push_back(labels.virial.defined() ? 1 : 0);
   const std::vector<torch::Tensor> packed = model_.pack(atoms, frames);
+  // The packed tensors' shapes join the key: a batch never meets buffers of other shapes, even
+  // from a model whose shape_key misses a size (it would only capture more graphs).
+  for (const auto& t : packed) {
+    key.push_back(t.defined() ? t.dim() : -1);
+    if (t.defined()) key.insert(key.end(), t.sizes().begin(), t.sizes().end());
+  }
   auto it = slots_.find(key);
   if (it == slots_.end()) {
     auto slot = std::make_unique<Slot>();

@@ -222,7 +222,12 @@ class SeAModel final : public Model {
   std::vector<int64_t> shape_key(const SystemAtoms& atoms,
                                  const std::vector<const FrameInput*>& frames) const override {
     if (!static_shapes_) return {};
-    return {int64_t(frames.size()), atoms.natoms};
+    // The packed batch holds each type's atoms (SeAGenericPath::dense_with_types): systems of as
+    // many atoms in other proportions of the types have shapes of their own.
+    std::vector<int64_t> key{int64_t(frames.size()), atoms.natoms};
+    key.resize(key.size() + settings_.config.type_map.size(), 0);
+    for (int t : atoms.types) ++key.at(2 + size_t(t));
+    return key;
   }
 
   std::vector<torch::Tensor> pack(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) override {
