@@ -10,7 +10,9 @@ namespace mlip {
 /// `training.batch_size: expected a positive integer or "auto", got -3`.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  /// A NUL byte in the message (from a user's file: a key, a value) is written as "\0": what()
+  /// is a C string, and the message would end at it.
+  explicit Error(const std::string& message) : std::runtime_error(without_nul(message)) {}
 
   /// An error that every rank of a distributed run raises at once, with the same message (e.g.
   /// ranks that disagree on the input): printed once, by rank 0.
@@ -22,6 +24,18 @@ class Error : public std::runtime_error {
   bool raised_on_every_rank() const { return every_rank_; }
 
  private:
+  static std::string without_nul(const std::string& message) {
+    if (message.find('\0') == std::string::npos) return message;
+    std::string out;
+    for (char c : message) {
+      if (c == '\0')
+        out += "\\0";
+      else
+        out += c;
+    }
+    return out;
+  }
+
   bool every_rank_ = false;
 };
 

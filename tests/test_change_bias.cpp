@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -234,6 +235,25 @@ TEST_P(ChangeBiasTest, BadRequestsAreRefused) {
     EXPECT_TRUE(contains(r.err, k.message)) << k.args << "\n" << r.err;
     EXPECT_FALSE(fs::exists(dir_ / "out.pt")) << k.args;
   }
+  // A shift the model's precision cannot hold (docs/robustness.md "Numbers that become a model's
+  // parameters"): 1e39 eV overflows float32 (it printed "after: O inf" and wrote the model); a
+  // float64 model holds it.
+  const CommandResult big = mlip("change-bias model.pt -b O=1e39 -o out.pt");
+  if (float64()) {
+    EXPECT_EQ(big.exit_code, 0) << big.err;
+    EXPECT_TRUE(contains(big.out, "O 1e+39")) << big.out;
+    fs::remove(dir_ / "out.pt");
+  } else {
+    EXPECT_EQ(big.exit_code, 1) << big.out << big.err;
+    EXPECT_TRUE(contains(big.err, "change-bias model.pt: the energy shift (eV per atom) of O is 1e+39, beyond "
+                                  "float32's range (its largest finite value is 3.4028235e+38); nothing was written"))
+        << big.err;
+    EXPECT_FALSE(fs::exists(dir_ / "out.pt"));
+  }
+  // Just inside float32's range is held by both.
+  const CommandResult inside = mlip("change-bias model.pt -b H=3e38 -o out.pt");
+  EXPECT_EQ(inside.exit_code, 0) << inside.err;
+  EXPECT_TRUE(std::isfinite(shift_of(dir_ / "out.pt", GetParam().shift)[1]));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ChangeBiasTest, ::testing::Values(kSeFloat64, kSeFloat32, kEquivariant),

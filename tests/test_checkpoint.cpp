@@ -87,6 +87,25 @@ TEST(Checkpoint, AChangedExtraFileIsRefused) {
   EXPECT_TRUE(contains(error_of([&] { archive::load_model(dir / "units.pt", extra); }), "damaged"));
 }
 
+TEST(Checkpoint, AWrongChecksumIsPrintedWholeWithWhereItDiffers) {
+  // The stored digest changed in its last hex digit: both digests printed in full (cut to a
+  // prefix they looked the same), and where they part.
+  TempDir dir;
+  std::string bytes = archive::serialize_module(small_module(), kMetadata);
+  const size_t at = bytes.find("sha256:");
+  ASSERT_NE(at, std::string::npos);
+  const std::string stored = bytes.substr(at, 7 + 64);
+  std::string changed = stored;
+  changed.back() = changed.back() == '0' ? '1' : '0';
+  bytes.replace(at, changed.size(), changed);
+  write(dir / "digest.pt", bytes);
+  archive::ExtraFiles extra;
+  const std::string message = error_of([&] { archive::load_model(dir / "digest.pt", extra); });
+  EXPECT_TRUE(contains(message, "damaged: its contents do not match the checksum stored in it (stored " + changed +
+                                    ", computed " + stored + ": they differ from character 71 on)"))
+      << message;
+}
+
 TEST(Checkpoint, AModelWithoutChecksumOrMetadataIsRefused) {
   TempDir dir;
   torch::jit::ExtraFilesMap files(kMetadata.begin(), kMetadata.end());

@@ -278,6 +278,10 @@ TEST_F(CommitteeTest, BadOptionsAreUsageErrors) {
       {"--committee 2 --committee-jobs 0", "mlip: --committee-jobs: expected a positive integer, got '0'"},
       {"--committee-jobs 2", "mlip: train: --committee-jobs needs --committee <N>"},
       {"--committee 2 --member 0 --committee-jobs 2", "mlip: train: --committee-jobs chooses how a whole committee"},
+      // A size no machine runs: named with its limit, not "out of memory while training a committee".
+      {"--committee 1e9",
+       "mlip: --committee: expected at most 1000 members (each is a training run with a folder of its own), got '1e9'"},
+      {"--committee 1001", "expected at most 1000 members"},
   };
   for (const auto& [args, message] : cases) {
     const CommandResult r = mlip("train input.yaml " + args + " -o bad");
@@ -298,6 +302,22 @@ TEST_F(CommitteeTest, BadOptionsAreUsageErrors) {
   EXPECT_EQ(typo.exit_code, 1);
   EXPECT_TRUE(contains(typo.err, "training.numb_step: unknown key")) << typo.err;
   EXPECT_FALSE(fs::exists(dir_ / "bad"));
+  // A committee refused after it made its folders leaves none of them: member 1's folder is held
+  // by another run (a lock file of a live process), so the committee stops before any member.
+  fs::create_directories(dir_ / "held/run/model_1");
+  const CommandResult holder = run_command("cd " + dir_.path() +
+                                           " && (flock -n held/run/model_1/.mlip.lock sleep 60 > /dev/null 2>&1 &"
+                                           " echo $!)");
+  ASSERT_EQ(holder.exit_code, 0);
+  for (int k = 0; k < 100 && !fs::exists(dir_ / "held/run/model_1/.mlip.lock"); ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const CommandResult held = mlip("train input.yaml --committee 3 -o held/run");
+  run_command("kill " + holder.out);
+  EXPECT_EQ(held.exit_code, 1) << held.out << held.err;
+  EXPECT_TRUE(contains(held.err, "-o held/run/model_1: the folder is in use by another mlip run")) << held.err;
+  EXPECT_FALSE(fs::exists(dir_ / "held/run/model_0")) << "the refused committee left model_0";
+  EXPECT_FALSE(fs::exists(dir_ / "held/run/model_2"));
+  EXPECT_TRUE(fs::exists(dir_ / "held/run/model_1")) << "a folder that was there before stays";
 }
 
 }  // namespace

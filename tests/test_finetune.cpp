@@ -301,6 +301,8 @@ TEST_P(FinetuneTest, MismatchesAreRefused) {
                : std::regex_replace(section, std::regex("num_features: 4"), "num_features: 6");
   const CommandResult run = start_model("bad", section, "[data/sys_a]");
   EXPECT_EQ(run.exit_code, 1);
+  // A refused fine-tune leaves nothing behind: not even the output folder it made.
+  EXPECT_FALSE(fs::exists(dir_ / "bad")) << "the refused run left its output folder";
   EXPECT_TRUE(contains(run.err, se ? "the setting 'neuron' differs: the pretrained model has 4 8, the input 4 6"
                                    : "the setting 'num_features' differs: the pretrained model has 4, the input 6"))
       << run.err;
@@ -314,9 +316,58 @@ TEST_P(FinetuneTest, MismatchesAreRefused) {
   const CommandResult type = start_model("bad_type", other, "[data/sys_a]");
   EXPECT_EQ(type.exit_code, 1);
   EXPECT_TRUE(contains(type.err, "fine-tuning keeps the model type")) << type.err;
+  EXPECT_TRUE(contains(type.err, se ? "first.pt: a se_e2_a model" : "first.pt: an equivariant model")) << type.err;
+  EXPECT_FALSE(fs::exists(dir_ / "bad_type"));
   const CommandResult both = mlip("train pretrain.yaml --finetune first.pt --restart first -o x");
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_TRUE(contains(both.err, "--finetune and --restart exclude each other")) << both.err;
+}
+
+// The models frozen by mlip 0.1 (tests/data/frozen_0.1) fine-tune with the inputs they were
+// trained from: their settings were stored as the input's text and their cutoff as "4.000000",
+// and each compares as a value ("4.0", "4" and "4.000000" are one cutoff). A setting that really
+// differs is still refused.
+TEST(FinetuneFromEarlierVersions, EveryKeptModelOfVersion01FineTunes) {
+  TempDir dir;
+  const std::string fixture = std::string(MLIP_SOURCE_DIR) + "/tests/data/frozen_0.1/";
+  const std::string data = std::string(MLIP_SOURCE_DIR) + "/examples/water/data/valid";
+  const std::string se64 =
+      "model:\n  type_map: [O, H]\n"
+      "  descriptor: {type: se_e2_a, sel: [20, 40], rcut: 4.0, rcut_smth: 0.5, neuron: [8, 16, 32], axis_neuron: 4,\n"
+      "               type_one_side: false, resnet_dt: false, precision: float64, seed: 3}\n"
+      "  fitting_net: {neuron: [32, 32], resnet_dt: true, precision: float64, seed: 4}\n";
+  const std::string eq32 =
+      "model:\n  type: equivariant\n  type_map: [O, H]\n  r_max: 4.0\n  num_features: 8\n  l_max: 1\n"
+      "  num_layers: 2\n  correlation: 2\n  readout: every_layer\n  radial_width: 16\n"
+      "  avg_num_neighbors: auto\n  precision: float32\n  seed: 5\n";
+  const std::string training = "learning_rate: {type: exp, decay_steps: 10, start_lr: 1.0e-30, stop_lr: 1.0e-30}\n"
+                               "training:\n  training_data: {systems: ['" + data + "'], batch_size: 1}\n"
+                               "  numb_steps: 1\n  seed: 7\n  disp_freq: 1\n  save_freq: 1\n";
+  for (const auto& [file, section] : std::vector<std::pair<std::string, std::string>>{
+           {"se64.pt", se64}, {"se64c.pt", se64}, {"eq32.pt", eq32}}) {
+    // The cutoff written as mlip 0.1's own input had it (4.0), as a whole number and with decimals.
+    const std::vector<std::string> cutoffs =
+        file == "se64.pt" ? std::vector<std::string>{"4.0", "4", "4.000000"} : std::vector<std::string>{"4.0"};
+    for (const std::string& rcut : cutoffs) {
+      const std::string name = file.substr(0, file.size() - 3) + "_" + rcut;
+      std::string text = std::regex_replace(section, std::regex("(rcut|r_max): 4\\.0"), "$1: " + rcut);
+      write_text(dir / (name + ".yaml"), text + training);
+      const CommandResult r = run_command("cd " + dir.path() + " && " + kMlip + " train " + name + ".yaml --finetune " +
+                                          fixture + file + " -o " + name);
+      EXPECT_EQ(r.exit_code, 0) << file << " rcut " << rcut << "\n" << r.out << r.err;
+      EXPECT_TRUE(fs::exists(dir / (name + "/model.ckpt-1.pt"))) << name;
+    }
+    // A cutoff that differs is refused, with both values as numbers.
+    const std::string name = file.substr(0, file.size() - 3) + "_other";
+    write_text(dir / (name + ".yaml"),
+               std::regex_replace(section, std::regex("(rcut|r_max): 4\\.0"), "$1: 4.5") + training);
+    const CommandResult other = run_command("cd " + dir.path() + " && " + kMlip + " train " + name +
+                                            ".yaml --finetune " + fixture + file + " -o " + name);
+    EXPECT_EQ(other.exit_code, 1) << file << other.out;
+    EXPECT_TRUE(contains(other.err, "differs: the pretrained model has 4")) << file << ": " << other.err;
+    EXPECT_TRUE(contains(other.err, ", the input 4.5")) << file << ": " << other.err;
+    EXPECT_FALSE(fs::exists(dir / name)) << "the refused run left its output folder";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FinetuneTest, ::testing::Values(kSeFloat64, kSeFloat32, kSeTwoSided, kEquivariant),

@@ -212,5 +212,37 @@ TEST(FrozenCompat, RecordsAreReadTolerantly) {
   EXPECT_EQ(back.words("type_map", {}), (std::vector<std::string>{"O", "H"}));
 }
 
+// Two values of one setting compare as values (fine-tuning, docs/training.md "Fine-tuning"):
+// mlip 0.1 stored the cutoff as "4.000000" and the input's text as written.
+TEST(FrozenCompat, SettingsCompareAsValues) {
+  using models::SettingsRecord;
+  EXPECT_TRUE(SettingsRecord::same_value("4.000000", "4"));
+  EXPECT_TRUE(SettingsRecord::same_value("4.0", "4.000000"));
+  EXPECT_TRUE(SettingsRecord::same_value("1.0e-4", "0.0001"));
+  EXPECT_TRUE(SettingsRecord::same_value("8 16 32", "8.0 16 3.2e1"));
+  EXPECT_TRUE(SettingsRecord::same_value("true", "true"));
+  // std::to_string's six decimals of 4.1234567 are that number rounded; both ways round.
+  EXPECT_TRUE(SettingsRecord::same_value("4.123457", "4.1234567"));
+  EXPECT_TRUE(SettingsRecord::same_value("4.1234567", "4.123457"));
+  EXPECT_FALSE(SettingsRecord::same_value("4.000000", "4.5"));
+  EXPECT_FALSE(SettingsRecord::same_value("4.123457", "4.1234"));
+  EXPECT_FALSE(SettingsRecord::same_value("8 16", "8 16 32"));
+  EXPECT_FALSE(SettingsRecord::same_value("true", "false"));
+}
+
+// The record of a model frozen by mlip 0.1 completed with what its reader takes for the keys
+// that version did not write (models::completed_settings): the equivariant model's num_bessels,
+// absent from eq32.pt's stored input, is the reader's default.
+TEST(FrozenCompat, CompletedSettingsAddWhatTheReaderTakes) {
+  archive::ExtraFiles extra;
+  torch::jit::Module module = archive::load_model((kFixture / "eq32.pt").string(), extra);
+  const models::SettingsRecord record = models::frozen_settings(extra, "eq32.pt");
+  EXPECT_FALSE(record.has("num_bessels"));
+  const models::SettingsRecord completed = models::completed_settings(record, module);
+  EXPECT_EQ(completed.integer("num_bessels", -1), 8);
+  EXPECT_EQ(completed.integer("num_features", -1), 8);  // given in its input: kept
+  for (const auto& [key, value] : record.values()) EXPECT_EQ(completed.text(key, ""), value) << key;
+}
+
 }  // namespace
 }  // namespace mlip

@@ -10,7 +10,10 @@
 
 #include "byte_size.h"
 #include "error.h"
+#include "data/load.h"
 #include "models/equivariant/equivariant.h"
+#include "models/equivariant/frame_batch.h"
+#include "models/registry.h"
 #include "models/memory_estimate.h"
 #include "test_util.h"
 
@@ -146,6 +149,44 @@ TEST(MemoryEstimate, TinyCutoffsAndAveragesAreRefused) {
   // would be 0 and every message NaN.
   expect_refused("eq_nopairs", equivariant_input("  r_max: 0.6\n  num_features: 4\n  num_layers: 1"),
                  {"model.r_max 0.6: no pair of atoms of the", "statistics frames is within it"});
+}
+
+// A made frame is what a training holds of every frame it has made (the batch's, those made
+// ahead, the cache): the estimate of one (MemoryEstimate::frame_bytes) covers what
+// prepare_frame allocates, counted from its tensors, for both precisions and several l_max and
+// radial bases, and is not far above it. With r_max 60 on the 96-atom water frames a frame is
+// gigabytes, which the estimate used to leave out (the run passed the check and then failed in
+// LibTorch's allocator).
+TEST(MemoryEstimate, TheEquivariantEstimateCoversAMadeFrame) {
+  std::vector<std::string> type_map{"O", "H"};
+  const auto systems = mlip::data::load_systems({kWater}, type_map);
+  const mlip::data::System& sys = systems.at(0);
+  const mlip::data::Frame frame = sys.frame(0);
+  for (const std::string precision : {"float32", "float64"})
+    for (const std::string shape : {"l_max: 1, num_bessels: 8", "l_max: 2, num_bessels: 12", "l_max: 3, num_bessels: 4"}) {
+      SCOPED_TRACE(precision + ", " + shape);
+      const auto settings = mlip::models::parse_model_settings(
+          "model: {type: equivariant, type_map: [O, H], r_max: 5.0, num_features: 4, num_layers: 1, " + shape +
+              ", precision: " + precision + "}\n",
+          "test input");
+      const auto model = mlip::models::create_model(*settings, mlip::models::ModelContext{});
+      const auto made = model->prepare_frame(sys, frame);
+      const auto& input = dynamic_cast<const mlip::models::EquivariantFrame&>(*made);
+      mlip::models::BatchSizes batch{sys.name, sys.natoms(), 1, double(input.i.size(0))};
+      batch.frames_ahead = 5;
+      const mlip::models::MemoryEstimate e = mlip::models::estimate_training_memory(*settings, batch);
+      const double actual = double(made->bytes());
+      EXPECT_GE(e.frame_bytes, actual) << "pairs " << batch.pairs;
+      EXPECT_LE(e.frame_bytes, 1.25 * actual) << "pairs " << batch.pairs;
+      // Held: the batch's frame and the five made ahead, each a made frame.
+      bool held = false;
+      for (const auto& part : e.parts)
+        if (contains(part.what, "6 made frame(s) held at once")) {
+          held = true;
+          EXPECT_DOUBLE_EQ(part.bytes, 6.0 * e.frame_bytes);
+        }
+      EXPECT_TRUE(held);
+    }
 }
 
 // The control: the example's sizes pass the check, which says what it estimated.

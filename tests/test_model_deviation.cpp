@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <regex>
@@ -21,6 +22,8 @@
 #include "frozen/model_deviation.h"
 #include "models/torchscript_inference.h"
 #include "test_util.h"
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -324,6 +327,65 @@ TEST_F(ModelDeviationCommand, RefusesOneModelMismatchedTypeMapsAndBadLevels) {
   EXPECT_EQ(swapped.exit_code, 1);
   EXPECT_TRUE(contains(swapped.err, "the models must have the same type map")) << swapped.err;
   EXPECT_TRUE(contains(swapped.err, "[O H]") && contains(swapped.err, "[H O]")) << swapped.err;
+}
+
+TEST_F(ModelDeviationCommand, AnOutputThatIsAnInputIsRefusedAndTheInputKept) {
+  // docs/robustness.md "An output is never one of the inputs": the models, a trajectory file, a
+  // system folder's files, by any name; and the two outputs are not one file.
+  const std::string frame = "3\nProperties=species:S:1:pos:R:3 pbc=\"F F F\"\nO 0 0 0\nH 0.96 0 0\nH -0.24 0.93 0\n";
+  write_text(*dir_ / "kept/traj.extxyz", frame + frame);
+  ASSERT_EQ(mlip("model-devi -m m0.pt m1.pt -s data/sys_a -o kept/devi.out").exit_code, 0);
+  fs::copy_file(*dir_ / "m1.pt", *dir_ / "kept/m1.pt");
+  fs::create_symlink("m1.pt", *dir_ / "kept/link.pt");
+  const std::vector<std::string> files{"kept/m1.pt", "kept/traj.extxyz", "data/sys_a/type.raw", "kept/devi.out"};
+  std::vector<std::string> before;
+  for (const auto& f : files) before.push_back(mlip::test::read_file(*dir_ / f));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"-m m0.pt kept/m1.pt -s data/sys_a -o kept/m1.pt", "-o kept/m1.pt: that is the model kept/m1.pt"},
+      {"-m m0.pt kept/m1.pt -s data/sys_a -o ./kept/m1.pt", "that is the model kept/m1.pt"},
+      {"-m m0.pt kept/m1.pt -s data/sys_a -o kept/link.pt", "that is the model kept/m1.pt (the same file by another name)"},
+      {"-m m0.pt m1.pt -s kept/traj.extxyz -o kept/traj.extxyz", "that is the system kept/traj.extxyz"},
+      {"-m m0.pt m1.pt -s kept/traj.extxyz -o x.out --select 0 1 --candidates kept/traj.extxyz",
+       "--candidates kept/traj.extxyz: that is the system kept/traj.extxyz"},
+      {"-m m0.pt m1.pt -s data/sys_a -o data/sys_a/type.raw", "that is a file of the system data/sys_a"},
+      {"-m m0.pt m1.pt -s data/sys_a -o kept/devi.out --select 0 1 --candidates kept/devi.out",
+       "--candidates kept/devi.out: that is also -o kept/devi.out"},
+  };
+  for (const auto& [args, phrase] : cases) {
+    const auto r = mlip("model-devi " + args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, phrase)) << args << "\n" << r.err;
+  }
+  for (size_t k = 0; k < files.size(); ++k)
+    EXPECT_EQ(mlip::test::read_file(*dir_ / files[k]), before[k]) << files[k] << " changed";
+  EXPECT_FALSE(fs::exists(*dir_ / "x.out"));
+}
+
+TEST_F(ModelDeviationCommand, StepsBeyondTheLargestAreRefused) {
+  // Frame k's step is k * -f: 5e18 x 5 frames does not fit in a step (it printed wrapped,
+  // negative steps); a count beyond 2^53 is not a whole number a double holds.
+  const auto big = mlip("model-devi -m m0.pt m1.pt -s data/sys_a -o big.out -f 5000000000000000000");
+  EXPECT_EQ(big.exit_code, 1) << big.out << big.err;
+  EXPECT_TRUE(contains(big.err, "model-devi -f 5000000000000000000: the step of the last frame of")) << big.err;
+  EXPECT_TRUE(contains(big.err, "9223372036854775807")) << big.err;
+  EXPECT_FALSE(fs::exists(*dir_ / "big.out"));
+  const auto huge = mlip("model-devi -m m0.pt m1.pt -s data/sys_a -o big.out -f 1e19");
+  EXPECT_EQ(huge.exit_code, 2) << huge.err;
+  EXPECT_TRUE(contains(huge.err, "expected a positive integer of at most 9007199254740992 (or its digits, up to "
+                                 "9223372036854775807), got '1e19'"))
+      << huge.err;
+  const auto digits = mlip("model-devi -m m0.pt m1.pt -s data/sys_a -o big.out -f 10000000000000000000");
+  EXPECT_EQ(digits.exit_code, 2) << digits.err;
+  EXPECT_TRUE(contains(digits.err, "expected a positive integer of at most 9223372036854775807, got "
+                                   "'10000000000000000000'"))
+      << digits.err;
+  // The largest that fits: 6 frames, steps up to 5 x f.
+  const auto fits = mlip("model-devi -m m0.pt m1.pt -s data/sys_a -o fits.out -f 1000000000000000000");
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  std::vector<std::string> names;
+  const auto blocks = read_blocks(mlip::test::read_file(*dir_ / "fits.out"), names);
+  ASSERT_EQ(blocks.at(0).size(), 6u);
+  EXPECT_TRUE(contains(mlip::test::read_file(*dir_ / "fits.out"), "\n5000000000000000000 ")) << "the last step";
 }
 
 }  // namespace

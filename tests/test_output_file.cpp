@@ -92,11 +92,21 @@ TEST(OutputFile, ErrorsNameTheFileWhatItHoldsAndTheReason) {
 TEST(OutputFile, StaleTemporariesOfEndedProcessesAreRemoved) {
   TempDir dir;
   const std::string dead = std::to_string(ended_pid()), mine = std::to_string(getpid());
-  for (const std::string& name : {"model.ckpt-5.pt.tmp-" + dead, "checkpoint.tmp-" + dead, "lcurve.out.tmp-" + mine,
-                                  std::string("notes.tmp-x"), std::string("data.txt")})
+  // mlip's temporaries of an ended process go; its own running one stays, and so does every
+  // file mlip's naming did not make: a user's "mydata.tmp-1" (pid 1 is no mlip), other names,
+  // and a folder of a temporary's name.
+  for (const std::string& name :
+       {"model.ckpt-5.pt.mlip-tmp-" + dead, "checkpoint.mlip-tmp-" + dead, "lcurve.out.mlip-tmp-" + mine,
+        "mydata.tmp-" + dead, std::string("mydata.tmp-1"), std::string("notes.mlip-tmp-x"), std::string("data.txt")})
     mlip::test::write_text(dir / name, "x");
-  EXPECT_EQ(mlip::archive::remove_stale_temporaries(dir.path()), 2);
-  EXPECT_EQ(names_in(dir.path()), (std::vector<std::string>{"data.txt", "lcurve.out.tmp-" + mine, "notes.tmp-x"}));
+  fs::create_directory(dir / ("folder.mlip-tmp-" + dead));
+  fs::create_symlink("data.txt", dir / ("model.ckpt.pt.mlip-tmp-" + dead));
+  EXPECT_EQ(mlip::archive::remove_stale_temporaries(dir.path()), 3);
+  std::vector<std::string> kept{"data.txt", "folder.mlip-tmp-" + dead, "lcurve.out.mlip-tmp-" + mine,
+                                "mydata.tmp-" + dead, "mydata.tmp-1", "notes.mlip-tmp-x"};
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(names_in(dir.path()), kept);
+  EXPECT_EQ(mlip::archive::temporary_name("run/lcurve.out"), "run/lcurve.out.mlip-tmp-" + mine);
 }
 
 TEST(OutputFile, OutputFolders) {

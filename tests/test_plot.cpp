@@ -109,6 +109,19 @@ TEST_F(Plot, OutputsThatAreNoFolderAreRefused) {
   expect_error(plot("-l " + at("lcurve.out") + " -o " + at("a_file")), "a_file: is a file, expected a folder");
   ASSERT_EQ(::mkfifo((tmp_ / "a_fifo").c_str(), 0600), 0);
   expect_error(plot("-l " + at("lcurve.out") + " -o " + at("a_fifo")), "a_fifo: is a FIFO, expected a folder");
+  // A picture's own name in the folder: a FIFO (would block or fail unseekable), a folder, and the
+  // learning curve being drawn, each refused by name, the input kept.
+  fs::create_directories(tmp_ / "pictures");
+  ASSERT_EQ(::mkfifo((tmp_ / "pictures/lcurve.png").c_str(), 0600), 0);
+  expect_error(plot("-l " + at("lcurve.out") + " -o " + at("pictures")), "pictures/lcurve.png: is a FIFO");
+  fs::create_directories(tmp_ / "folders/lcurve.png");
+  expect_error(plot("-l " + at("lcurve.out") + " -o " + at("folders")), "folders/lcurve.png: is a folder");
+  fs::create_directories(tmp_ / "same");
+  const std::string text = mlip::test::read_file(tmp_ / "lcurve.out");
+  write_text(tmp_ / "same/lcurve.png", text);
+  expect_error(plot("-l " + at("same/lcurve.png") + " -o " + at("same")),
+               "same/lcurve.png: that is " + (tmp_ / "same/lcurve.png") + ", which mlip plot reads");
+  EXPECT_EQ(mlip::test::read_file(tmp_ / "same/lcurve.png"), text);
 }
 
 TEST_F(Plot, NothingToDrawIsAUsageError) {

@@ -175,6 +175,46 @@ TEST(RunLock, MovingKeepsOneHolderAndTheDestructorReleases) {
   EXPECT_FALSE(fs::exists(lock_file));
 }
 
+TEST(RunLock, ALockFileThatIsALinkIsRefusedAsALink) {
+  // Said as what it is, not as the system's "Too many levels of symbolic links"; the link and
+  // what it points to are left alone.
+  TempDir dir;
+  fs::create_directories(dir / "run");
+  mlip::test::write_text(dir / "elsewhere", "a user's file\n");
+  fs::create_symlink(dir / "elsewhere", dir / "run/.mlip.lock");
+  EXPECT_EQ(mlip::test::error_of([&] { RunLock::for_folder(dir / "run", "-o run"); }),
+            "-o run: cannot lock " + (dir / "run/.mlip.lock") +
+                " (it is a symbolic link; mlip's lock files are regular files that mlip makes itself, so this one "
+                "was put there by hand: remove it)");
+  EXPECT_TRUE(fs::is_symlink(dir / "run/.mlip.lock"));
+  EXPECT_EQ(mlip::test::read_file(dir / "elsewhere"), "a user's file\n");
+  // A dangling link too.
+  fs::remove(dir / "elsewhere");
+  EXPECT_TRUE(contains(mlip::test::error_of([&] { RunLock::for_folder(dir / "run", "-o run"); }),
+                       "(it is a symbolic link;"));
+}
+
+TEST(RunLock, AFolderItMadeIsRemovedWhenTheRunLeavesItEmpty) {
+  // docs/robustness.md "A refused run leaves nothing behind": the folders for_folder made go with
+  // the lock when nothing was written there; a folder with a file stays, and so does one that
+  // existed before.
+  TempDir dir;
+  { RunLock lock = RunLock::for_folder(dir / "a/b/c", "-o a/b/c"); }
+  EXPECT_FALSE(fs::exists(dir / "a"));
+  {
+    RunLock lock = RunLock::for_folder(dir / "d/e", "-o d/e");
+    mlip::test::write_text(dir / "d/e/lcurve.out", "#\n");
+  }
+  EXPECT_TRUE(fs::exists(dir / "d/e/lcurve.out"));
+  EXPECT_FALSE(fs::exists(dir / "d/e/.mlip.lock"));
+  fs::create_directories(dir / "there");
+  { RunLock lock = RunLock::for_folder(dir / "there/new", "-o there/new"); }
+  EXPECT_TRUE(fs::is_directory(dir / "there"));
+  EXPECT_FALSE(fs::exists(dir / "there/new"));
+  { RunLock lock = RunLock::for_folder(dir / "there", "-o there"); }
+  EXPECT_TRUE(fs::is_directory(dir / "there"));
+}
+
 TEST(RunLock, ALockLeftByADeadProcessIsTakenOverWithANote) {
   TempDir dir;
   const std::string folder = dir / "run";

@@ -125,9 +125,33 @@ def lcurve(path, output):
     bottom.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     out = os.path.join(output, "lcurve.png")
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save(fig, out, [path])
     return out
+
+
+def detail_files(prefix):
+    return [prefix + suffix for suffix in (".e.out", ".e_peratom.out", ".f.out", ".f_elements.out", ".v.out")]
+
+
+def save(fig, out, inputs):
+    """Writes the picture to `out`: a regular file (or a new one), never one of the files read."""
+    if os.path.exists(out):
+        mode = os.stat(out).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
+                    else "a character device" if stat.S_ISCHR(mode) else "not a regular file")
+            plt.close(fig)
+            fail(f"{out}: is {kind}; mlip plot writes its PNG files to regular files only")
+        for path in inputs:
+            if os.path.exists(path) and os.path.samefile(out, path):
+                plt.close(fig)
+                fail(f"{out}: that is {path}, which mlip plot reads; expected another output folder (-o)")
+    try:
+        fig.savefig(out, dpi=120)
+    except (OSError, ValueError) as e:  # io.UnsupportedOperation is both
+        fail(f"{out}: cannot write the picture ({getattr(e, 'strerror', None) or e})")
+    finally:
+        plt.close(fig)
 
 
 def parity(ax, reference, predicted, label, unit):
@@ -165,8 +189,7 @@ def test_plots(prefix, output):
     ax.legend(fontsize=8)
     fig.tight_layout()
     outputs.append(os.path.join(output, "parity_energy.png"))
-    fig.savefig(outputs[-1], dpi=120)
-    plt.close(fig)
+    save(fig, outputs[-1], detail_files(prefix))
 
     _, forces = read_table(prefix + ".f.out", "the force detail file of mlip test -d")
     if forces.shape[1] < 6:
@@ -197,8 +220,7 @@ def test_plots(prefix, output):
     ax.legend(fontsize=8, markerscale=3)
     fig.tight_layout()
     outputs.append(os.path.join(output, "parity_forces.png"))
-    fig.savefig(outputs[-1], dpi=120)
-    plt.close(fig)
+    save(fig, outputs[-1], detail_files(prefix))
     return outputs
 
 

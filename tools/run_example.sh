@@ -27,7 +27,8 @@ case "$TORCH" in
   pip) BUILD_DIR="${BUILD_DIR:-$ROOT/build-cuda}" ;;
   *) echo "run_example.sh: --torch: expected debian or pip, got '$TORCH'" >&2; exit 2 ;;
 esac
-[ "$SETUP" = 0 ] || bash "$ROOT/tools/setup.sh" --torch "$TORCH" --build-dir "$BUILD_DIR" --quiet
+# Only what the main job needs (the mlip executable): the tests are built by tools/run_tests.sh.
+[ "$SETUP" = 0 ] || bash "$ROOT/tools/setup.sh" --torch "$TORCH" --build-dir "$BUILD_DIR" --target mlip --quiet
 MLIP="$BUILD_DIR/bin/mlip"
 EX="$ROOT/examples/water"
 RUN="$EX/run"

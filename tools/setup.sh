@@ -4,8 +4,10 @@
 # incrementally.
 #
 # usage: tools/setup.sh [--torch debian|pip] [--build-dir DIR] [--build-type Release|Debug|RelWithDebInfo]
-#                       [--no-install] [--jobs N] [--quiet]
+#                       [--no-install] [--jobs N] [--target NAME] [--quiet]
 #
+# --target NAME: build only that target and what it needs (tools/run_example.sh: mlip, without
+#   the tests); default: everything.
 # --torch debian (default): Debian's LibTorch 1.13 (CPU), built into build/.
 # --torch pip: the LibTorch inside pip's PyTorch 2.11.0 (built for CUDA 13.0, as on the GPU
 #   machines; it runs CPU tensors without a GPU), built into build-cuda/ with CUDA and NCCL.
@@ -20,6 +22,7 @@ BUILD_TYPE="Release"
 INSTALL=1
 JOBS="$(nproc 2>/dev/null || echo 2)"
 QUIET=0
+TARGET=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,8 +31,9 @@ while [ $# -gt 0 ]; do
     --build-type) BUILD_TYPE="$2"; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     --jobs) JOBS="$2"; shift 2 ;;
+    --target) TARGET="$2"; shift 2 ;;
     --quiet) QUIET=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -108,12 +112,14 @@ if ! cmake -S "$ROOT" -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" >"$cfg_log" 2>&1; then
   cat "$cfg_log" >&2; echo "setup.sh: CMake configuration failed" >&2; exit 1
 fi
 [ "$QUIET" = 1 ] || grep -E "^-- (mlip|  )" "$cfg_log" || true
-say "building with $JOBS job(s)"
+TARGET_ARGS=()
+[ -z "$TARGET" ] || TARGET_ARGS=(--target "$TARGET")
+say "building ${TARGET:-everything} with $JOBS job(s)"
 start=$(date +%s)
 if [ "$QUIET" = 1 ]; then
-  cmake --build "$BUILD_DIR" -j "$JOBS" >"$BUILD_DIR/build.log" 2>&1 || {
+  cmake --build "$BUILD_DIR" -j "$JOBS" "${TARGET_ARGS[@]}" >"$BUILD_DIR/build.log" 2>&1 || {
     tail -50 "$BUILD_DIR/build.log" >&2; echo "setup.sh: build failed (log: $BUILD_DIR/build.log)" >&2; exit 1; }
 else
-  cmake --build "$BUILD_DIR" -j "$JOBS"
+  cmake --build "$BUILD_DIR" -j "$JOBS" "${TARGET_ARGS[@]}"
 fi
 say "built in $(( $(date +%s) - start )) s: $BUILD_DIR/bin/mlip"

@@ -437,6 +437,21 @@ std::string parse_timeout(const std::string& value, std::chrono::seconds& timeou
   return problem;
 }
 
+/// The largest committee `train --committee` starts: each member is a training run with a folder
+/// of its own (DP-GEN's committees have 4; a few dozen is already many).
+constexpr int kMaxCommitteeSize = 1000;
+
+/// --committee's value: a whole number of members, 1 to kMaxCommitteeSize.
+std::string parse_committee_size(const std::string& value, int& size) {
+  int number = 0;
+  std::string problem = positive_integer_problem(value, number);
+  if (problem.empty() && number > kMaxCommitteeSize)
+    problem = "expected at most " + std::to_string(kMaxCommitteeSize) +
+              " members (each is a training run with a folder of its own), got '" + value + "'";
+  if (problem.empty()) size = number;
+  return problem;
+}
+
 /// Reads train's arguments into `out`; false when --help printed the usage.
 bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& out) {
   CommandLine line("train", kTrainUsage);
@@ -455,7 +470,7 @@ bool read_train_arguments(const std::vector<std::string>& args, TrainArguments& 
                  one_of({"auto", "gloo", "mpi", "nccl"}, "auto, gloo, mpi or nccl"));
   line.add_value("--log-mode", out.log_mode, one_of({"master", "collect", "workers"}, "master, collect or workers"));
   line.add_parsed("--timeout", out.comm_options.timeout, parse_timeout);
-  line.add_parsed("--committee", out.committee.size, positive_integer_problem);
+  line.add_parsed("--committee", out.committee.size, parse_committee_size);
   line.add_parsed("--member", out.committee.member, non_negative_integer_problem);
   line.add_parsed("--committee-jobs", out.committee.jobs, positive_integer_problem);
   if (!line.read(args)) return false;
@@ -680,9 +695,25 @@ int freeze_command(const std::vector<std::string>& args) {
 
 /// test's -n: a positive whole number of frames per system.
 std::string parse_frame_count(const std::string& value, int64_t& frames) {
+  // Digits alone: read exactly, up to the largest int64.
+  if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
+    errno = 0;
+    const long long number = std::strtoll(value.c_str(), nullptr, 10);
+    if (errno == ERANGE)
+      return "expected a positive integer of at most " + std::to_string(std::numeric_limits<int64_t>::max()) +
+             ", got '" + value + "'";
+    if (number < 1) return "expected a positive integer, got '" + value + "'";
+    frames = int64_t(number);
+    return "";
+  }
+  // Other forms (1e6): a whole number that a double holds exactly (up to 2^53).
   double number = 0.0;
   const std::string problem = positive_number_problem(value, number);
   if (!problem.empty()) return problem;
+  constexpr double kLargest = 9007199254740992.0;
+  if (number > kLargest)
+    return "expected a positive integer of at most 9007199254740992 (or its digits, up to " +
+           std::to_string(std::numeric_limits<int64_t>::max()) + "), got '" + value + "'";
   frames = int64_t(number);
   if (double(frames) != number) return "expected a positive integer, got '" + value + "'";
   return "";
@@ -779,10 +810,14 @@ int test_command(const std::vector<std::string>& args) {
   if (!read_test_arguments(args, options)) return kExitOk;
   check_checkpoint_path(options.model, "the model");
   for (const auto& system : options.systems) check_input_path(system, "the system");
-  if (!options.detail.empty()) check_test_detail_outputs(options.detail);
-  if (!options.xyz.empty())
+  std::vector<archive::ReadPath> inputs = model_inputs({options.model});
+  for (const auto& system : options.systems) inputs.push_back({system, "the system"});
+  if (!options.detail.empty()) check_test_detail_outputs(options.detail, inputs);
+  if (!options.xyz.empty()) {
     archive::check_output_target(options.xyz, archive::SpecialTarget::kStream, "--xyz " + options.xyz,
                                  "the predictions file");
+    archive::check_output_is_not_an_input(options.xyz, "--xyz " + options.xyz, inputs);
+  }
   // Held while testing: another mlip run writing the same files is refused (streams are not locked).
   archive::RunLock detail_lock, xyz_lock;
   if (!options.detail.empty()) detail_lock = archive::RunLock::for_output(options.detail, "-d " + options.detail);
@@ -839,9 +874,17 @@ int model_deviation_command(const std::vector<std::string>& args) {
   for (const auto& system : options.systems) check_input_path(system, "the system");
   archive::check_output_target(options.output, archive::SpecialTarget::kStream, "-o " + options.output,
                                "the model deviation file");
-  if (options.select)
+  std::vector<archive::ReadPath> inputs = model_inputs(options.models);
+  for (const auto& system : options.systems) inputs.push_back({system, "the system"});
+  archive::check_output_is_not_an_input(options.output, "model-devi -o " + options.output, inputs);
+  if (options.select) {
     archive::check_output_target(options.candidates, archive::SpecialTarget::kStream,
                                  "--candidates " + options.candidates, "the candidates file");
+    archive::check_output_is_not_an_input(options.candidates, "model-devi --candidates " + options.candidates,
+                                          inputs);
+    archive::check_outputs_differ(options.output, "-o " + options.output, options.candidates,
+                                  "--candidates " + options.candidates);
+  }
   g_doing = "computing the model deviation";
   return frozen::run_model_deviation(options);
 }

@@ -7,7 +7,9 @@
 
 #include "byte_size.h"
 #include "error.h"
+#include "archive/model_archive.h"
 #include "archive/output_file.h"
+#include "models/model.h"
 
 namespace fs = std::filesystem;
 
@@ -57,17 +59,40 @@ void check_checkpoint_path(const std::string& path, const std::string& holds) {
                 ", not a regular file)");
 }
 
+namespace {
+
+/// What `mlip train` reads: its input, the model it starts from, its data systems.
+std::vector<archive::ReadPath> training_inputs(const train::TrainConfig& config, const train::TrainOptions& options) {
+  std::vector<archive::ReadPath> inputs{{config.input_path, "the training input"},
+                                        {config.model->e0s.file, "model.e0s.isolated's file"}};
+  for (const auto& [given, holds] : {std::pair{options.restart, "the checkpoint to restart from"},
+                                     std::pair{options.init_model, "the checkpoint to start from"},
+                                     std::pair{options.finetune, "the model to fine-tune"}})
+    if (!given.empty()) inputs.push_back(model_inputs({given}, holds).at(0));
+  for (const auto& system : config.training_data.systems) inputs.push_back({system, "the training system"});
+  if (config.validation_data)
+    for (const auto& system : config.validation_data->systems) inputs.push_back({system, "the validation system"});
+  return inputs;
+}
+
+}  // namespace
+
 void check_training_outputs(const train::TrainConfig& config, const train::TrainOptions& options) {
   using archive::check_output_target;
   using archive::SpecialTarget;
-  if (!options.step_times.empty())
+  const std::vector<archive::ReadPath> inputs = training_inputs(config, options);
+  if (!options.step_times.empty()) {
     check_output_target(options.step_times, SpecialTarget::kStream, "--step-times " + options.step_times,
                         "the step times");
+    archive::check_output_is_not_an_input(options.step_times, "--step-times " + options.step_times, inputs);
+  }
   const fs::path dir = options.output_dir.empty() ? fs::path(".") : fs::path(options.output_dir);
   const std::string lcurve = (dir / config.disp_file).string();
   check_output_target(lcurve, SpecialTarget::kRefuse, lcurve, "the learning curve");
+  archive::check_output_is_not_an_input(lcurve, "training.disp_file: " + lcurve, inputs);
   const std::string pointer = (dir / "checkpoint").string();
   check_output_target(pointer, SpecialTarget::kRefuse, pointer, "the pointer to the newest checkpoint");
+  archive::check_output_is_not_an_input(pointer, pointer + " (the pointer to the newest checkpoint)", inputs);
   const std::string link = (dir / (config.save_ckpt + ".pt")).string();
   check_output_target(link, SpecialTarget::kRefuse, link, "the link to the newest checkpoint");
   // The checkpoints of an earlier run in that folder, which this one may write again.
@@ -81,12 +106,27 @@ void check_training_outputs(const train::TrainConfig& config, const train::Train
   }
 }
 
-void check_test_detail_outputs(const std::string& prefix) {
+void check_test_detail_outputs(const std::string& prefix, const std::vector<archive::ReadPath>& inputs) {
   for (const char* suffix : {".e.out", ".e_peratom.out", ".f.out", ".f_elements.out", ".v.out"}) {
     const std::string path = prefix + suffix;
     archive::check_output_target(path, archive::SpecialTarget::kStream, "-d " + prefix + ": " + path,
                                "test detail files");
+    archive::check_output_is_not_an_input(path, "-d " + prefix + ": " + path, inputs);
   }
+}
+
+std::vector<archive::ReadPath> model_inputs(const std::vector<std::string>& models, const std::string& holds) {
+  std::vector<archive::ReadPath> inputs;
+  for (const std::string& model : models) {
+    std::string file = model;
+    try {
+      file = archive::resolve_checkpoint(model);  // a training folder: the checkpoint it points to
+    } catch (const std::exception&) {
+      // Left to the model's reader, whose message names what is wrong.
+    }
+    inputs.push_back({file, holds});
+  }
+  return inputs;
 }
 
 }  // namespace mlip::app

@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "archive/output_not_input.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -35,11 +37,19 @@ void check_checkpoint_path(const std::string& path, const std::string& holds);
 /// Checks every file `mlip train` will write (rank 0) before the training starts: --step-times
 /// (written into as a stream when it is a FIFO or a character device), and in the output folder
 /// the learning curve, the `checkpoint` pointer, the `<save_ckpt>.pt` link and the existing
-/// `<save_ckpt>-<step>.pt` checkpoints (refused when not regular files).
+/// `<save_ckpt>-<step>.pt` checkpoints (refused when not regular files). The step times, the
+/// learning curve and the pointer must not be one of the files the training reads (its input,
+/// the model it starts from, its systems).
 void check_training_outputs(const train::TrainConfig& config, const train::TrainOptions& options);
 
 /// Checks the detail files of `mlip test -d <prefix>` (written into as streams when FIFOs or
-/// character devices).
-void check_test_detail_outputs(const std::string& prefix);
+/// character devices), none of which may be one of `inputs` (archive::check_output_is_not_an_input).
+void check_test_detail_outputs(const std::string& prefix, const std::vector<archive::ReadPath>& inputs);
+
+/// The files `models` (frozen models, checkpoints or training folders) name, as inputs for
+/// archive::check_output_is_not_an_input that hold `holds`: a training folder by the checkpoint it
+/// points to.
+std::vector<archive::ReadPath> model_inputs(const std::vector<std::string>& models,
+                                            const std::string& holds = "the model");
 
 }  // namespace mlip::app

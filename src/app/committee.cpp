@@ -392,16 +392,23 @@ int run_committee(const CommitteeLaunch& launch) {
   const std::string dir = output.empty() ? "." : output;
   const archive::RunLock lock = archive::RunLock::for_folder(dir, "-o " + dir);
   std::vector<Member> members(std::size_t(launch.size));
-  for (int k = 0; k < launch.size; ++k) {
-    Member& m = members[std::size_t(k)];
-    m.index = k;
-    m.name = "model_" + std::to_string(k);
-    m.folder = member_folder(output, k);
-    m.log = (fs::path(m.folder) / "train.log").string();
-    archive::prepare_output_folder(m.folder, "-o " + output);
-    // A member folder held by another run (a `--member k` job of the same committee) is refused
-    // now, before its train.log is replaced; the member itself takes the lock when it starts.
-    archive::RunLock::for_folder(m.folder, "-o " + m.folder).release();
+  std::vector<std::string> created;  // member folders made here: removed again if the committee is refused
+  try {
+    for (int k = 0; k < launch.size; ++k) {
+      Member& m = members[std::size_t(k)];
+      m.index = k;
+      m.name = "model_" + std::to_string(k);
+      m.folder = member_folder(output, k);
+      m.log = (fs::path(m.folder) / "train.log").string();
+      for (const std::string& folder : archive::prepare_output_folder(m.folder, "-o " + output))
+        created.push_back(folder);
+      // A member folder held by another run (a `--member k` job of the same committee) is refused
+      // now, before its train.log is replaced; the member itself takes the lock when it starts.
+      archive::RunLock::for_folder(m.folder, "-o " + m.folder).release();
+    }
+  } catch (...) {
+    archive::remove_empty_folders(created);
+    throw;
   }
   std::cout << "committee of " << launch.size << " models in " << member_folder(output, 0)
             << (launch.size > 1 ? " ... " + member_folder(output, launch.size - 1) : "") << ": " << launch.plan.jobs

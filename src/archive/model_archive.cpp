@@ -174,9 +174,14 @@ torch::jit::Module load_model(const std::string& path, ExtraFiles& extra) {
   if (stored.empty())
     throw Error(path + ": no checksum (extra/checksum) in the file; expected a checkpoint or frozen model written by mlip " +
                 "0.5 or later, which carry one (docs/robustness.md)");
-  if (stored != actual)
-    throw Error(path + ": damaged: its contents do not match the checksum stored in it (stored " + stored.substr(0, 19) +
-                "..., computed " + actual.substr(0, 19) + "...); use another checkpoint");
+  if (stored != actual) {
+    // Both in full, and where they part: digests cut short may look the same.
+    size_t first = 0;
+    while (first < stored.size() && first < actual.size() && stored[first] == actual[first]) ++first;
+    throw Error(path + ": damaged: its contents do not match the checksum stored in it (stored " + stored +
+                ", computed " + actual + ": they differ from character " + std::to_string(first + 1) +
+                " on); use another checkpoint");
+  }
   extra.clear();
   for (auto& [k, v] : files)
     if (!v.empty()) extra[k] = v;

@@ -123,7 +123,7 @@ OutputFile::OutputFile(std::string path, Mode mode, std::string what, SpecialTar
     // Written into as it is: a FIFO blocks here until a reader opens it, as `cmd > fifo` does.
     fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC);
   } else if (mode_ == Mode::kReplace) {
-    temporary_ = path_ + ".tmp-" + std::to_string(::getpid());
+    temporary_ = temporary_name(path_);
     // A file of that name (this process id's) can only be a leftover: never open a FIFO or a
     // device planted there.
     ::unlink(temporary_.c_str());
@@ -186,8 +186,12 @@ void write_file_atomically(const std::string& path, std::string_view bytes, cons
   file.commit();
 }
 
+std::string temporary_name(const std::string& path) { return path + ".mlip-tmp-" + std::to_string(::getpid()); }
+
 int remove_stale_temporaries(const std::string& folder) {
-  static const std::regex kTemporary(R"(.+\.tmp-([0-9]+))");
+  // Only names temporary_name makes: a user's file that merely ends in ".tmp-<number>" is not
+  // mlip's to remove.
+  static const std::regex kTemporary(R"(.+\.mlip-tmp-([0-9]+))");
   const std::string self = process_name("self");
   std::error_code ec;
   int removed = 0;
@@ -200,21 +204,44 @@ int remove_stale_temporaries(const std::string& folder) {
     // A process of that id that is an mlip too may still be writing it: leave it.
     const bool running = ::kill(pid_t(std::stol(pid)), 0) == 0 || errno == EPERM;
     if (running && process_name(pid) == self) continue;
+    // A regular file or a link (the link to the newest checkpoint), never a folder.
+    std::error_code type_ec;
+    const fs::file_type type = fs::symlink_status(entry.path(), type_ec).type();
+    if (type != fs::file_type::regular && type != fs::file_type::symlink) continue;
     std::error_code remove_ec;
     if (fs::remove(entry.path(), remove_ec)) ++removed;
   }
   return removed;
 }
 
-void prepare_output_folder(const std::string& folder, const std::string& given) {
+std::vector<std::string> prepare_output_folder(const std::string& folder, const std::string& given) {
   const std::string dir = folder.empty() ? "." : folder;
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw Error(given + ": cannot use " + dir + " as the output folder (a file of that name exists)");
+  // The folders that do not exist yet, outermost first.
+  std::vector<std::string> missing;
+  for (fs::path p = fs::path(dir).lexically_normal(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+    if (p.filename() == "." || p.filename() == ".." || fs::symlink_status(p, ec).type() != fs::file_type::not_found)
+      break;
+    missing.insert(missing.begin(), p.string());
+  }
   fs::create_directories(dir, ec);
-  if (ec) throw Error(given + ": cannot create the output folder " + dir + " (" + ec.message() + ")");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(given + ": cannot write into the output folder " + dir + " (" + system_reason(errno) + ")");
+  if (ec) {
+    remove_empty_folders(missing);
+    throw Error(given + ": cannot create the output folder " + dir + " (" + ec.message() + ")");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    const int errnum = errno;
+    remove_empty_folders(missing);
+    throw Error(given + ": cannot write into the output folder " + dir + " (" + system_reason(errnum) + ")");
+  }
+  return missing;
+}
+
+void remove_empty_folders(const std::vector<std::string>& folders) noexcept {
+  // rmdir(2) removes only an empty folder: one that holds anything stays, and so do those around it.
+  for (auto it = folders.rbegin(); it != folders.rend(); ++it) ::rmdir(it->c_str());
 }
 
 }  // namespace mlip::archive

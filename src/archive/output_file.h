@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mlip::archive {
 
@@ -57,7 +58,7 @@ bool check_output_target(const std::string& path, SpecialTarget special, const s
 class OutputFile {
  public:
   enum class Mode {
-    /// Written to `<path>.tmp-<pid>` in the same folder and renamed onto `path` by commit(): the
+    /// Written to temporary_name(path) in the same folder and renamed onto `path` by commit(): the
     /// old file stays whole until then. Destroyed without commit(), the temporary file is removed.
     kReplace,
     /// Appended to `path` in place (created when absent).
@@ -107,12 +108,24 @@ int write_fully(int fd, std::string_view bytes) noexcept;
 /// The system's words for an errno value ("No space left on device").
 std::string system_reason(int errnum);
 
-/// Removes the `<name>.tmp-<pid>` files in `folder` left by mlip processes that no longer run
-/// (killed while writing). Returns how many were removed. Errors are ignored (best effort).
+/// The name this process writes `path` under before renaming it onto `path`:
+/// `<path>.mlip-tmp-<pid>`, a name no user file has by chance.
+std::string temporary_name(const std::string& path);
+
+/// Removes the temporary files (temporary_name's `<name>.mlip-tmp-<pid>`, regular files or links)
+/// in `folder` left by mlip processes that no longer run (killed while writing); nothing else,
+/// whatever its name. Returns how many were removed. Errors are ignored (best effort).
 int remove_stale_temporaries(const std::string& folder);
 
 /// Makes sure `folder` exists (creating it and its parents) and is a writable folder. `given`
-/// names where it came from in messages (`-o run`). Throws mlip::Error with the reason.
-void prepare_output_folder(const std::string& folder, const std::string& given);
+/// names where it came from in messages (`-o run`). Throws mlip::Error with the reason (and
+/// leaves no folder it made). Returns the folders it created, outermost first (empty when
+/// `folder` existed), for remove_empty_folders when the command is refused before it writes.
+std::vector<std::string> prepare_output_folder(const std::string& folder, const std::string& given);
+
+/// Removes `folders` (prepare_output_folder's list, outermost first) from the innermost out, each
+/// only while it is empty: a refused run leaves no empty folder behind, and nothing written is
+/// touched. Errors are ignored.
+void remove_empty_folders(const std::vector<std::string>& folders) noexcept;
 
 }  // namespace mlip::archive

@@ -151,8 +151,10 @@ LockHolder this_process_holder() {
 
 RunLock::~RunLock() { release(); }
 
-RunLock::RunLock(RunLock&& other) noexcept : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {
+RunLock::RunLock(RunLock&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), created_(std::move(other.created_)) {
   other.path_.clear();
+  other.created_.clear();
 }
 
 RunLock& RunLock::operator=(RunLock&& other) noexcept {
@@ -161,18 +163,23 @@ RunLock& RunLock::operator=(RunLock&& other) noexcept {
     path_ = std::move(other.path_);
     other.path_.clear();
     fd_ = std::exchange(other.fd_, -1);
+    created_ = std::move(other.created_);
+    other.created_.clear();
   }
   return *this;
 }
 
 void RunLock::release() noexcept {
-  if (fd_ < 0) return;
-  // Removed while still locked, so that no other process can lock this file after us; one that
-  // opened it before is told by names_open_file and opens the path again.
-  if (names_open_file(path_, fd_)) ::unlink(path_.c_str());
-  ::close(fd_);
-  fd_ = -1;
-  path_.clear();
+  if (fd_ >= 0) {
+    // Removed while still locked, so that no other process can lock this file after us; one that
+    // opened it before is told by names_open_file and opens the path again.
+    if (names_open_file(path_, fd_)) ::unlink(path_.c_str());
+    ::close(fd_);
+    fd_ = -1;
+    path_.clear();
+  }
+  remove_empty_folders(created_);
+  created_.clear();
 }
 
 RunLock RunLock::take(const std::string& lock_file, const std::string& given, const std::string& in_use,
@@ -184,6 +191,10 @@ RunLock RunLock::take(const std::string& lock_file, const std::string& given, co
     const int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0) {
       const int errnum = errno;
+      struct stat link {};
+      if (errnum == ELOOP && ::lstat(lock_file.c_str(), &link) == 0 && S_ISLNK(link.st_mode))
+        throw Error(given + ": cannot lock " + lock_file + " (it is a symbolic link; mlip's lock files are regular "
+                    "files that mlip makes itself, so this one was put there by hand: remove it)");
       const bool unwritable =
           errnum == EROFS || ((errnum == EACCES || errnum == EPERM) && ::access(folder.c_str(), W_OK) != 0);
       if (quiet_when_unwritable && unwritable) return RunLock();  // the write itself reports it
@@ -241,9 +252,16 @@ RunLock RunLock::take(const std::string& lock_file, const std::string& given, co
 
 RunLock RunLock::for_folder(const std::string& folder, const std::string& given) {
   const std::string dir = folder.empty() ? "." : folder;
-  prepare_output_folder(dir, given);
-  return take((fs::path(dir) / ".mlip.lock").string(), given, "the folder is in use by another mlip run", "folder",
-              false);
+  const std::vector<std::string> created = prepare_output_folder(dir, given);
+  try {
+    RunLock lock = take((fs::path(dir) / ".mlip.lock").string(), given, "the folder is in use by another mlip run",
+                        "folder", false);
+    lock.created_ = created;
+    return lock;
+  } catch (...) {
+    remove_empty_folders(created);
+    throw;
+  }
 }
 
 RunLock RunLock::for_output(const std::string& path, const std::string& given) {

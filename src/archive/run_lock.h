@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace mlip::archive {
 
@@ -48,7 +49,8 @@ class RunLock {
   RunLock& operator=(const RunLock&) = delete;
 
   /// Locks the output folder `folder` ("" is "."), creating it first when needed
-  /// (prepare_output_folder). `given` names it in messages ("-o run"). Throws mlip::Error when
+  /// (prepare_output_folder); the folders it created are removed again on release() if the run
+  /// left them empty (a refused run leaves nothing behind). `given` names it in messages ("-o run"). Throws mlip::Error when
   /// another running process holds it: `-o run: the folder is in use by another mlip run (pid 1234
   /// on host vm1 since 2026-11-29 10:01:02 UTC: mlip train input.yaml -o run); wait for it to end,
   /// or write to another folder`, and when the lock file cannot be opened (naming it and the
@@ -67,8 +69,8 @@ class RunLock {
   bool held() const { return fd_ >= 0; }
   /// The lock file's path while held, else "".
   const std::string& path() const { return path_; }
-  /// Removes the lock file (when it is still the one locked) and closes it, which drops the lock.
-  /// Nothing when empty.
+  /// Removes the lock file (when it is still the one locked) and closes it, which drops the lock,
+  /// then the folders for_folder created, where empty. Nothing when empty.
   void release() noexcept;
 
  private:
@@ -81,6 +83,8 @@ class RunLock {
 
   std::string path_;
   int fd_ = -1;
+  /// The output folders for_folder created, outermost first (archive::prepare_output_folder).
+  std::vector<std::string> created_;
 };
 
 }  // namespace mlip::archive

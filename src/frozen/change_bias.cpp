@@ -7,6 +7,7 @@
 
 #include "archive/model_archive.h"
 #include "archive/output_file.h"
+#include "archive/output_not_input.h"
 #include "data/load.h"
 #include "data/neighbor_list.h"
 #include "error.h"
@@ -72,10 +73,9 @@ void change_bias(const ChangeBiasRequest& request, std::ostream& log) {
     throw Error("change-bias: expected either systems to re-fit the shifts to (-s) or values to set (-b), not " +
                 std::string(request.systems.empty() ? "neither" : "both"));
   const std::string path = archive::resolve_checkpoint(request.model);
-  std::error_code ec;
-  if (fs::equivalent(path, request.output, ec))
-    throw Error("change-bias -o " + request.output + ": that is the model being changed (" + path +
-                "); expected another file name");
+  std::vector<archive::ReadPath> inputs{{path, "the model being changed"}};
+  for (const auto& system : request.systems) inputs.push_back({system, "the system"});
+  archive::check_output_is_not_an_input(request.output, "change-bias -o " + request.output, inputs);
   archive::remove_stale_temporaries(fs::path(request.output).parent_path().string());
   archive::ExtraFiles extra;
   torch::jit::Module module = archive::load_model(path, extra);
@@ -100,7 +100,11 @@ void change_bias(const ChangeBiasRequest& request, std::ostream& log) {
     what << "re-fitted to " << counts.size(0) << " frame(s) of";
     for (const auto& s : request.systems) what << " " << s;
   }
-  models::set_energy_shift(module, type, after);
+  try {
+    models::set_energy_shift(module, type, after, names);
+  } catch (const Error& e) {
+    throw Error("change-bias " + path + ": " + std::string(e.what()) + "; nothing was written");
+  }
   // Read back: the model's dtype rounds the values (float32: about 7 digits).
   after = models::energy_shift(module, type);
   log << "energy shifts (eV per atom) before: " << models::shifts_text(before, names) << "\n"

@@ -7,6 +7,7 @@
 
 #include "archive/model_archive.h"
 #include "archive/output_file.h"
+#include "archive/output_not_input.h"
 #include "data/load.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
@@ -59,9 +60,9 @@ double shortest_distance(const CompressRequest& request, const std::string& stor
 void compress(const CompressRequest& request, std::ostream& log) {
   std::error_code ec;
   const std::string source = fs::is_regular_file(request.input, ec) ? request.input : archive::resolve_checkpoint(request.input);
-  if (fs::equivalent(source, request.output, ec))
-    throw Error("compress -o " + request.output + ": that is the model being compressed (" + source +
-                "); expected another file name, e.g. frozen_model_compressed.pt");
+  archive::check_output_is_not_an_input(request.output, "compress -o " + request.output,
+                                        {{source, "the model being compressed"},
+                                         {request.training_input, "the training input"}});
   archive::remove_stale_temporaries(fs::path(request.output).parent_path().string());
   archive::ExtraFiles extra;
   torch::jit::Module module = archive::load_model(source, extra);

@@ -4,6 +4,7 @@
 
 #include "archive/model_archive.h"
 #include "archive/output_file.h"
+#include "archive/output_not_input.h"
 #include "error.h"
 #include "models/registry.h"
 
@@ -13,10 +14,7 @@ namespace mlip::frozen {
 
 void freeze(const std::string& checkpoint, const std::string& output) {
   const std::string source = archive::resolve_checkpoint(checkpoint);
-  std::error_code ec;
-  if (fs::equivalent(source, output, ec))
-    throw Error("freeze -o " + output + ": that is the checkpoint being frozen (" + source +
-                "); expected another file name, e.g. frozen_model.pt");
+  archive::check_output_is_not_an_input(output, "freeze -o " + output, {{source, "the checkpoint being frozen"}});
   archive::remove_stale_temporaries(fs::path(output).parent_path().string());
   archive::ExtraFiles extra;
   torch::jit::Module module = archive::load_model(source, extra);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 #include "archive/model_archive.h"
@@ -139,6 +140,13 @@ int run_model_deviation(const DeviationOptions& options) {
   if (type_map.size() != members[0].type_map.size())
     throw Error("model-devi: the systems have types the models do not know (the models' type map: [" +
                 joined(members[0].type_map) + "])");
+  // The step of frame k is k * frequency: every system's last one must be a step the file can hold.
+  for (const auto& sys : systems)
+    if (sys.nframes > 1 && options.frequency > std::numeric_limits<int64_t>::max() / (sys.nframes - 1))
+      throw Error("model-devi -f " + std::to_string(options.frequency) + ": the step of the last frame of " +
+                  sys.name + " (frame " + std::to_string(sys.nframes - 1) + " x " +
+                  std::to_string(options.frequency) + ") would be larger than the largest step, " +
+                  std::to_string(std::numeric_limits<int64_t>::max()) + "; expected a smaller -f");
   archive::remove_stale_temporaries(std::filesystem::path(options.output).parent_path().string());
   if (options.select)
     archive::remove_stale_temporaries(std::filesystem::path(options.candidates).parent_path().string());

@@ -12,6 +12,7 @@
 // LAMMPS
 #include <lammps/error.h>  // by its folder: "error.h" is mlip's own (src/error.h)
 
+#include "archive/output_not_input.h"
 #include "atom.h"
 #include "comm.h"
 #include "compat/blas_kernels.h"
@@ -250,6 +251,17 @@ void PairMlip::settings(int narg, char** arg) {
         "out_freq, out_file, atomic, relative and relative_v write a committee's model deviation: expected two "
         "or more model files, got one (" +
         models[0] + ")");
+  if (models.size() >= 2) {
+    // The deviation file is opened (truncated) once the models are read: never one of them.
+    std::vector<archive::ReadPath> inputs;
+    for (const std::string& model : models) inputs.push_back({model, "the model"});
+    try {
+      archive::check_output_is_not_an_input(deviation_settings_.out_file, "out_file " + deviation_settings_.out_file,
+                                            inputs);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
   if (deviation_settings_.atomic && atom->tag_enable == 0)

@@ -3,7 +3,9 @@
 #include <iomanip>
 #include <sstream>
 
+#include "article.h"
 #include "error.h"
+#include "models/finite_cast.h"
 #include "models/inference_registry.h"
 
 namespace mlip::models {
@@ -13,7 +15,7 @@ const std::string& shift_attribute(const torch::jit::Module& module, const std::
   const InferenceEntry* entry = find_inference(model_type);
   if (entry == nullptr) throw Error("'" + model_type + "': not a model type of this build");
   if (entry->energy_shift.empty() || !module.hasattr(entry->energy_shift))
-    throw Error("a " + model_type + " model has no per-type energy shift to change");
+    throw Error(with_article(model_type) + " model has no per-type energy shift to change");
   return entry->energy_shift;
 }
 
@@ -24,15 +26,18 @@ torch::Tensor energy_shift(const torch::jit::Module& module, const std::string& 
   return module.attr(name).toTensor().detach().to(torch::kCPU, torch::kFloat64).clone();
 }
 
-void set_energy_shift(torch::jit::Module& module, const std::string& model_type, const torch::Tensor& shift) {
+void set_energy_shift(torch::jit::Module& module, const std::string& model_type, const torch::Tensor& shift,
+                      const std::vector<std::string>& type_names) {
   const std::string& name = shift_attribute(module, model_type);
   const torch::Tensor old = module.attr(name).toTensor();
   if (shift.dim() != 1 || shift.size(0) != old.numel())
     throw Error("energy shift: expected " + std::to_string(old.numel()) + " values (one per type), got " +
                 std::to_string(shift.numel()));
+  // Checked before anything changes: a shift the model's dtype cannot hold is refused.
+  const torch::Tensor cast = finite_cast(shift, old.scalar_type(), "the energy shift (eV per atom)", type_names);
   torch::NoGradGuard no_grad;
   // In place: a buffer stays the module's buffer (and on its device) for whatever holds it.
-  old.copy_(shift.to(old.device(), old.scalar_type()));
+  old.copy_(cast.to(old.device()));
 }
 
 std::string shifts_text(const torch::Tensor& shift, const std::vector<std::string>& type_names) {

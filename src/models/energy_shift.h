@@ -14,8 +14,10 @@ namespace mlip::models {
 torch::Tensor energy_shift(const torch::jit::Module& module, const std::string& model_type);
 
 /// Sets that attribute to `shift` ([ntypes], any dtype), cast to the attribute's dtype and device.
-/// Throws mlip::Error when the type has none or the length differs.
-void set_energy_shift(torch::jit::Module& module, const std::string& model_type, const torch::Tensor& shift);
+/// Throws mlip::Error, changing nothing, when the type has none, the length differs, or a value
+/// is not finite in the attribute's dtype (finite_cast; `type_names` name the types there).
+void set_energy_shift(torch::jit::Module& module, const std::string& model_type, const torch::Tensor& shift,
+                      const std::vector<std::string>& type_names);
 
 /// "H -13.58722278, O -2041.9816": the shifts by element name, 10 significant digits.
 std::string shifts_text(const torch::Tensor& shift, const std::vector<std::string>& type_names);

@@ -113,6 +113,16 @@ SettingsRecord frozen_settings(const std::map<std::string, std::string>& extra, 
   return SettingsRecord::parse(it->second, source + ": inference_settings");
 }
 
+SettingsRecord completed_settings(const SettingsRecord& record, const torch::jit::Module& module) {
+  const InferenceEntry* entry = find_inference(record.required("model_type"));
+  SettingsRecord out = record;
+  if (entry == nullptr || !entry->read_keys) return out;
+  const SettingsRecord read = entry->read_keys(record, module);
+  for (const auto& [key, value] : read.values())
+    if (!out.has(key)) out.set(key, value);
+  return out;
+}
+
 Capabilities capabilities_from(const SettingsRecord& record) {
   Capabilities c;
   c.model_type = record.required("model_type");

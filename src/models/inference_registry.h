@@ -28,6 +28,10 @@ struct InferenceEntry {
   /// skips the rest. The generic keys (model_type, type_map, precision, cutoff) are filled by
   /// the caller; it fills message_layers and its own.
   std::function<SettingsRecord(const SettingsRecord& stored_input)> legacy_record;
+  /// The model's own keys as its reader reads them from a record (those absent at the defaults it
+  /// takes, as for a model frozen before the key existed), e.g. through its config and back:
+  /// what makes two records comparable key by key (fine-tuning, docs/training.md).
+  std::function<SettingsRecord(const SettingsRecord& record, const torch::jit::Module& module)> read_keys;
   /// The model's own inference on the CPU (models/inference.h) from its record and frozen module;
   /// empty when it has none (its TorchScript forward then serves).
   std::function<std::unique_ptr<Inference>(const SettingsRecord& record, torch::jit::Module& module)> inference;
@@ -56,6 +60,10 @@ const InferenceEntry* find_inference(const std::string& type);
 /// stored in it (`config`) by its entry's legacy_record, and from its metadata (model_type,
 /// type_names, model_dtype, r_max). Errors name `source`.
 SettingsRecord frozen_settings(const std::map<std::string, std::string>& extra, const std::string& source);
+
+/// `record` with every key its model's reader reads: the absent ones added at the values the
+/// reader takes for them (InferenceEntry::read_keys); the record as it is when the entry has none.
+SettingsRecord completed_settings(const SettingsRecord& record, const torch::jit::Module& module);
 
 /// The capabilities of a model with this record (models frozen before capabilities were
 /// written): its generic keys, and the CPU for its own inference when its entry has one.

@@ -15,6 +15,10 @@ struct BatchSizes {
   /// Estimated ordered pairs (i, j), periodic images included, within the model's cutoff in one
   /// frame (data::estimate_neighbor_pairs of the system's first frame).
   double pairs = 0.0;
+  /// Made frames (the model's inputs of a frame, Model::prepare_frame) held at once besides the
+  /// batch's own: those the data workers make ahead of the steps and are making (0 without
+  /// workers: each frame is made when its step needs it).
+  int64_t frames_ahead = 0;
 };
 
 /// One part of what a training holds in memory, and the settings that size it.
@@ -30,6 +34,9 @@ struct MemoryPart {
 /// before the first allocation" compares it with measured peaks.
 struct MemoryEstimate {
   std::vector<MemoryPart> parts;
+  /// One made frame of the batch's system (what Model::prepare_frame returns and the frame cache
+  /// keeps), bytes; 0 when the model does not say. The trainer adds the cache's share from it.
+  double frame_bytes = 0.0;
   double total() const;
 };
 

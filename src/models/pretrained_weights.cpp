@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "error.h"
+#include "models/finite_cast.h"
 
 namespace mlip::models {
 namespace {
@@ -107,7 +108,7 @@ TakenWeights take_pretrained_weights(const torch::jit::Module& pretrained, const
         if (it == source.end() || !it->second.isTensor())
           throw Error("'" + name + "' of the input's model is not in the pretrained model");
         check_shape(name, it->second.toTensor(), into);
-        into.copy_(it->second.toTensor());
+        into.copy_(finite_cast(it->second.toTensor(), into.scalar_type(), "'" + name + "' of the pretrained model"));
         taken.whole.push_back(name);
         read.insert(name);
         break;
@@ -124,7 +125,7 @@ TakenWeights take_pretrained_weights(const torch::jit::Module& pretrained, const
         if (it == source.end() || !it->second.isTensor())
           throw Error("'" + from + "' (for the input's '" + name + "') is not in the pretrained model");
         check_shape(from, it->second.toTensor(), into);
-        into.copy_(it->second.toTensor());
+        into.copy_(finite_cast(it->second.toTensor(), into.scalar_type(), "'" + from + "' of the pretrained model"));
         taken.whole.push_back(name);
         read.insert(from);
         break;
@@ -142,7 +143,8 @@ TakenWeights take_pretrained_weights(const torch::jit::Module& pretrained, const
         for (size_t t = 0; t < mapping.source.size(); ++t) {
           const int64_t s = mapping.source[t];
           if (s < 0) continue;
-          const torch::Tensor row = from[s].to(into.device(), into.scalar_type());
+          const torch::Tensor row =
+              finite_cast(from[s], into.scalar_type(), "'" + name + "' of the pretrained model").to(into.device());
           if (role.kind == AttributeRole::Kind::kTypeRows) {
             into[int64_t(t)].copy_(row);
           } else if (!torch::equal(into[int64_t(t)], row)) {

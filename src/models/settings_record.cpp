@@ -36,7 +36,42 @@ bool parse_integer(const std::string& s, int64_t& value) {
   return true;
 }
 
+/// `s` as a finite number when it is one whole ("4", "4.000000", "1.0e-4"); else nullopt.
+bool parse_number(const std::string& s, double& value) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  value = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(value);
+}
+
+/// Whether the number written as `text` (fixed point, e.g. std::to_string's "4.123457") is
+/// `value` rounded to as many decimals as `text` shows.
+bool rounds_to(const std::string& text, double value) {
+  if (text.find_first_of("eEnN") != std::string::npos) return false;
+  const size_t point = text.find('.');
+  const int decimals = point == std::string::npos ? 0 : int(text.size() - point - 1);
+  char rounded[400];
+  std::snprintf(rounded, sizeof rounded, "%.*f", decimals, value);
+  double a = 0, b = 0;
+  return parse_number(rounded, a) && parse_number(text, b) && a == b;
+}
+
+bool same_word(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  double x = 0, y = 0;
+  if (!parse_number(a, x) || !parse_number(b, y)) return false;
+  return x == y || rounds_to(a, y) || rounds_to(b, x);
+}
+
 }  // namespace
+
+bool SettingsRecord::same_value(const std::string& a, const std::string& b) {
+  const std::vector<std::string> x = split_words(a), y = split_words(b);
+  if (x.size() != y.size()) return false;
+  for (size_t k = 0; k < x.size(); ++k)
+    if (!same_word(x[k], y[k])) return false;
+  return true;
+}
 
 SettingsRecord::SettingsRecord(std::string source) : source_(std::move(source)) {}
 

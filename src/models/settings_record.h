@@ -54,6 +54,12 @@ class SettingsRecord {
   /// how a reader of an older form renames its keys into the record's.
   void copy_renamed(SettingsRecord& to, const std::vector<std::pair<std::string, std::string>>& from_into) const;
 
+  /// Whether two values of a key are the same setting: the same words, where a word that is a
+  /// number on both sides compares as a number ("4", "4.0" and "4.000000" are one value; a number
+  /// written with fewer decimals, as mlip 0.1 wrote the cutoff, is another written with more
+  /// rounded to as many).
+  static bool same_value(const std::string& a, const std::string& b);
+
   /// The version it was read with (kVersion for a record made here).
   int version() const { return version_; }
   const std::string& source() const { return source_; }

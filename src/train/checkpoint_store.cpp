@@ -11,6 +11,7 @@
 
 #include "archive/output_file.h"
 #include "dist/simple_ddp.h"
+#include "article.h"
 #include "error.h"
 #include "models/module_device.h"
 #include "train/adam_state.h"
@@ -78,7 +79,7 @@ void CheckpointStore::point_to_newest(const std::string& path) const {
                         "the pointer to the newest checkpoint");
   // <save_ckpt>.pt: a link to the newest checkpoint (replaced atomically).
   const fs::path link = dir / (prefix_ + ".pt");
-  const fs::path tmp_link = dir / (prefix_ + ".pt.tmp-" + std::to_string(::getpid()));
+  const fs::path tmp_link = archive::temporary_name((dir / (prefix_ + ".pt")).string());
   check_output_target(link.string(), SpecialTarget::kRefuse, link.string(), "the link to the newest checkpoint");
   std::error_code ec;
   fs::remove(tmp_link, ec);
@@ -211,7 +212,7 @@ int64_t restore_training_state(const std::string& given, RestoreMode mode, const
   ExtraFiles extra;
   torch::jit::Module loaded = load_model(path, extra);
   if (extra["model_type"] != model_type)
-    throw Error(path + ": a " + extra["model_type"] + " model, the input asks for " + model_type);
+    throw Error(path + ": " + with_article(extra["model_type"]) + " model, the input asks for " + model_type);
   check_same_types(path, stored_type_names(extra), type_map, full ? "--restart" : "--init-model");
   copy_module_attributes(path, loaded, state.model->module());
   if (state.metadata != nullptr)

@@ -4,9 +4,11 @@
 #include <sstream>
 
 #include "archive/model_archive.h"
+#include "article.h"
 #include "error.h"
 #include "models/energy_shift.h"
 #include "models/pretrained_weights.h"
+#include "models/inference_registry.h"
 #include "models/registry.h"
 
 namespace mlip::train {
@@ -50,12 +52,14 @@ Pretrained read_pretrained(const std::string& given, const std::string& model_ty
   p.module = archive::load_model(p.path, extra);
   p.extra = extra;
   if (extra["model_type"] != model_type)
-    throw Error("--finetune " + p.path + ": a " + extra["model_type"] + " model, the input asks for " + model_type +
+    throw Error("--finetune " + p.path + ": " + with_article(extra["model_type"]) + " model, the input asks for " + model_type +
                 " (fine-tuning keeps the model type)");
   const models::ModelEntry* entry = models::find_model_type(model_type);
   if (entry == nullptr || !entry->attribute_role)
     throw Error("--finetune " + p.path + ": the " + model_type + " model cannot be fine-tuned");
-  p.record = models::stored_settings(extra, p.module, p.path);
+  // Every key the model's reader reads: one absent from an earlier version's record takes the
+  // value that version used, and is compared as such.
+  p.record = models::completed_settings(models::stored_settings(extra, p.module, p.path), p.module);
   p.type_map = archive::stored_type_names(extra);
   return p;
 }
@@ -73,7 +77,7 @@ void check_finetune_settings(const Pretrained& pretrained, const models::Setting
     if (may_differ(key)) continue;
     const auto it = theirs.find(key);
     const std::string other = it == theirs.end() ? "none" : it->second;
-    if (other != value)
+    if (it == theirs.end() || !models::SettingsRecord::same_value(other, value))
       throw Error("--finetune " + pretrained.path + ": the setting '" + key + "' differs: the pretrained model has " +
                   other + ", the input " + value + "; fine-tuning keeps the pretrained model's architecture, so " +
                   "write its value in the input");
@@ -112,7 +116,7 @@ std::string start_from_pretrained(const Pretrained& pretrained, models::Model& m
   const torch::Tensor residual = labels - (predicted + counts.matmul(start - carried_shift));
   std::ostringstream change_log;
   const torch::Tensor change = models::shift_change(counts, residual, names, change_log);
-  models::set_energy_shift(module, settings.type, start + change);
+  models::set_energy_shift(module, settings.type, start + change, names);
   text << "energy shifts start from " << (keep_pretrained_shifts ? "the pretrained model's" : "model.e0s")
        << ", changed by the least-squares fit of the residual energies\n"
        << change_log.str();

@@ -157,6 +157,13 @@ std::string format_duration(double s) {
   return buf;
 }
 
+/// A number as the input would write it: "1024", "0.5".
+std::string number_text(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", value);
+  return buf;
+}
+
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options)
@@ -173,6 +180,12 @@ class Trainer {
   /// Refuses settings whose training would need more memory than the device has, before the
   /// model is built (models::check_memory).
   void check_memory() const;
+  /// training.data_workers resolved (auto: 1, or 0 on a CPU whose cores the training threads use).
+  int data_workers() const;
+  /// training.cache_mb in bytes; -1: no limit.
+  int64_t cache_budget_bytes() const;
+  /// Adds the frame cache's share to a memory estimate of `batch` (by the model's frame_bytes).
+  void add_cache_part(models::MemoryEstimate& estimate, const models::BatchSizes& batch) const;
   void load_data();
   /// training.cuda_graphs against the device and the ranks (docs/device.md "Static shapes").
   void choose_step();
@@ -497,6 +510,39 @@ void Trainer::choose_step() {
   static_step_on_ = asked.has_value() || device_.is_cuda();
 }
 
+/// Batches asked for ahead of the current one (docs/data.md "Prefetch").
+constexpr int64_t kPrefetchBatches = 2;
+
+int Trainer::data_workers() const {
+  if (config_.data_workers >= 0) return int(config_.data_workers);
+  // auto: on the CPU with a training thread on every CPU a worker has no core of its own and
+  // slows the steps more than making the frames in them costs (bench/README.md "Data at scale").
+  // The threads of every rank on this host count (mpirun -np 2 with one thread each on 2 CPUs).
+  const int host_ranks = device_.is_cpu() ? dist::ranks_on_this_host(*comm_) : 1;
+  const bool all_cores = device_.is_cpu() && int64_t(at::get_num_threads()) * host_ranks >= std::max(cpus_allowed(), 1);
+  return all_cores ? 0 : 1;
+}
+
+int64_t Trainer::cache_budget_bytes() const {
+  return config_.cache_mb < 0 ? -1 : int64_t(config_.cache_mb * double(1 << 20));
+}
+
+void Trainer::add_cache_part(models::MemoryEstimate& estimate, const models::BatchSizes& batch) const {
+  // The frame cache keeps made frames up to its budget (training.cache_mb); a frame larger than
+  // the budget is never kept. Estimated with every training frame the size of this system's.
+  if (!(estimate.frame_bytes > 0.0)) return;
+  double frames = 0.0;
+  for (const data::System& sys : train_raw_) frames += double(sys.nframes);
+  const double all = frames * estimate.frame_bytes;
+  const int64_t budget = cache_budget_bytes();
+  const double cached = budget < 0 ? all : (estimate.frame_bytes > double(budget) ? 0.0 : std::min(all, double(budget)));
+  if (cached > 0.0)
+    estimate.parts.push_back({"the frame cache (made frames kept for later steps)",
+                              "training.cache_mb " + (budget < 0 ? std::string("all") : number_text(config_.cache_mb)) +
+                                  " (" + batch.system + ": about " + bytes_in_words(estimate.frame_bytes) + " a frame)",
+                              cached});
+}
+
 void Trainer::check_memory() const {
   // Before the model exists: its weights and one batch of each training system, estimated from
   // the settings and the first frame of each system (docs/training.md "Memory checked before the
@@ -504,6 +550,7 @@ void Trainer::check_memory() const {
   const models::ModelSettings& settings = *config_.model;
   models::MemoryEstimate worst;
   models::BatchSizes worst_batch;
+  const int workers = data_workers();  // collective under several ranks: once, on every rank
   for (size_t s = 0; s < train_raw_.size(); ++s) {
     const data::System& sys = train_raw_[s];
     if (sys.nframes == 0) continue;
@@ -514,7 +561,10 @@ void Trainer::check_memory() const {
     const data::Frame frame = sys.frame(0);
     batch.pairs = data::estimate_neighbor_pairs(frame.coord.data(), sys.natoms(), frame.cell(), sys.pbc,
                                                 settings.cutoff());
+    // The data workers make kPrefetchBatches batches ahead, and each may be making one more.
+    batch.frames_ahead = workers > 0 ? kPrefetchBatches * batch.frames + workers : 0;
     models::MemoryEstimate estimate = models::estimate_training_memory(settings, batch);
+    add_cache_part(estimate, batch);
     if (worst.parts.empty() || estimate.total() > worst.total()) worst = std::move(estimate), worst_batch = batch;
   }
   if (root() && !worst.parts.empty())
@@ -582,20 +632,12 @@ void Trainer::prepare_sets() {
   if (config_.validation_data) valid_ = prepare(valid_raw_, *config_.validation_data, "validation");
   for (auto& d : train_) has_virial_ = has_virial_ || d.has_virial;
   FrameStoreOptions options;
-  options.budget_bytes = config_.cache_mb < 0 ? -1 : int64_t(config_.cache_mb * double(1 << 20));
-  options.workers = int(config_.data_workers);
+  options.budget_bytes = cache_budget_bytes();
+  options.workers = data_workers();
   options.repulsion = repulsion_;
   std::string why;
-  if (config_.data_workers < 0) {
-    // auto: on the CPU with a training thread on every CPU a worker has no core of its own and
-    // slows the steps more than making the frames in them costs (bench/README.md "Data at scale").
-    // The threads of every rank on this host count (mpirun -np 2 with one thread each on 2 CPUs).
-    const int host_ranks = device_.is_cpu() ? dist::ranks_on_this_host(*comm_) : 1;
-    const bool all_cores =
-        device_.is_cpu() && int64_t(at::get_num_threads()) * host_ranks >= std::max(cpus_allowed(), 1);
-    options.workers = all_cores ? 0 : 1;
-    why = all_cores ? " (auto: the training threads use every CPU)" : " (auto)";
-  }
+  if (config_.data_workers < 0)
+    why = options.workers == 0 ? " (auto: the training threads use every CPU)" : " (auto)";
   options.log = root() ? &std::cout : nullptr;
   store_ = std::make_unique<FrameStore>(*model_, device_, options);
   train_set_ = store_->add_set(train_raw_);
@@ -908,8 +950,6 @@ void Trainer::make_frames_first() {
                 fits ? "" : " (the cache is full: the others are made when first used)");
 }
 
-/// Batches asked for ahead of the current one (docs/data.md "Prefetch").
-constexpr int64_t kPrefetchBatches = 2;
 
 void Trainer::prefetch_training_batches() {
   while (batches_ahead_ < kPrefetchBatches + 1) {  // the current batch and kPrefetchBatches more

@@ -79,7 +79,7 @@ start_ranks midrun 240
 pid0=$(cat midrun/pid0)
 # (A checkpoint being written while its directory is made keeps its file: mkdir fails there,
 # and a later checkpoint is the one that fails.)
-for s in $(seq 20 20 20000); do mkdir -p "midrun/model.ckpt-$s.pt.tmp-$pid0/taken" 2> /dev/null || true; done
+for s in $(seq 20 20 20000); do mkdir -p "midrun/model.ckpt-$s.pt.mlip-tmp-$pid0/taken" 2> /dev/null || true; done
 survivor_exits midrun 0 60
 survivor_exits midrun 1 60
 grep -q "the failure started at rank 0: .*model.ckpt-" midrun/out1.txt ||

@@ -4,6 +4,7 @@ code 1 (not a crash) and a message that says what was expected and what was foun
 usage: check_errors.py <mlip> <frozen.pt> <checkpoint.pt> <water npy system> <work dir>
 """
 import os
+import shutil
 import sys
 
 from lammps_util import run_mlip_lammps, water_frame, write_data
@@ -19,6 +20,14 @@ overlapping = atoms.copy()
 overlapping.positions[1] = overlapping.positions[0]
 write_data(overlapping, os.path.join(work, "overlap.data"), ["O", "H"])
 equivariant = os.path.join(os.path.dirname(model), "eq.pt")
+# A committee member of its own, which out_file must never replace.
+member = os.path.join(work, "c1.pt")
+member_link = os.path.join(work, "c1_link.pt")
+shutil.copyfile(model, member)
+if not os.path.lexists(member_link):
+    os.symlink(member, member_link)
+with open(member, "rb") as f:
+    member_bytes = f.read()
 with open(os.path.join(work, "not_a_model.pt"), "w") as f:
     f.write("this is not a TorchScript archive\n")
 
@@ -73,6 +82,11 @@ cases = [
      "relative: expected a number >= 0 (eV/Å), got '-1'"),
     ("unwritable out_file", script(pair=f"mlip {model} {model} out_file /nonexistent/devi.out"),
      "out_file /nonexistent/devi.out: cannot write the model deviation file"),
+    # docs/robustness.md "An output is never one of the inputs": the member is kept, byte for byte.
+    ("out_file is a member", script(pair=f"mlip {model} {member} out_file {member}"),
+     f"out_file {member}: that is the model {member}, which this command reads"),
+    ("out_file links a member", script(pair=f"mlip {model} {member} out_file {member_link}"),
+     f"out_file {member_link}: that is the model {member} (the same file by another name)"),
 ]
 if os.path.exists(equivariant):
     cases.append(("committee, other cutoff", script(pair=f"mlip {model} {equivariant}"),
@@ -106,7 +120,7 @@ for ranks in (1, 2):
     for name, text, expected in cases:
         if ranks == 2 and name not in ("units real", "element not in the model", "not a model", "overlapping atoms",
                                           "overlapping atoms, equivariant", "unwritable out_file",
-                                          "committee, other cutoff"):
+                                          "committee, other cutoff", "out_file is a member"):
             continue
         folder = os.path.join(work, f"{name.replace(' ', '_')}-np{ranks}")
         os.makedirs(folder, exist_ok=True)
@@ -121,6 +135,9 @@ for ranks in (1, 2):
         if not ok:
             failed.append(f"{name} (-np {ranks}): exit {proc.returncode}, expected 1 and the message '{expected}';"
                           f" output:\n{output[-2000:]}")
+with open(member, "rb") as f:
+    if f.read() != member_bytes:
+        failed.append(f"{member}: the committee member was changed by out_file")
 if failed:
     print("FAILED:\n" + "\n".join(failed))
     sys.exit(1)

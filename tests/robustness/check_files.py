@@ -76,13 +76,18 @@ expect_error(run(mlip, "test", "-m", flip_byte_in_record("frozen.pt", "data/1", 
 dead = subprocess.Popen(["true"])
 dead.wait()
 os.makedirs("stale", exist_ok=True)
-for name in (f"model.ckpt-10.pt.tmp-{dead.pid}", f"checkpoint.tmp-{dead.pid}", f"lcurve.out.tmp-{dead.pid}"):
+for name in (f"model.ckpt-10.pt.mlip-tmp-{dead.pid}", f"checkpoint.mlip-tmp-{dead.pid}",
+             f"lcurve.out.mlip-tmp-{dead.pid}"):
     open(os.path.join("stale", name), "w").write("partial")
 open("stale/keep.txt", "w").write("a user's file")
+# A user's files whose names merely end in .tmp-<pid> are not mlip's temporaries: kept.
+for name in ("mydata.tmp-1", f"notes.tmp-{dead.pid}"):
+    open(os.path.join("stale", name), "w").write("a user's file")
 rc, out, err = run(mlip, "train", "input.yaml", "-o", "stale")
 expect_success((rc, out, err), "train into a folder with stale temporaries")
 no_temporaries("stale", "train into a folder with stale temporaries")
-if not os.path.exists("stale/keep.txt") or "removed 3 temporary file(s)" not in out:
+if (not all(os.path.exists(f"stale/{n}") for n in ("keep.txt", "mydata.tmp-1", f"notes.tmp-{dead.pid}"))
+        or "removed 3 temporary file(s)" not in out):
     fail("the stale temporaries were not reported as removed, or another file went:\n" + out)
 ok("a run removes the temporary files a killed run left in its folder (and nothing else)")
 

@@ -89,7 +89,7 @@ still_fifo("steps.fifo", "train --step-times <fifo>")
 lines = [l for l in steps.splitlines() if l and not l.startswith("#")]
 if not steps.startswith("# step ms") or len(lines) != 20 or [int(l.split()[0]) for l in lines] != list(range(1, 21)):
     fail("train --step-times <fifo>: expected the header and steps 1..20 through the FIFO, got:\n" + steps[:2000])
-if any(".tmp-" in n for n in os.listdir(".")):
+if any(".mlip-tmp-" in n for n in os.listdir(".")):
     fail("train --step-times <fifo> left a temporary file: " + str(os.listdir(".")))
 ok("train --step-times <fifo>: the 20 step times were streamed through the FIFO, which is still a FIFO")
 
@@ -135,7 +135,7 @@ still_fifo("detail.f.out", "test -d with detail.f.out a FIFO")
 force_lines = [l for l in forces.splitlines() if l and not l.startswith("#")]
 if not forces.startswith("# data_fx") or not force_lines or any(len(l.split()) != 6 for l in force_lines):
     fail("test -d: the forces streamed through the FIFO are not the detail file:\n" + forces[:1000])
-if not os.path.isfile("detail.e.out") or any(".tmp-" in n for n in os.listdir(".")):
+if not os.path.isfile("detail.e.out") or any(".mlip-tmp-" in n for n in os.listdir(".")):
     fail("test -d: detail.e.out missing or a temporary file left: " + str(os.listdir(".")))
 ok(f"test -d: {len(force_lines)} force lines streamed through detail.f.out (still a FIFO), detail.e.out a file")
 

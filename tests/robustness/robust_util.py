@@ -88,6 +88,6 @@ def flip_byte_in_record(path, suffix, out):
 
 
 def no_temporaries(folder, what):
-    left = [n for n in os.listdir(folder) if ".tmp-" in n]
+    left = [n for n in os.listdir(folder) if ".mlip-tmp-" in n]
     if left:
         fail(f"{what}: temporary files left in {folder}: {left}")

@@ -315,6 +315,9 @@ InferenceEntry equivariant_inference_entry() {
   InferenceEntry e;
   e.type = "equivariant";
   e.legacy_record = legacy_equivariant_record;
+  e.read_keys = [](const SettingsRecord& record, const torch::jit::Module& module) {
+    return equivariant_record(equivariant_config(record, module));
+  };
   e.energy_shift = "shift";
   e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
     return std::make_unique<EquivariantInference>(equivariant_config(record, module), module);

@@ -15,6 +15,7 @@
 #include "data/neighbor_list.h"
 #include "data/neighbor_stat.h"
 #include "error.h"
+#include "models/finite_cast.h"
 #include "models/kernels/device_kernels.h"
 #include "models/kernels/host_tensor.h"
 #include "models/energy_bias.h"
@@ -184,8 +185,12 @@ class EquivariantModel final : public Model {
       }
     }
     const double scale = nf > 0 && f2 > 0 ? std::sqrt(f2 / nf) : 1.0;
-    module_.run_method("set_scale_shift", torch::full({ntypes}, scale, torch::kFloat64).to(device_),
-                       shift.to(device_));
+    // Each number checked in the model's dtype before it becomes a buffer (models/finite_cast.h).
+    const auto dtype = settings_.dtype();
+    const auto scales = finite_cast(torch::full({ntypes}, scale, torch::kFloat64),
+                                    dtype, "the scale (RMS of the force labels, eV/Å)");
+    const auto shifts = finite_cast(shift, dtype, "the per-type energy shift (eV per atom)", settings_.type_map);
+    module_.run_method("set_scale_shift", scales.to(device_), shifts.to(device_));
     if (!settings_.avg_num_neighbors && !(pairs > 0)) {
       std::ostringstream msg;
       msg << "model.r_max " << settings_.config.r_max << ": no pair of atoms of the " << frames_counted(frames)
@@ -322,8 +327,9 @@ namespace {
 /// What a training batch of the equivariant model holds, about (docs/training.md "Memory checked
 /// before the first allocation"): the weights with their gradients and Adam's two moments; the
 /// neighbour list and cached geometry of the batch's pairs (basis, harmonics, vectors); per
-/// layer and pair, the radial MLP's hidden and output values and the messages; per layer and
-/// atom, the features. Measured peaks (docs/training.md) are 0.7-1.5x this.
+/// layer and pair, the radial MLP's hidden values with their derivatives, its outputs and the
+/// messages; per layer and atom, the features; the made frames held at once and one being made.
+/// Measured peaks are 0.7-1.0x this (docs/training.md).
 MemoryEstimate equivariant_memory(const ModelSettings& settings, const BatchSizes& batch) {
   const EquivariantConfig& c = dynamic_cast<const EquivariantSettings&>(settings).config;
   const EquivariantSizes sizes = equivariant_sizes(c);
@@ -338,7 +344,10 @@ MemoryEstimate equivariant_memory(const ModelSettings& settings, const BatchSize
   const double harmonics = double((c.l_max + 1) * (c.l_max + 1));
   double per_pair = 0.0, per_atom = 0.0;
   for (size_t k = 0; k < sizes.paths.size(); ++k) {
-    per_pair += double(c.radial_width) * double(c.radial_depth) + double(c.num_features) * double(sizes.paths[k]) +
+    // The radial MLP's hidden values twice: their values and their derivatives, which the forces'
+    // backward pass keeps (measured: docs/training.md "Memory checked before the first allocation").
+    per_pair += 2.0 * double(c.radial_width) * double(c.radial_depth) +
+                double(c.num_features) * double(sizes.paths[k]) +
                 double(c.num_features) * double(sizes.message_components[k]);
     per_atom += double(c.num_features) * double(sizes.input_components[k] + sizes.message_components[k]);
   }
@@ -355,9 +364,23 @@ MemoryEstimate equivariant_memory(const ModelSettings& settings, const BatchSize
   e.parts.push_back({"the " + weight_count.str() + " weights, their gradients and Adam's two moments",
                      "model." + layers + ", num_bessels " + std::to_string(c.num_bessels), 4.0 * weights * value});
   e.parts.push_back({"the neighbour list of one frame", radius, pairs * data::kNeighborPairBytes});
-  e.parts.push_back({"the cached geometry of the batch's pairs (basis, harmonics, vectors)",
-                     radius + ", num_bessels " + std::to_string(c.num_bessels),
-                     frames * pairs * (double(c.num_bessels) + harmonics + 4.0) * value});
+  // A made frame (EquivariantFrame) per edge: its vector (3), the basis and its derivative of
+  // half the edges (num_bessels x 4 / 2), the harmonics and their derivatives (4 (l_max+1)^2),
+  // and 36 bytes of index tables (i, j, pair, by_neighbor, pair_edge of half); 16 bytes per atom.
+  const double nb = double(c.num_bessels);
+  e.frame_bytes = pairs * ((3.0 + 2.0 * nb + 4.0 * harmonics) * value + 36.0) + 16.0 * (atoms + 1.0);
+  const std::string geometry = radius + ", num_bessels " + std::to_string(c.num_bessels) + ", l_max " +
+                               std::to_string(c.l_max);
+  const double held = frames + double(batch.frames_ahead);
+  e.parts.push_back({"the pairs and geometry of the " + std::to_string(int64_t(held)) +
+                         " made frame(s) held at once (the batch's and those made ahead)",
+                     geometry, held * e.frame_bytes});
+  e.parts.push_back({"the batch's pairs and geometry gathered into one graph", geometry, frames * e.frame_bytes});
+  // While a frame is made: the pair list (vector, centre, neighbour, image: 48 bytes), the
+  // geometry of every edge before half is kept (basis and harmonics with derivatives), and the
+  // map that pairs each edge with its reverse (about 24 bytes an edge).
+  e.parts.push_back({"a frame's pairs and geometry while it is made", geometry,
+                     pairs * (72.0 + (4.0 * nb + 4.0 * harmonics) * value)});
   e.parts.push_back({"the radial MLPs' values and the messages of the batch's pairs in every layer",
                      radius + ", " + layers, frames * pairs * per_pair * value});
   e.parts.push_back({"the features of the batch's atoms in every layer", "model." + layers,

@@ -133,6 +133,9 @@ InferenceEntry se_e2_a_inference_entry() {
   InferenceEntry e;
   e.type = "se_e2_a";
   e.legacy_record = legacy_se_e2_a_record;
+  e.read_keys = [](const SettingsRecord& record, const torch::jit::Module& module) {
+    return se_e2_a_record(se_e2_a_config(record, module));
+  };
   e.energy_shift = "bias";
   e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
     return std::make_unique<SeAInference>(se_e2_a_config(record, module), module);

@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "data/kokkos_runtime.h"
+#include "models/finite_cast.h"
 #include "models/module_device.h"
 #include "models/se_e2_a/compress.h"
 #include "models/se_e2_a/se_e2_a_inference.h"
@@ -207,9 +208,11 @@ class SeAModel final : public Model {
                                                       : environment<double>(*s.system, f),
                  s.system->types);
     const auto dtype = settings_.dtype();
-    module_.setattr("davg", stat.davg().to(device_, dtype));
-    module_.setattr("dstd", stat.dstd().to(device_, dtype));
-    module_.setattr("bias", energy_bias(frames, reference_energies, ntypes, "energy bias", log).to(device_, dtype));
+    // Each number checked in the model's dtype before it becomes a buffer (models/finite_cast.h).
+    module_.setattr("davg", finite_cast(stat.davg(), dtype, "the environment matrix's mean (davg)").to(device_));
+    module_.setattr("dstd", finite_cast(stat.dstd(), dtype, "the environment matrix's deviation (dstd)").to(device_));
+    const torch::Tensor bias = energy_bias(frames, reference_energies, ntypes, "energy bias", log);
+    module_.setattr("bias", finite_cast(bias, dtype, "the energy bias (eV per atom)", settings_.type_map).to(device_));
   }
 
   Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames, bool training) override {
@@ -381,6 +384,11 @@ MemoryEstimate se_e2_a_memory(const ModelSettings& settings, const BatchSizes& b
                      real_pairs * ((19.0 + m) * value + 16.0)});
   e.parts.push_back({"the descriptors and fitting-net layers of the batch's atoms", fitting_text,
                      atoms * (m * axis + m * 4.0 + fitting_sum) * value});
+  // A made frame keeps its real pairs' rows (PackedEnv: 19 numbers and two int64 each).
+  e.frame_bytes = std::min(batch.pairs, double(batch.atoms) * slots) * (19.0 * value + 16.0);
+  if (batch.frames_ahead > 0)
+    e.parts.push_back({"the environment rows of the " + std::to_string(batch.frames_ahead) + " frame(s) made ahead",
+                       sel_text, double(batch.frames_ahead) * e.frame_bytes});
   return e;
 }
 
