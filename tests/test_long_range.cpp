@@ -1,7 +1,8 @@
 // The long-range energy (docs/long_range.md): the host sum against finite differences, the
 // TorchScript source against the host sum, the periodic sum against the direct sum in a large
 // box, invariance, smoothness when the cell changes, and the host sum plus a brute-force real-space
-// sum against LAMMPS' own Ewald summation (`pair_style coul/long` + `kspace_style ewald`).
+// sum against LAMMPS' own Ewald summation (`pair_style coul/long` + `kspace_style ewald`), and the
+// direct sum plus the rest of Coulomb's law against LAMMPS' plain `coul/cut` on a cluster.
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/script.h>
@@ -409,58 +410,111 @@ double real_space(const LongRangeSettings& s, const Charges& c, double cutoff, s
   return e;
 }
 
+/// LAMMPS' energy (eV) and forces [n*3] (eV/Å) of charges `c` (one atom type, `atom_style charge`)
+/// under `boundary` with the `interaction` lines (pair style, kspace), by `mlip lammps`. The box of
+/// a cluster (no cell) is `cluster_box` Å wide around the origin.
+struct LammpsResult {
+  double energy = NAN;
+  std::vector<double> forces;
+};
+
+LammpsResult lammps_energy_and_forces(const Charges& c, const std::string& boundary, const std::string& interaction,
+                                      double cluster_box = 0) {
+  test::TempDir dir;
+  std::ostringstream data;
+  data.precision(17);
+  data << "long-range test\n\n" << c.n() << " atoms\n1 atom types\n\n";
+  if (c.cell.empty()) {
+    for (const char* axis : {"x", "y", "z"})
+      data << -cluster_box / 2 << " " << cluster_box / 2 << " " << axis << "lo " << axis << "hi\n";
+  } else {
+    data << "0 " << c.cell[0] << " xlo xhi\n0 " << c.cell[4] << " ylo yhi\n0 " << c.cell[8] << " zlo zhi\n"
+         << c.cell[3] << " " << c.cell[6] << " " << c.cell[7] << " xy xz yz\n";
+  }
+  data << "\nMasses\n\n1 1.0\n\nAtoms # charge\n\n";
+  for (int i = 0; i < c.n(); ++i)
+    data << i + 1 << " 1 " << c.q[i] << " " << c.pos[3 * i] << " " << c.pos[3 * i + 1] << " " << c.pos[3 * i + 2] << "\n";
+  test::write_text(dir / "data.txt", data.str());
+  std::ostringstream in;
+  in.precision(17);
+  in << "units metal\natom_style charge\nboundary " << boundary << "\nread_data data.txt\n" << interaction
+     << "thermo_style custom step pe\nthermo_modify format float %.17g\nrun 0\n"
+     << "write_dump all custom forces.txt id fx fy fz modify format float %.17g sort id\n";
+  test::write_text(dir / "in.lammps", in.str());
+  const test::CommandResult r =
+      test::run_command("cd " + dir.path() + " && " + MLIP_EXE + " lammps -in in.lammps -log log.lammps -screen none");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << test::read_file(dir / "log.lammps");
+  LammpsResult out;
+  // The energy: the line after the thermo header "Step PotEng".
+  std::istringstream log(test::read_file(dir / "log.lammps"));
+  std::string line;
+  while (std::getline(log, line))
+    if (line.find("Step") != std::string::npos && line.find("PotEng") != std::string::npos) {
+      std::getline(log, line);
+      std::istringstream(line) >> out.energy >> out.energy;
+    }
+  std::istringstream dump(test::read_file(dir / "forces.txt"));
+  while (std::getline(dump, line) && line.rfind("ITEM: ATOMS", 0) != 0) {
+  }
+  out.forces.assign(3 * c.n(), NAN);
+  int id;
+  double fx[3];
+  while (dump >> id >> fx[0] >> fx[1] >> fx[2])
+    if (id >= 1 && id <= c.n())
+      for (int a = 0; a < 3; ++a) out.forces[3 * (id - 1) + a] = fx[a];
+  return out;
+}
+
+bool have_lammps() { return test::run_command(std::string(MLIP_EXE) + " lammps -h > /dev/null 2>&1").exit_code == 0; }
+
 TEST(LongRange, PlusTheRealSpaceSumEqualsLammpsEwald) {
-  const std::string lammps_probe = std::string(MLIP_EXE) + " lammps -h > /dev/null 2>&1";
-  if (test::run_command(lammps_probe).exit_code != 0) GTEST_SKIP() << "mlip was built without LAMMPS";
+  if (!have_lammps()) GTEST_SKIP() << "mlip was built without LAMMPS";
   const LongRangeSettings s = settings(1.0, 0.7);  // k up to ~10/Å: exp(-σ²k²/2) < 1e-20
   for (double total : {0.0, 1.5}) {
     const Charges c = random_charges(24, 21, 9.0, {1.5, -1.0, 0.8}, total);
-    test::TempDir dir;
-    std::ostringstream data;
-    data.precision(17);
-    data << "long-range test\n\n" << c.n() << " atoms\n1 atom types\n\n0 " << c.cell[0] << " xlo xhi\n0 " << c.cell[4]
-         << " ylo yhi\n0 " << c.cell[8] << " zlo zhi\n" << c.cell[3] << " " << c.cell[6] << " " << c.cell[7]
-         << " xy xz yz\n\nMasses\n\n1 1.0\n\nAtoms # charge\n\n";
-    for (int i = 0; i < c.n(); ++i)
-      data << i + 1 << " 1 " << c.q[i] << " " << c.pos[3 * i] << " " << c.pos[3 * i + 1] << " " << c.pos[3 * i + 2] << "\n";
-    test::write_text(dir / "data.txt", data.str());
     const double cutoff = 9.0;
-    std::ostringstream in;
-    in.precision(17);
-    in << "units metal\natom_style charge\nboundary p p p\nread_data data.txt\n"
-       << "pair_style coul/long " << cutoff << "\npair_coeff * *\n"
-       << "kspace_style ewald 1e-12\nkspace_modify gewald " << 1.0 / (std::sqrt(2.0) * s.sigma) << "\n"
-       << "thermo_style custom step pe\nthermo_modify format float %.17g\nrun 0\n"
-       << "write_dump all custom forces.txt id fx fy fz modify format float %.17g sort id\n";
-    test::write_text(dir / "in.lammps", in.str());
-    const test::CommandResult r = test::run_command("cd " + dir.path() + " && " + MLIP_EXE +
-                                                    " lammps -in in.lammps -log log.lammps -screen none");
-    ASSERT_EQ(r.exit_code, 0) << r.out << r.err << test::read_file(dir / "log.lammps");
-    // The energy: the line after the thermo header "Step PotEng".
-    std::istringstream log(test::read_file(dir / "log.lammps"));
-    std::string line;
-    double lammps_energy = NAN;
-    while (std::getline(log, line))
-      if (line.find("Step") != std::string::npos && line.find("PotEng") != std::string::npos) {
-        std::getline(log, line);
-        std::istringstream(line) >> lammps_energy >> lammps_energy;
-      }
+    std::ostringstream interaction;
+    interaction.precision(17);
+    interaction << "pair_style coul/long " << cutoff << "\npair_coeff * *\n"
+                << "kspace_style ewald 1e-12\nkspace_modify gewald " << 1.0 / (std::sqrt(2.0) * s.sigma) << "\n";
+    const LammpsResult lammps = lammps_energy_and_forces(c, "p p p", interaction.str());
     std::vector<double> real_forces, phi, f, w;
     const double ours = host_energy(s, c) + real_space(s, c, cutoff, real_forces);
-    EXPECT_NEAR(ours, lammps_energy, 1e-6 * std::abs(lammps_energy)) << "total charge " << total;
+    EXPECT_NEAR(ours, lammps.energy, 1e-6 * std::abs(lammps.energy)) << "total charge " << total;
     host_derivatives(s, c, phi, f, w);
-    std::istringstream dump(test::read_file(dir / "forces.txt"));
-    while (std::getline(dump, line) && line.rfind("ITEM: ATOMS", 0) != 0) {
-    }
-    int id;
-    double fx[3];
-    int seen = 0;
-    while (dump >> id >> fx[0] >> fx[1] >> fx[2]) {
-      for (int a = 0; a < 3; ++a)
-        EXPECT_NEAR(f[3 * (id - 1) + a] + real_forces[3 * (id - 1) + a], fx[a], 1e-6) << "atom " << id;
-      ++seen;
-    }
-    EXPECT_EQ(seen, c.n());
+    for (int i = 0; i < 3 * c.n(); ++i)
+      EXPECT_NEAR(f[size_t(i)] + real_forces[size_t(i)], lammps.forces[size_t(i)], 1e-6) << "atom " << i / 3 + 1;
+  }
+}
+
+// ---- Without a cell: the direct sum of Gaussian charges, Σ k_e q_i q_j erf(r/(√2σ))/r, plus the
+// rest of Coulomb's law, Σ k_e q_i q_j erfc(r/(√2σ))/r by brute force, is plain Coulomb: LAMMPS'
+// `pair_style coul/cut` with a cutoff beyond the cluster under `boundary f f f`.
+TEST(LongRange, TheDirectSumPlusTheRestEqualsLammpsPlainCoulomb) {
+  if (!have_lammps()) GTEST_SKIP() << "mlip was built without LAMMPS";
+  for (double sigma : {0.6, 1.5}) {
+    const LongRangeSettings s = settings(sigma);
+    Charges c = random_charges(30, 5, 8.0, {0, 0, 0}, 1.0);  // a charged cluster
+    c.cell.clear();
+    for (double& x : c.pos) x -= 4.0;  // centred on the origin
+    const LammpsResult lammps = lammps_energy_and_forces(c, "f f f", "pair_style coul/cut 100\npair_coeff * *\n", 60.0);
+    std::vector<double> phi, f, w;
+    double ours = host_energy(s, c);
+    host_derivatives(s, c, phi, f, w);
+    const double width = 1.0 / (std::sqrt(2.0) * sigma);
+    for (int i = 0; i < c.n(); ++i)
+      for (int j = 0; j < c.n(); ++j) {
+        if (i == j) continue;
+        double d[3];
+        for (int a = 0; a < 3; ++a) d[a] = c.pos[size_t(3 * j + a)] - c.pos[size_t(3 * i + a)];
+        const double r = std::sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+        const double qq = kCoulomb * c.q[size_t(i)] * c.q[size_t(j)];
+        ours += 0.5 * qq * std::erfc(r * width) / r;
+        const double slope = -qq * (2 / std::sqrt(M_PI) * width * std::exp(-r * r * width * width) + std::erfc(r * width) / r) / (r * r);
+        for (int a = 0; a < 3; ++a) f[size_t(3 * i + a)] += slope * d[a];
+      }
+    EXPECT_NEAR(ours, lammps.energy, 1e-9 * std::abs(lammps.energy)) << "sigma " << sigma;
+    for (int i = 0; i < 3 * c.n(); ++i) EXPECT_NEAR(f[size_t(i)], lammps.forces[size_t(i)], 1e-8) << "atom " << i / 3 + 1;
   }
 }
 
