@@ -16,7 +16,26 @@ c10::Dict<std::string, torch::Tensor> deploy_input(const Frame& f, double rcut, 
                                    : torch::tensor(f.cell, torch::kFloat64).reshape({3, 3}))
                        .to(dtype));
   d.insert("edge_cell_shift", pairs.shift.to(dtype));
+  const bool periodic = !f.cell.empty();
+  d.insert("pbc", torch::tensor({int64_t(periodic && f.pbc[0]), int64_t(periodic && f.pbc[1]),
+                                 int64_t(periodic && f.pbc[2])}, torch::kInt64));
   return d;
+}
+
+double relative(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = b.to(torch::kFloat64).abs().max().item<double>();
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+std::vector<torch::Tensor> parameter_grads(torch::jit::Module& module) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : module.parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return g;
+}
+
+void zero_grads(torch::jit::Module& module) {
+  for (auto p : module.parameters())
+    if (p.grad().defined()) p.mutable_grad().zero_();
 }
 
 ModelResult run_deploy(torch::jit::Module& model, const Frame& f, double rcut, torch::Dtype dtype) {

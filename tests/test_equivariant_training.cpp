@@ -14,12 +14,16 @@
 #include "models/kernels/host_tensor.h"
 #include "models/pair_list.h"
 #include "data/neighbor_list.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace {
 
 using mlip::models::EquivariantSettings;
 using mlip::models::Prediction;
+using mlip::test::parameter_grads;
+using mlip::test::relative;
+using mlip::test::zero_grads;
 
 struct Case {
   bool parity;
@@ -53,18 +57,6 @@ EquivariantSettings settings(const std::string& precision, const Case& k) {
   return s;
 }
 
-/// d loss / d parameter for every parameter, loss = a·E + <u, F> + <v, W>.
-std::vector<torch::Tensor> parameter_grads(torch::jit::Module& m) {
-  std::vector<torch::Tensor> g;
-  for (const auto& p : m.parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-  return g;
-}
-
-void zero_grads(torch::jit::Module& m) {
-  for (auto p : m.parameters())
-    if (p.grad().defined()) p.mutable_grad().zero_();
-}
-
 /// The reference: autograd from the pair vectors through atomic_energy, the forces kept as a
 /// graph and differentiated again (the model's training as it was before the training path).
 Prediction reference(torch::jit::Module& m, const mlip::models::PairList& pairs, const torch::Tensor& atype,
@@ -75,11 +67,6 @@ Prediction reference(torch::jit::Module& m, const mlip::models::PairList& pairs,
   const auto forces =
       torch::zeros({natoms, 3}, grad.options()).index_add(0, pairs.centre, grad).index_add(0, pairs.neighbor, -grad);
   return {e.to(torch::kFloat64).sum().unsqueeze(0), forces.unsqueeze(0), (-d.detach().t().matmul(grad)).unsqueeze(0)};
-}
-
-double relative(const torch::Tensor& a, const torch::Tensor& b) {
-  const double scale = b.to(torch::kFloat64).abs().max().item<double>();
-  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
 /// A batch's prediction and d loss / d parameter for every parameter, loss = <grad_energy, E> +

@@ -200,7 +200,7 @@ TEST_P(FinetuneTest, ReorderedTypeMap) {
   const CommandResult run = start_model("reorder", model("[H, O]", "[16, 8]"), "[data/sys_a, data/sys_b]");
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_TRUE(contains(run.out, "fine-tune: elements: H <- type 1, O <- type 0")) << run.out;
-  EXPECT_TRUE(contains(run.out, "fine-tune: new elements' weights as a fresh model's: 0")) << run.out;
+  EXPECT_TRUE(contains(run.out, "fine-tune: weights of new elements and sections as a fresh model's: 0")) << run.out;
   expect_taken(attributes_of(dir_ / "first.pt"), attributes_of(dir_ / "reorder.pt"), {1, 0});
   ASSERT_EQ(mlip("test -m first.pt -s data/sys_a -d a").exit_code, 0);
   ASSERT_EQ(mlip("test -m reorder.pt -s data/sys_a -d b").exit_code, 0);
@@ -321,6 +321,54 @@ TEST_P(FinetuneTest, MismatchesAreRefused) {
   const CommandResult both = mlip("train pretrain.yaml --finetune first.pt --restart first -o x");
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_TRUE(contains(both.err, "--finetune and --restart exclude each other")) << both.err;
+}
+
+// model.long_range (docs/long_range.md "Fine-tuning"): added to a short-range equivariant model,
+// every short-range weight is carried and the charge readout starts as built; the fine-tuned
+// model freezes and tests with its charges; dropped again, the readout is the one weight not
+// taken. se_e2_a, which has no long-range term in this version, refuses the section by name.
+TEST_P(FinetuneTest, ALongRangeSectionIsAddedAndDropped) {
+  const bool se = GetParam().name != "equivariant";
+  const std::string plain = model("[O, H]", "[8, 16]");
+  const std::string with_long_range =
+      se ? plain + "  long_range: {sigma: 1.0}\n"
+         : std::regex_replace(plain, std::regex("radial_width: 8\\}"), "radial_width: 8, long_range: {sigma: 1.0}}");
+  ASSERT_NE(with_long_range, plain);
+  const CommandResult run = start_model("long", with_long_range, "[data/sys_a, data/sys_b]");
+  if (se) {
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_TRUE(contains(run.err, "model.long_range: the model type \"se_e2_a\" has no long-range term")) << run.err;
+    return;
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_TRUE(contains(run.out, "fine-tune: weights of new elements and sections as a fresh model's: 1 (charge_readout)"))
+      << run.out;
+  const auto pretrained = attributes_of(dir_ / "first.pt");
+  const auto tuned = attributes_of(dir_ / "long.pt");
+  ASSERT_TRUE(tuned.count("charge_readout"));
+  EXPECT_FALSE(pretrained.count("charge_readout"));
+  expect_taken(pretrained, tuned, {0, 1});
+  const CommandResult tested = mlip("test -m long.pt -s data/sys_a -d det");
+  ASSERT_EQ(tested.exit_code, 0) << tested.out << tested.err;
+  EXPECT_EQ(read_numbers(dir_ / "det.e.out").size(), 2u * 6u);  // 6 frames: label, prediction
+  // The charges (a number and an element per atom, 6 atoms a frame) sum to zero in each frame, and
+  // each frame (sys_a has no cell) has its dipole line.
+  std::istringstream charges(read_file(dir_ / "det.q.out"));
+  std::vector<double> q;
+  std::string line;
+  while (std::getline(charges, line))
+    if (!line.empty() && line[0] != '#') q.push_back(std::stod(line));
+  ASSERT_EQ(q.size(), 36u);
+  for (size_t f = 0; f < 6; ++f) {
+    double sum = 0;
+    for (size_t a = 0; a < 6; ++a) sum += q[6 * f + a];
+    EXPECT_NEAR(sum, 0.0, 1e-9) << "frame " << f;
+  }
+  EXPECT_EQ(read_numbers(dir_ / "det.dipole.out").size(), 3u * 6u);
+  EXPECT_GT(*std::max_element(q.begin(), q.end()), 1e-6);
+  const CommandResult dropped = start_model("short", plain, "[data/sys_a]", "--finetune long.pt");
+  ASSERT_EQ(dropped.exit_code, 0) << dropped.out << dropped.err;
+  EXPECT_TRUE(contains(dropped.out, "fine-tune: not taken from the pretrained model: 1 (charge_readout)")) << dropped.out;
 }
 
 // The models frozen by mlip 0.1 (tests/data/frozen_0.1) fine-tune with the inputs they were

@@ -175,6 +175,57 @@ TEST(ModelRegistry, UnknownTypesListTheRegisteredOnes) {
   EXPECT_THROW(models::register_model(*models::find_model("pair_test", false)), mlip::Error);
 }
 
+// model.long_range (docs/long_range.md): read and checked by the input reader for every model type
+// that says it computes the term, refused naming the type otherwise, and written into the record.
+TEST(ModelRegistry, TheLongRangeSectionIsCheckedAndRecorded) {
+  register_pair_model();
+  static const bool done = [] {
+    models::ModelEntry e = *models::find_model("pair_test", false);
+    e.name = "pair_test_long_range";
+    e.long_range = true;
+    e.read = [](const mlip::input::Section& m, const std::vector<std::string>& type_map) {
+      auto s = std::make_shared<PairSettings>();
+      s->type = "pair_test_long_range";
+      s->type_map = type_map;
+      return std::shared_ptr<models::ModelSettings>(s);
+    };
+    models::register_model(e);
+    return true;
+  }();
+  (void)done;
+  auto parse = [](const std::string& model) {
+    return models::parse_model_settings("model: " + model + "\n", "in.yaml");
+  };
+  const auto s = parse("{type: pair_test_long_range, type_map: [O], long_range: {sigma: 0.8, kspace_spacing: 1.5, total_charge: -1}}");
+  EXPECT_TRUE(s->long_range.enabled);
+  EXPECT_DOUBLE_EQ(s->long_range.sigma, 0.8);
+  EXPECT_DOUBLE_EQ(s->long_range.kspace_spacing, 1.5);
+  EXPECT_DOUBLE_EQ(s->long_range.total_charge, -1.0);
+  const auto defaults = parse("{type: pair_test_long_range, type_map: [O], long_range: {}}");
+  EXPECT_TRUE(defaults->long_range.enabled);
+  EXPECT_DOUBLE_EQ(defaults->long_range.sigma, 1.0);
+  EXPECT_DOUBLE_EQ(defaults->long_range.kspace_spacing, 2.0);
+  EXPECT_FALSE(parse("{type: pair_test_long_range, type_map: [O]}")->long_range.enabled);
+  // Round trip through the record a frozen model carries.
+  models::SettingsRecord record;
+  models::record_long_range(record, s->long_range);
+  const models::LongRangeSettings back = models::long_range_from(record);
+  EXPECT_TRUE(back.enabled);
+  EXPECT_DOUBLE_EQ(back.sigma, 0.8);
+  EXPECT_DOUBLE_EQ(back.total_charge, -1.0);
+  auto error = [&](const std::string& model) { return mlip::test::error_of([&] { parse(model); }); };
+  EXPECT_EQ(error("{type: pair_test_long_range, type_map: [O], long_range: {sigma: -1}}"),
+            "in.yaml: model.long_range.sigma: expected a positive number, got -1");
+  EXPECT_EQ(error("{type: pair_test_long_range, type_map: [O], long_range: {kspace_spacing: 0}}"),
+            "in.yaml: model.long_range.kspace_spacing: expected a positive number, got 0");
+  EXPECT_NE(error("{type: pair_test_long_range, type_map: [O], long_range: {sigm: 1}}").find("model.long_range.sigm"),
+            std::string::npos);
+  EXPECT_NE(error("{type: pair_test_long_range, type_map: [O], long_range: ewald}").find("model.long_range: expected a mapping"),
+            std::string::npos);
+  EXPECT_EQ(error("{type: pair_test, type_map: [O], long_range: {}}"),
+            "in.yaml: model.long_range: the model type \"pair_test\" has no long-range term");
+}
+
 TEST(Device, CpuAndAutoAndClearErrors) {
   EXPECT_EQ(mlip::train::resolve_device("cpu", "--device").str(), "cpu");
   EXPECT_EQ(mlip::train::describe_device(mlip::train::resolve_device("cpu", "--device")), "cpu");

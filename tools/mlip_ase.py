@@ -14,7 +14,7 @@ from ase.neighborlist import primitive_neighbor_list
 
 
 class MlipCalculator(Calculator):
-    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
+    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress", "charges"]
 
     def __init__(self, model_path, device="cpu", **kwargs):
         super().__init__(**kwargs)
@@ -46,6 +46,7 @@ class MlipCalculator(Calculator):
             "edge_index": t(np.stack([i, j]), torch.int64),
             "cell": t(cell, self.dtype),
             "edge_cell_shift": t(shifts, self.dtype),
+            "pbc": t(np.asarray(self.atoms.pbc, dtype=np.int64), torch.int64),
         }
         out = self.model(data)
         energy = float(out["total_energy"].double().item())
@@ -53,6 +54,8 @@ class MlipCalculator(Calculator):
         self.results["free_energy"] = energy
         self.results["energies"] = out["atomic_energy"].double().cpu().numpy().reshape(-1)
         self.results["forces"] = out["forces"].double().cpu().numpy()
+        if "charges" in out:  # a model with model.long_range (docs/long_range.md)
+            self.results["charges"] = out["charges"].double().cpu().numpy().reshape(-1)
         if self.atoms.pbc.all():
             virial = out["virial"].double().cpu().numpy().reshape(3, 3)
             stress = -virial / self.atoms.get_volume()  # eV/A^3, ASE's sign convention

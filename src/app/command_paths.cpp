@@ -107,7 +107,7 @@ void check_training_outputs(const train::TrainConfig& config, const train::Train
 }
 
 void check_test_detail_outputs(const std::string& prefix, const std::vector<archive::ReadPath>& inputs) {
-  for (const char* suffix : {".e.out", ".e_peratom.out", ".f.out", ".f_elements.out", ".v.out"}) {
+  for (const char* suffix : {".e.out", ".e_peratom.out", ".f.out", ".f_elements.out", ".v.out", ".q.out", ".dipole.out"}) {
     const std::string path = prefix + suffix;
     archive::check_output_target(path, archive::SpecialTarget::kStream, "-d " + prefix + ": " + path,
                                "test detail files");

@@ -26,6 +26,8 @@ void make_frame_graph(const data::System& sys, const data::Frame& frame, double 
   static const double kNoCell[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   g.cell = frame.cell() != nullptr ? frame.box.data() : kNoCell;
   if (frame.cell() != nullptr) g.shifts = out.pairs.shift.data_ptr<double>();
+  out.pbc = frame.cell() != nullptr ? sys.pbc : std::array<bool, 3>{{false, false, false}};
+  g.pbc = out.pbc.data();
 }
 
 void check_finite_prediction(const std::string& what, const data::System& sys, int64_t frame,

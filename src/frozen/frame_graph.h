@@ -2,6 +2,7 @@
 // A data frame as the graph a model's inference evaluates (models/inference.h), shared by
 // `mlip test` and `mlip model-devi`.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct FrameGraph {
   std::vector<int64_t> centre, neighbour;  ///< [npairs] atom indices
   std::vector<int64_t> types;              ///< [natoms] the system's types, int64
   models::PairList pairs;                  ///< the pairs within the cutoff (their shifts)
+  std::array<bool, 3> pbc{};               ///< the system's periodicity (all false without a cell)
   models::AtomGraph graph;                 ///< points into these and the frame
 };
 

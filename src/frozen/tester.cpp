@@ -99,10 +99,12 @@ class TestOutputs {
       xyz_ = std::make_unique<OutputFile>(options.xyz, Mode::kReplace, "the predictions file", kStream);
   }
 
-  /// One frame's labels beside the prediction (energy eV, forces [N * 3] eV/Å, virial [9] eV).
+  /// One frame's labels beside the prediction (energy eV, forces [N * 3] eV/Å, virial [9] eV,
+  /// charges [N] e or null when the model has none).
   void write(const data::System& sys, const data::Frame& frame, double energy, const double* forces,
-             const double* virial) {
+             const double* virial, const double* charges) {
     const int64_t n = sys.natoms();
+    if (!options_.detail.empty() && charges != nullptr) write_charges(sys, frame, charges);
     if (energy_ && !frame.energy.empty()) {
       energy_->write(text([&](std::ostream& o) { o << frame.energy[0] << " " << energy << "\n"; }, 12));
       energy_per_atom_->write(
@@ -125,7 +127,8 @@ class TestOutputs {
 
   /// Renames every file over its old version.
   void commit() {
-    for (auto* file : {energy_.get(), energy_per_atom_.get(), force_.get(), virial_.get(), elements_.get(), xyz_.get()})
+    for (auto* file : {energy_.get(), energy_per_atom_.get(), force_.get(), virial_.get(), elements_.get(), xyz_.get(),
+                       charge_.get(), dipole_.get()})
       if (file) file->commit();
   }
 
@@ -137,6 +140,31 @@ class TestOutputs {
     o << std::setprecision(digits);
     print(o);
     return o.str();
+  }
+
+  /// .q.out (each atom's charge and element), made with the first frame that has charges, and,
+  /// for frames without a cell, .dipole.out: Σ q_i r_i (docs/long_range.md "mlip test").
+  void write_charges(const data::System& sys, const data::Frame& frame, const double* charges) {
+    const int64_t n = sys.natoms();
+    if (!charge_) {
+      charge_ = std::make_unique<OutputFile>(options_.detail + ".q.out", OutputFile::Mode::kReplace,
+                                             "the charge detail file", SpecialTarget::kStream);
+      charge_->write("# pred_q (e) element\n");
+    }
+    charge_->write(text([&](std::ostream& o) {
+      for (int64_t a = 0; a < n; ++a) o << charges[a] << " " << sys.type_map[size_t(sys.types[size_t(a)])] << "\n";
+    }, 10));
+    if (frame.cell() != nullptr) return;
+    if (!dipole_) {
+      dipole_ = std::make_unique<OutputFile>(options_.detail + ".dipole.out", OutputFile::Mode::kReplace,
+                                             "the dipole detail file", SpecialTarget::kStream);
+      dipole_->write("# pred_dipole_x pred_dipole_y pred_dipole_z (e Å, sum of q r over the atoms of each frame without "
+                     "a cell)\n");
+    }
+    double dipole[3] = {0, 0, 0};
+    for (int64_t a = 0; a < n; ++a)
+      for (int k = 0; k < 3; ++k) dipole[k] += charges[a] * frame.coord[size_t(3 * a + k)];
+    dipole_->write(text([&](std::ostream& o) { o << dipole[0] << " " << dipole[1] << " " << dipole[2] << "\n"; }, 10));
   }
 
   /// .v.out, made with the first frame that has a virial label.
@@ -154,7 +182,7 @@ class TestOutputs {
   }
 
   const TestOptions& options_;
-  std::unique_ptr<OutputFile> energy_, energy_per_atom_, force_, virial_, elements_, xyz_;
+  std::unique_ptr<OutputFile> energy_, energy_per_atom_, force_, virial_, elements_, xyz_, charge_, dipole_;
 };
 
 /// A frame's errors into `m`: energy (and per atom), forces, virial (and per atom), where labelled.
@@ -188,10 +216,12 @@ Metrics test_system(const std::string& path, const data::System& sys, const Test
     make_frame_graph(sys, frame, rcut, builder, frame_graph);
     models::Request request;
     request.graph = &frame_graph.graph;
+    request.outputs.charges = true;
     const models::InferenceResult out = inference.evaluate(request);
     check_finite_prediction(path, sys, f, out);
     add_errors(frame, sys.natoms(), out, m);
-    outputs.write(sys, frame, out.energy, out.forces.data(), out.virial.data());
+    outputs.write(sys, frame, out.energy, out.forces.data(), out.virial.data(),
+                  out.charges.empty() ? nullptr : out.charges.data());
   }
   return m;
 }

@@ -28,6 +28,10 @@ std::string deploy_interface_source(const std::string& def_indent);
 /// the pair gradients, virial = -sum d ⊗ dE/dd, total energy summed in float64. With the
 /// input `nlocal`, only atoms [0, nlocal) count (energy, forces, virial, edge_gradient).
 /// pair_repulsion: first adds the module's pair_repulsion_energy (models/pair_repulsion.h) to e.
-std::string deploy_outputs_source(const std::string& nested, bool pair_repulsion = false);
+/// long_range: also reads q_raw [N] (the raw charges, a function of d_all) and adds the
+/// long-range energy of the module's long_range_* methods (models/long_range/long_range.h):
+/// forces and virial include its direct dependence on positions and cell, the output `charges`
+/// [N, 1] e; the input `nlocal` is refused (docs/long_range.md "In the frozen model").
+std::string deploy_outputs_source(const std::string& nested, bool pair_repulsion = false, bool long_range = false);
 
 }  // namespace mlip::models

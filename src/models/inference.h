@@ -43,6 +43,9 @@ struct AtomGraph {
   /// [npairs * 3]: the shift of each pair in cell vectors (Å when cell is null), so that
   /// d_ij = positions[j] - positions[i] + shift · cell; null: no shifts. Only with positions.
   const double* shifts = nullptr;
+  /// [3] whether the frame is periodic along each cell vector (forward's optional input `pbc`,
+  /// which a long-range model reads, docs/long_range.md); null: not said.
+  const bool* pbc = nullptr;
 };
 
 /// What an evaluation gives besides energy, forces and virial, which it always gives.
@@ -50,6 +53,7 @@ struct Outputs {
   bool atomic_energy = false;  ///< each owned atom's energy
   bool atom_virial = false;    ///< each atom's virial (NeighborInput)
   bool pair_gradient = false;  ///< dE/dd_ij of each pair (AtomGraph)
+  bool charges = false;        ///< each atom's charge, from a model that has them (model.long_range)
 };
 
 /// One evaluation (docs/models.md "Inference"): the atoms as a neighbour list or as a graph,
@@ -76,6 +80,9 @@ struct InferenceResult {
   std::vector<double> atomic;       ///< [nlocal] eV, when asked
   std::vector<double> atom_virial;  ///< [natoms * 9] eV, each pair's half to i and to j, when asked
   std::vector<double> pair_gradient;  ///< [npairs * 3] eV/Å, dE/dd_ij of each pair of a graph, when asked
+  /// [natoms] e, each atom's charge, when asked and the model has charges (docs/long_range.md);
+  /// empty otherwise.
+  std::vector<double> charges;
   /// [counters().size()]: this evaluation's count of each of the inference's counters.
   std::vector<int64_t> counts;
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/system.h"
+#include "models/long_range/long_range.h"
 #include "models/pair_repulsion.h"
 
 namespace mlip::models {
@@ -53,6 +54,8 @@ struct ModelSettings {
   ReferenceEnergies e0s;
   /// model.pair_repulsion (docs/repulsion.md): every model type adds it to its energy.
   PairRepulsionSettings pair_repulsion;
+  /// model.long_range (docs/long_range.md): learned charges and their electrostatic energy.
+  LongRangeSettings long_range;
 
   /// The interaction range, Å: pairs farther apart never interact (the frozen model's r_max).
   virtual double cutoff() const = 0;

@@ -61,7 +61,7 @@ std::string TakenWeights::text() const {
   out << "taken whole: " << whole.size() << (whole.empty() ? "" : " (" + joined(whole, 8) + ")") << "\n"
       << "taken for the shared elements: " << by_element.size()
       << (by_element.empty() ? "" : " (" + joined(by_element, 8) + ")") << "\n"
-      << "new elements' weights as a fresh model's: " << fresh.size()
+      << "weights of new elements and sections as a fresh model's: " << fresh.size()
       << (fresh.empty() ? "" : " (" + joined(fresh, 8) + ")") << "\n"
       << "made from the settings: " << derived.size() << "\n"
       << "numbers taken: " << (numbers.empty() ? "none" : joined(numbers, 8)) << "\n"
@@ -103,6 +103,12 @@ TakenWeights take_pretrained_weights(const torch::jit::Module& pretrained, const
         taken.derived.push_back(name);
         read.insert(name);
         break;
+      case AttributeRole::Kind::kOptional:
+        if (source.find(name) == source.end()) {
+          taken.fresh.push_back(name);
+          break;
+        }
+        [[fallthrough]];
       case AttributeRole::Kind::kShared: {
         const auto it = source.find(name);
         if (it == source.end() || !it->second.isTensor())

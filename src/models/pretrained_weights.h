@@ -21,6 +21,8 @@ struct AttributeRole {
                        ///< (se_e2_a's sel): checked, not taken
     kDerived,          ///< made from the settings or the new data (coupling coefficients,
                        ///< tables, the mean neighbour count): the input model's own
+    kOptional,         ///< a weight of an optional section (model.long_range's charge readout):
+                       ///< taken whole when the pretrained model has it, else kept as built
   };
   Kind kind = Kind::kShared;
   /// kTypeNamed: the type ids in the name, in order.
@@ -49,7 +51,7 @@ TypeMapping map_types(const std::vector<std::string>& pretrained, const std::vec
 struct TakenWeights {
   std::vector<std::string> whole;       ///< taken as they are (shared, or renamed per element)
   std::vector<std::string> by_element;  ///< per-type rows: the shared elements' rows taken
-  std::vector<std::string> fresh;       ///< per-element attributes of added elements: as built
+  std::vector<std::string> fresh;       ///< added elements' rows and added sections' weights: as built
   std::vector<std::string> derived;     ///< made from the settings, the input model's own
   std::vector<std::string> not_taken;   ///< pretrained attributes nothing read (dropped elements)
   std::vector<std::string> numbers;     ///< float attributes taken

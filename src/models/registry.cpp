@@ -82,6 +82,7 @@ SettingsRecord inference_record(const ModelSettings& settings, const torch::jit:
   record.set_number("cutoff", settings.cutoff());
   record.set_integer("message_layers", settings.message_layers());
   record_pair_repulsion(record, settings.pair_repulsion);
+  record_long_range(record, settings.long_range);
   return record;
 }
 
@@ -229,6 +230,25 @@ PairRepulsionSettings read_pair_repulsion(const Section& m, const ModelSettings&
   return s;
 }
 
+/// model.long_range: {sigma: Å, kspace_spacing: Å, total_charge: e}, each optional (defaults
+/// 1.0, 2.0, 0), for a model type that computes it (docs/long_range.md).
+LongRangeSettings read_long_range(const Section& m, const ModelEntry& entry) {
+  LongRangeSettings s;
+  if (!m.has("long_range")) return s;
+  const std::string what = "a mapping {sigma: Å, kspace_spacing: Å, total_charge: e} (each optional)";
+  const YAML::Node node = m.get("long_range");
+  if (!node.IsMap() && !node.IsNull()) expected(m.path_of("long_range"), what, node);
+  if (!entry.long_range)
+    fail(m.path_of("long_range"), "the model type \"" + entry.name + "\" has no long-range term");
+  s.enabled = true;
+  if (node.IsNull()) return s;
+  const Section r = m.section("long_range", {"sigma", "kspace_spacing", "total_charge"});
+  s.sigma = r.number("sigma", s.sigma, Bound::kPositive);
+  s.kspace_spacing = r.number("kspace_spacing", s.kspace_spacing, Bound::kPositive);
+  s.total_charge = r.number("total_charge", s.total_charge);
+  return s;
+}
+
 }  // namespace
 
 std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& node) {
@@ -236,6 +256,7 @@ std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& node) 
   std::vector<std::string> keys = entry.keys;
   keys.push_back("e0s");             // every model's (ModelSettings::e0s)
   keys.push_back("pair_repulsion");  // every model's (ModelSettings::pair_repulsion)
+  keys.push_back("long_range");      // every model's that computes it (ModelSettings::long_range)
   const Section m(node, "model", keys);
   m.require({"type_map"});
   std::vector<std::string> type_map;
@@ -245,6 +266,7 @@ std::shared_ptr<const ModelSettings> read_model_section(const YAML::Node& node) 
   settings->statistics_batches = m.integer("data_stat_nbatch", settings->statistics_batches);
   settings->e0s = read_e0s(m, type_map);
   settings->pair_repulsion = read_pair_repulsion(m, *settings);
+  settings->long_range = read_long_range(m, entry);
   return settings;
 }
 

@@ -45,6 +45,9 @@ struct ModelEntry {
   /// these settings depends on the type map: shared by all elements, one row per type, one per
   /// type named by its ids, or made from the settings. Empty: the type cannot be fine-tuned.
   std::function<AttributeRole(const ModelSettings& settings, const std::string& name)> attribute_role;
+  /// Whether the model adds model.long_range's electrostatic energy of learned charges
+  /// (docs/long_range.md); the input reader refuses the section for a model that does not.
+  bool long_range = false;
 };
 
 /// Adds a model type (e.g. one defined in a test). Throws mlip::Error when the name is taken.

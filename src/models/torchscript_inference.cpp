@@ -32,6 +32,8 @@ c10::Dict<std::string, torch::Tensor> forward_input(const AtomGraph& g, torch::D
     input.insert("cell", torch::eye(3, real));
   input.insert("edge_cell_shift", g.shifts != nullptr && g.npairs > 0 ? rows_of(g.shifts, g.npairs).to(device, dtype)
                                                                      : torch::zeros({g.npairs, 3}, real));
+  if (g.pbc != nullptr)
+    input.insert("pbc", torch::tensor({int64_t(g.pbc[0]), int64_t(g.pbc[1]), int64_t(g.pbc[2])}, i64).to(device));
   // Only the owned atoms' energies count; a graph of owned atoms only needs no mask.
   if (g.nlocal < g.nodes) input.insert("nlocal", torch::tensor(g.nlocal, i64));
   return input;
@@ -74,6 +76,7 @@ InferenceResult TorchScriptInference::evaluate(const Request& request) {
   std::copy(virial.begin(), virial.end(), r.virial.begin());
   if (request.outputs.atomic_energy) read_output(result, "atomic_energy", graph->nlocal, r.atomic);
   if (request.outputs.pair_gradient) read_output(result, "edge_gradient", graph->npairs * 3, r.pair_gradient);
+  if (request.outputs.charges && result.contains("charges")) read_output(result, "charges", graph->nodes, r.charges);
   return r;
 }
 

@@ -64,10 +64,13 @@ Pretrained read_pretrained(const std::string& given, const std::string& model_ty
   return p;
 }
 
-/// Settings the input may change: the type map and dtype (weights are moved and cast), and the
-/// pair repulsion, which is no weight (docs/repulsion.md "Fine-tuning").
+/// Settings the input may change: the type map and dtype (weights are moved and cast), the
+/// pair repulsion, which is no weight (docs/repulsion.md "Fine-tuning"), and the long-range
+/// section, whose one weight (the charge readout) starts as built when the pretrained model has
+/// none (docs/long_range.md "Fine-tuning").
 bool may_differ(const std::string& key) {
-  return key == "type_map" || key == "precision" || key.rfind("pair_repulsion", 0) == 0;
+  return key == "type_map" || key == "precision" || key.rfind("pair_repulsion", 0) == 0 ||
+         key.rfind("long_range", 0) == 0;
 }
 
 void check_finetune_settings(const Pretrained& pretrained, const models::SettingsRecord& input) {

@@ -507,7 +507,9 @@ void Trainer::print_data_summary() const {
 void Trainer::choose_step() {
   const std::optional<bool>& asked = config_.cuda_graphs;  // unset: auto
   if (asked.has_value() && !*asked) return;
-  static_step_on_ = asked.has_value() || device_.is_cuda();
+  // auto: off for a model with the long-range term, whose batches have shapes of their own
+  // (docs/long_range.md "Training"); asked for, the model refuses it by name.
+  static_step_on_ = asked.has_value() || (device_.is_cuda() && !config_.model->long_range.enabled);
 }
 
 /// Batches asked for ahead of the current one (docs/data.md "Prefetch").

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest (docs/training.md "Restart, bit for bit"): --restart of the equivariant model continues bit for bit.
 # For float32 and float64, correlation 1 (the water example's settings) and 3 (the molecule
-# example's body order), one rank and two (mpirun): 20 steps in one run against 10 steps, then
+# example's body order), and with model.long_range (float64, correlation 1), one rank and two (mpirun): 20 steps in one run against 10 steps, then
 # --restart from the step-10 checkpoint, with every frame cached and made by the training thread
 # (cache_mb all, data_workers 0) and with nothing cached and frames made by two worker threads
 # (cache_mb 0, data_workers 2). Every restarted run, and the uninterrupted run with the other data
@@ -12,11 +12,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 shift
 RANKS="${*:-1 2}"
 
-# equivariant_input <file> <precision> <correlation> <cache_mb> <data_workers>: the water
+# equivariant_input <file> <precision> <correlation> <cache_mb> <data_workers> [long]: the water
 # example's model (examples/water/equivariant.yaml) on its data, 20 steps of one frame per rank,
-# checkpoints at 10 and 20.
+# checkpoints at 10 and 20; `long`: with model.long_range (docs/long_range.md).
 equivariant_input() {
+  local long_range=""
+  [ "${6:-}" = long ] && long_range="\n  long_range: {sigma: 1.0, kspace_spacing: 2.0}"
   sed -e "s#\[data/train\]#[$EXAMPLE/train]#" -e "s#\[data/valid\]#[$EXAMPLE/valid]#" \
+      -e "s/^  seed: 1\$/  seed: 1$long_range/" \
       -e "s/^  precision: .*/  precision: $2\n  correlation: $3/" \
       -e "s/^  numb_btch: .*/  numb_btch: 1/" -e "s/^  decay_steps: .*/  decay_steps: 5/" \
       -e "s/^  numb_steps: .*/  numb_steps: 20/" -e "s/^  disp_freq: .*/  disp_freq: 5/" \
@@ -40,12 +43,15 @@ after_step_10() { awk '!/^#/ && $1 > 10' "$1"; }
 
 for ranks in $RANKS; do
   [ "$ranks" = 1 ] || [[ "${MLIP_HAVE_MPI:-ON}" =~ ^(ON|1|TRUE|YES)$ ]] || { echo "skip: $ranks ranks need mpirun"; continue; }
-  for precision in float32 float64; do
-    for correlation in 1 3; do
-      case_name="r${ranks}_${precision}_c${correlation}"
-      equivariant_input "$case_name.cached.yaml" "$precision" "$correlation" all 0
-      equivariant_input "$case_name.streamed.yaml" "$precision" "$correlation" 0 2
+  # precision, correlation, and the long-range term (float64, correlation 1) or not
+  for variant in "float32 1 short" "float32 3 short" "float64 1 short" "float64 3 short" "float64 1 long"; do
+      read -r precision correlation range <<< "$variant"
+      case_name="r${ranks}_${precision}_c${correlation}_${range}"
+      equivariant_input "$case_name.cached.yaml" "$precision" "$correlation" all 0 "$range"
+      equivariant_input "$case_name.streamed.yaml" "$precision" "$correlation" 0 2 "$range"
       train "$ranks" "$case_name.cached.yaml" "$case_name.full"
+      grep -q "long-range charges" "$case_name.full.log" || [ "$range" = short ] ||
+        { cat "$case_name.full.log"; fail "$case_name: the summary does not say long-range charges"; }
       grep -q "correlation 3" "$case_name.full.log" || [ "$correlation" = 1 ] ||
         { cat "$case_name.full.log"; fail "$case_name: the summary does not say correlation 3"; }
       train "$ranks" "$case_name.streamed.yaml" "$case_name.full_streamed"
@@ -65,7 +71,6 @@ for ranks in $RANKS; do
           fail "$other: lcurve after step 10 differs from $reference's"
       done
       [ "$(after_step_10 "$reference/lcurve.out" | wc -l)" = 2 ] || fail "$reference: expected lcurve lines at steps 15 and 20"
-      echo "ok: $ranks rank(s), $precision, correlation $correlation: restarts (cached; streamed by 2 workers) == the uninterrupted run, bit for bit"
-    done
+      echo "ok: $ranks rank(s), $precision, correlation $correlation, $range range: restarts (cached; streamed by 2 workers) == the uninterrupted run, bit for bit"
   done
 done

@@ -75,3 +75,22 @@ grep -q "training data: " "workers/train.rank$((W - 1)).log" || fail "no log fil
 [ "$(grep -c "number of test data" test.log)" = "$(grep -c "number of test data" <("$MLIP" test -m full/model.ckpt-20.pt -s "$EXAMPLE/valid" -n 2))" ] ||
   fail "mlip test ran on more than one rank"
 echo "ok: log modes; mlip test runs on rank 0 only"
+# The equivariant model with model.long_range (docs/long_range.md "Training"): the charges' graph
+# and each frame's long-range energy across ranks give what one rank with the batch gives.
+long_range_input() {
+  sed -e "s#\[data/train\]#[$EXAMPLE/train]#" -e "s#\[data/valid\]#[$EXAMPLE/valid]#" \
+      -e "0,/batch_size: 1/s//batch_size: $2/" -e "s/^  precision: .*/  precision: float64/" \
+      -e "s/^  seed: 1\$/  seed: 1\n  long_range: {sigma: 1.0, kspace_spacing: 2.0}/" \
+      -e "s/^  type: exp\$/  type: exp\n  scale_by_worker: none/" -e "s/^  numb_btch: .*/  numb_btch: 2/" \
+      -e "s/^  numb_steps: .*/  numb_steps: 10/" -e "s/^  disp_freq: .*/  disp_freq: 5/" \
+      -e "s/^  save_freq: .*/  save_freq: 10/" "$ROOT/examples/water/equivariant.yaml" > "$1"
+}
+long_range_input long_one.yaml "$W"
+long_range_input long_ranks.yaml 1
+"$MLIP" train long_one.yaml -o long_one > long_one.log 2>&1 || { cat long_one.log; fail "mlip train long_one.yaml"; }
+grep -q "long-range charges" long_one.log || { cat long_one.log; fail "the summary does not say long-range charges"; }
+"$TORCHRUN" --nproc-per-node="$W" --no-python "$MLIP" train long_ranks.yaml -o long_ranks > long_ranks.log 2>&1 ||
+  { cat long_ranks.log; fail "torchrun with the long-range model exited non-zero"; }
+same_lcurve long_one/lcurve.out long_ranks/lcurve.out
+same_weights long_one/model.ckpt-10.pt long_ranks/model.ckpt-10.pt 1e-10
+echo "ok: long-range equivariant model: $W ranks x batch 1 == 1 rank x batch $W"

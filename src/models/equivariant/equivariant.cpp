@@ -556,8 +556,18 @@ void body_source(const EquivariantConfig& c, const std::vector<Block>& blocks, c
   if (c.readout_every_layer) o << "    e_layers = torch.zeros([n], dtype=d.dtype, device=d.device)\n";
   for (size_t k = 0; k < blocks.size(); ++k) block_source(c, blocks[k], k, st, o);
   readout_source(c, st, o);
-  o << "    return e * " << st.get("scale") << ".index_select(0, atype) + " << st.get("shift")
-    << ".index_select(0, atype)\n\n";
+  const std::string energy =
+      "e * " + st.get("scale") + ".index_select(0, atype) + " + st.get("shift") + ".index_select(0, atype)";
+  if (!c.long_range.enabled) {
+    o << "    return " << energy << "\n\n";
+    return;
+  }
+  // docs/long_range.md "The charge heads": the raw charge, a readout of the same scalars, in e.
+  o << "    q_raw = "
+    << st.readout(st.component("x_" + Irrep{0, c.parity ? 1 : 0}.name(), 0), st.get("charge_readout"),
+                  std::sqrt(double(c.num_features)))
+    << "\n"
+    << "    return torch.stack([" << energy << ", q_raw.to(e.dtype)], 1)\n\n";
 }
 
 }  // namespace
@@ -577,13 +587,15 @@ std::string equivariant_source(const EquivariantConfig& c) {
        "    self.scale = scale.to(self.scale.dtype)\n"
        "    self.shift = shift.to(self.shift.dtype)\n\n";
   o << pair_repulsion_source(c.pair_repulsion, int64_t(c.type_map.size()), "");
+  o << long_range_source(c.long_range, "");
   o << deploy_interface_source("");
   o << "def forward(self, data: Dict[str, Tensor]) -> Dict[str, Tensor]:\n"
     << deploy_pair_vectors_source("    ")
     << "    keep = torch.nonzero(r_all < " << literal(c.r_max) << ").squeeze(1)\n"
        "    e = self.atomic_energy(d_all.index_select(0, keep), edge_index[0].index_select(0, keep), "
-       "edge_index[1].index_select(0, keep), atype)\n"
-    << deploy_outputs_source("    ", c.pair_repulsion.enabled());
+       "edge_index[1].index_select(0, keep), atype)\n";
+  if (c.long_range.enabled) o << "    q_raw = e[:, 1]\n    e = e[:, 0]\n";
+  o << deploy_outputs_source("    ", c.pair_repulsion.enabled(), c.long_range.enabled);
   return o.str();
 }
 
@@ -812,6 +824,8 @@ EquivariantSizes equivariant_sizes(const EquivariantConfig& c) {
     out.input_components.push_back(inputs);
   }
   param("readout", {f, 1});
+  // Drawn last: a model with the long-range term starts from the same short-range weights.
+  if (c.long_range.enabled) param("charge_readout", {f, 1});
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/equivariant/product_basis.h"
+#include "models/long_range/long_range.h"
 #include "models/pair_repulsion.h"
 
 namespace mlip::models {
@@ -41,6 +42,9 @@ struct EquivariantConfig {
   uint64_t seed = 1;
   /// model.pair_repulsion: a short-range repulsion added to every atom's energy (docs/repulsion.md).
   PairRepulsionSettings pair_repulsion;
+  /// model.long_range: per-atom charges read out of the last layer's scalars, and their
+  /// electrostatic energy added to the atoms' energies (docs/long_range.md).
+  LongRangeSettings long_range;
 
   /// Throws mlip::Error naming the key (model.l_max, ...) that is invalid.
   void validate() const;
@@ -56,6 +60,7 @@ std::string equivariant_source(const EquivariantConfig& config);
 ///   training_energy(params: Dict[str, Tensor], avg_num_neighbors: float,
 ///                   basis [Q, num_bessels], pair [E] int64, y [E, (l_max+1)^2],
 ///                   i [E] int64, j [E] int64, atype [N] int64, edges: List[Tensor]) -> [N]
+///   ([N, 2] with long_range: the energies and the raw charges)
 ///
 /// `params` holds the module's parameters, buffers, scale and shift by name and the blocks'
 /// couplings (`l<k>_terms`, `l<k>_coefficients`, message_couplings()); `basis` is the radial
@@ -132,7 +137,10 @@ EquivariantSizes equivariant_sizes(const EquivariantConfig& config);
 ///
 /// - `atomic_energy(d [E,3], i [E] int64, j [E] int64, atype [N] int64) -> [N]`: atomic
 ///   energies from the pair vectors d_ij = r_j - r_i (+ shift·cell) of centre i and neighbour
-///   j; pairs at r >= r_max contribute exactly zero.
+///   j; pairs at r >= r_max contribute exactly zero. With long_range: [N, 2], the short-range
+///   energies and the raw charges (e, before long_range_charges shifts them to the total), as
+///   training_energy gives them.
+/// - with long_range, the methods of long_range_source (models/long_range/long_range.h).
 /// - `edge_geometry(d [E,3]) -> (basis [E, num_bessels], y [E, (l_max+1)^2])`: the radial basis
 ///   times the cutoff and the edge harmonics (what the training path caches per frame).
 /// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the docs/deploy.md interface, with

@@ -118,6 +118,10 @@ class EquivariantModel final : public Model {
     if (device_kernels_enabled()) require_device_kernels("the equivariant model", device_);  // said before any work
     EquivariantConfig& c = settings_.config;
     c.pair_repulsion = settings_.pair_repulsion;
+    c.long_range = settings_.long_range;
+    if (c.long_range.enabled && static_shapes_)
+      throw Error("model.long_range: the long-range term has batches of their own shapes (a k-vector set per cell), "
+                  "which a captured CUDA graph cannot replay: set training.cuda_graphs: false (or leave it out)");
     c.avg_num_neighbors = settings_.avg_num_neighbors.value_or(1.0);
     c.seed = (settings_.seed ? *settings_.seed : context.training_seed.value_or(1)) + context.seed_offset;
     module_ = build_equivariant(c);
@@ -137,7 +141,11 @@ class EquivariantModel final : public Model {
       << (e.parity ? (e.pseudotensors ? " with parity" : " with parity, natural irreps only") : " (SO(3))") << ", "
       << e.num_layers << " layers x " << e.num_features
       << " features" << (e.correlation > 1 ? ", correlation " + std::to_string(e.correlation) : std::string())
-      << (e.readout_every_layer ? ", readout of every layer" : "") << ", contractions by "
+      << (e.readout_every_layer ? ", readout of every layer" : "");
+    if (settings_.long_range.enabled)
+      o << ", long-range charges (sigma " << settings_.long_range.sigma << " Å, kspace_spacing "
+        << settings_.long_range.kspace_spacing << " Å)";
+    o << ", contractions by "
       << kernel_route_name(device_);
     return o.str();
   }
@@ -165,6 +173,7 @@ class EquivariantModel final : public Model {
       out->y_jacobian = g.y_jacobian.contiguous();
     }
     out->edges = TrainingFunction::edge_tables(out->i, out->j, system.natoms());
+    if (settings_.long_range.enabled) long_range_inputs(system, frame, *out);
     return out;
   }
 
@@ -211,6 +220,7 @@ class EquivariantModel final : public Model {
     // cached derivatives of the geometry. The batch's frames are evaluated as one graph of
     // frames x atoms (docs/equivariant.md "A batch in one call"): one call of the energy
     // function, whatever the batch, instead of one per frame.
+    if (settings_.long_range.enabled) return predict_long_range(batch_of(atoms, frames), atoms.natoms, training);
     return predict_batch(batch_of(atoms, frames), atoms.natoms, training);
   }
 
@@ -268,6 +278,52 @@ class EquivariantModel final : public Model {
     p.virial = virial;
     if (training) last_ = p;
     return p;
+  }
+
+  /// predict_batch with the long-range term (docs/long_range.md "Training"): the energy function
+  /// gives each atom's short-range energy and raw charge; E_long of each frame from the charges,
+  /// positions and cell; its gradient by the basis and harmonics (through the charges) joins the
+  /// short-range one on the edges, and its direct gradient by positions and cell is added after.
+  Prediction predict_long_range(const FrameBatch& b, int64_t natoms, bool training) {
+    const int64_t nframes = b.atype.size(0) / natoms;
+    const auto params = training_->parameters(module_, false);
+    const double avg = module_.attr("avg_num_neighbors").toDouble();
+    const auto basis = b.basis.detach().requires_grad_(true);
+    const auto y = b.y.detach().requires_grad_(true);
+    const auto pos = b.pos.detach().reshape({nframes, natoms, 3}).requires_grad_(true);
+    const auto cell = b.cell.detach().requires_grad_(true);
+    const auto out = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
+    const auto e_short = out.select(1, 0).to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
+    const LongRangeBatch lr = long_range_batch(module_, out.select(1, 1).reshape({nframes, natoms}), pos, cell,
+                                               settings_.long_range.total_charge);
+    const auto total = e_short + lr.energy;
+    auto grads = torch::autograd::grad({total.sum()}, {basis, y, pos, cell}, {}, training, training, true);
+    for (int k = 0; k < 2; ++k)
+      if (!grads[size_t(k)].defined()) grads[size_t(k)] = torch::zeros_like(k == 0 ? basis : y);
+    const EdgeGeometryTables tables{b.basis_jacobian, b.y_jacobian, b.pair_edge, b.i,      b.j,
+                                    b.d,              b.edge_frame, nframes,     natoms};
+    const auto [forces, virial] = edge_forces(grads[0], grads[1], tables);
+    const auto [direct_forces, direct_virial] =
+        long_range_direct_forces(pos, cell, grads[2], grads[3], forces.scalar_type());
+    Prediction p;
+    p.energy = total;
+    p.forces = forces.view({nframes, natoms, 3}) + direct_forces;
+    p.virial = virial + direct_virial;
+    if (training) last_ = p;
+    return p;
+  }
+
+  /// The positions and cell of a frame for the long-range term (EquivariantFrame::pos, cell).
+  void long_range_inputs(const data::System& system, const data::Frame& frame, EquivariantFrame& out) const {
+    const int64_t n = system.natoms();
+    out.pos = torch::from_blob(const_cast<double*>(frame.coord.data()), {n, 3}, torch::kFloat64)
+                  .to(device_, torch::kFloat64, false, true);
+    const int periodic = int(system.pbc[0]) + int(system.pbc[1]) + int(system.pbc[2]);
+    if (periodic != 0 && periodic != 3) throw Error("system " + system.name + ": " + kPartlyPeriodic);
+    if (periodic == 3 && frame.cell() != nullptr)
+      out.cell = torch::from_blob(const_cast<double*>(frame.cell()), {3, 3}, torch::kFloat64).to(device_, false, true);
+    else
+      out.cell = torch::zeros({3, 3}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   }
 
   /// The batch as one graph (models/equivariant/frame_batch.h), padded with static_shapes.
@@ -398,7 +454,8 @@ AttributeRole equivariant_attribute_role(const ModelSettings&, const std::string
   static const std::regex per_type(R"(^(embed|scale|shift|l\d+_pw_.*|l\d+_sc_.*)$)");
   static const std::regex from_settings(R"(^(l\d+_(cg\d+|pc\d+[ab])|avg_num_neighbors|zbl_.*)$)");
   AttributeRole role;
-  if (std::regex_match(name, per_type)) role.kind = AttributeRole::Kind::kTypeRows;
+  if (name == "charge_readout") role.kind = AttributeRole::Kind::kOptional;  // model.long_range's
+  else if (std::regex_match(name, per_type)) role.kind = AttributeRole::Kind::kTypeRows;
   else if (std::regex_match(name, from_settings)) role.kind = AttributeRole::Kind::kDerived;
   return role;
 }
@@ -413,6 +470,7 @@ ModelEntry equivariant_entry() {
             "readout",
             "data_stat_nbatch"};
   e.read = read_equivariant;
+  e.long_range = true;
   e.record = [](const ModelSettings& settings, const torch::jit::Module&) {
     return equivariant_record(dynamic_cast<const EquivariantSettings&>(settings).config);
   };

@@ -38,7 +38,8 @@ torch::Tensor with_zero_rows(const torch::Tensor& t, int64_t rows) {
 
 int64_t EquivariantFrame::bytes() const {
   int64_t b = 0;
-  for (const auto* t : {&d, &i, &j, &pair, &pair_edge, &basis, &basis_jacobian, &y, &y_jacobian}) b += tensor_bytes(*t);
+  for (const auto* t : {&d, &i, &j, &pair, &pair_edge, &basis, &basis_jacobian, &y, &y_jacobian, &pos, &cell})
+    b += tensor_bytes(*t);
   for (size_t k = 2; k < edges.size(); ++k) b += tensor_bytes(edges[k]);  // edges[0], [1] are i, j
   return b;
 }
@@ -73,6 +74,7 @@ FrameBatch single_frame_batch(const EquivariantFrame& g, torch::Device device) {
   for (size_t k = 2; k < g.edges.size(); ++k) b.edges.push_back(to_device_without_waiting(g.edges[k], device));
   b.edges.push_back(b.pair);
   b.edges.push_back(b.pair_edge);
+  if (g.pos.defined()) b.pos = g.pos, b.cell = g.cell.unsqueeze(0);
   return b;
 }
 
@@ -122,6 +124,12 @@ FrameBatch frame_batch(const std::vector<const EquivariantFrame*>& frames, int64
              concatenated(neighbor_offsets, edge_offset, 1, device),
              b.pair,
              b.pair_edge};
+  if (nframes > 0 && frames[0]->pos.defined()) {
+    std::vector<torch::Tensor> pos, cell;
+    for (const EquivariantFrame* g : frames) pos.push_back(g->pos), cell.push_back(g->cell);
+    b.pos = torch::cat(pos);
+    b.cell = torch::stack(cell);
+  }
   return b;
 }
 

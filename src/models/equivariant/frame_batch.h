@@ -25,6 +25,9 @@ struct EquivariantFrame : FrameInput {
   /// host: the contraction's edge tables [i, j, centre_offsets, by_neighbor, neighbor_offsets]
   /// (models/equivariant/message_contraction.h).
   std::vector<torch::Tensor> edges;
+  // With model.long_range only (undefined otherwise; docs/long_range.md "Training"):
+  torch::Tensor pos;   ///< [N, 3] float64 on the device, the positions, Å
+  torch::Tensor cell;  ///< [3, 3] float64 on the device, rows the cell vectors, Å; zeros: no periodicity
   int64_t bytes() const override;
 };
 
@@ -39,6 +42,8 @@ struct FrameBatch {
   /// The contraction's tables [i, j, centre_offsets [B·N+1], by_neighbor, neighbor_offsets
   /// [B·N+1], pair, pair_edge] (models/equivariant/message_contraction.h).
   std::vector<torch::Tensor> edges;
+  /// With model.long_range only: [B·N, 3] positions and [B, 3, 3] cells, as in EquivariantFrame.
+  torch::Tensor pos, cell;
 };
 
 /// The batch's tensors in one list (what Model::pack gives): d, i, j, pair, pair_edge, basis,

@@ -92,11 +92,47 @@ std::string long_range_source(const LongRangeSettings& settings, const std::stri
     << b << "r = torch.sqrt(r2)\n"
     << b << "kernel = torch.where(same, torch.zeros_like(r), torch.erf(r * " << inverse_width << ") / r)\n"
     << b << "return (0.5 * " << coulomb << ") * q * torch.matmul(kernel, q)\n\n";
+  o << d << "def long_range_total_charge(self, data: Dict[str, Tensor]) -> float:\n"
+    << b << "if 'total_charge' in data:\n"
+    << b << "    return float(data['total_charge'].double().sum().item())\n"
+    << b << "return " << torchscript_number(settings.total_charge) << "\n\n";
+  o << d << "def long_range_periodic(self, data: Dict[str, Tensor]) -> bool:\n"
+    << b << "if 'pbc' in data:\n"
+    << b << "    count = int((data['pbc'] != 0).sum().item())\n"
+    << b << "    if count == 3:\n"
+    << b << "        return True\n"
+    << b << "    assert count == 0, \"" << kPartlyPeriodic << "\"\n"
+    << b << "    return False\n"
+    << b << "return float(torch.abs(torch.det(data['cell'].double())).item()) > 1e-12\n\n";
   o << d << "def long_range_energy(self, q: Tensor, pos: Tensor, cell: Tensor, periodic: bool) -> Tensor:\n"
     << b << "if periodic:\n"
     << b << "    return self.long_range_reciprocal(q.double(), pos.double(), cell.double())\n"
     << b << "return self.long_range_direct(q.double(), pos.double())\n\n";
   return o.str();
+}
+
+LongRangeBatch long_range_batch(torch::jit::Module& module, const torch::Tensor& raw_charges, const torch::Tensor& pos,
+                                const torch::Tensor& cell, double total_charge) {
+  const int64_t frames = raw_charges.size(0);
+  std::vector<torch::Tensor> energy, charges;
+  for (int64_t f = 0; f < frames; ++f) {
+    const auto q = module.run_method("long_range_charges", raw_charges[f].to(torch::kFloat64), total_charge).toTensor();
+    const bool periodic = cell[f].detach().abs().sum().item<double>() > 0.0;
+    energy.push_back(module.run_method("long_range_energy", q, pos[f], cell[f], periodic).toTensor().sum());
+    charges.push_back(q);
+  }
+  if (frames == 0) return {torch::zeros({0}, cell.options()), torch::zeros_like(raw_charges, cell.options())};
+  return {torch::stack(energy), torch::stack(charges)};
+}
+
+std::pair<torch::Tensor, torch::Tensor> long_range_direct_forces(const torch::Tensor& pos, const torch::Tensor& cell,
+                                                                 const torch::Tensor& grad_pos,
+                                                                 const torch::Tensor& grad_cell, torch::Dtype dtype) {
+  const auto g_pos = grad_pos.defined() ? grad_pos.to(torch::kFloat64) : torch::zeros_like(pos, cell.options());
+  const auto g_cell = grad_cell.defined() ? grad_cell.to(torch::kFloat64) : torch::zeros_like(cell);
+  const auto virial = -(torch::matmul(pos.detach().to(torch::kFloat64).transpose(1, 2), g_pos) +
+                        torch::matmul(cell.detach().transpose(1, 2), g_cell));
+  return {(-g_pos).to(dtype), virial.to(dtype)};
 }
 
 }  // namespace mlip::models

@@ -3,6 +3,7 @@
 #include <torch/script.h>
 
 #include <string>
+#include <utility>
 
 #include "models/settings_record.h"
 
@@ -39,6 +40,12 @@ void record_long_range(SettingsRecord& record, const LongRangeSettings& settings
 /// Reads them back (disabled when the record has none). Throws mlip::Error naming the record.
 LongRangeSettings long_range_from(const SettingsRecord& record);
 
+/// The error of a frame periodic along one or two cell vectors only (a slab, a wire): the sums
+/// are for frames periodic in three directions or none (docs/long_range.md).
+constexpr const char* kPartlyPeriodic =
+    "model.long_range: this frame is periodic along some cell vectors only (pbc mixed); the long-range sum "
+    "is for frames periodic in all three directions or in none";
+
 /// The TorchScript methods of the long-range energy, each `def` indented by `def_indent` (empty
 /// when disabled):
 ///
@@ -48,8 +55,32 @@ LongRangeSettings long_range_from(const SettingsRecord& record);
 ///     energies, eV (their sum is E_long): the reciprocal-space sum when periodic (cell [3, 3],
 ///     rows the lattice vectors, Å), the direct sum of the smeared kernel otherwise (cell unread).
 ///     Differentiable in q, pos and cell (forces, the virial by a strain).
+///   long_range_total_charge(self, data) -> float: e, the input's `total_charge` when given, else
+///     the settings' total_charge.
+///   long_range_periodic(self, data) -> bool: the input's `pbc` (three flags, all or none set)
+///     when given, else whether its cell has a volume. Raises kPartlyPeriodic for a frame
+///     periodic along some cell vectors only.
 ///   long_range_kvectors(self, cell) -> Tensor: [K, 3] float64 integer vectors n (one of each
 ///     ±n pair) with |2π cell⁻ᵀ n| < k_end.
 std::string long_range_source(const LongRangeSettings& settings, const std::string& def_indent);
+
+/// The long-range part of a training batch of B frames of N atoms (docs/long_range.md
+/// "Training"), by the methods long_range_source put into `module`.
+struct LongRangeBatch {
+  torch::Tensor energy;   ///< [B] float64, eV: E_long of each frame, a graph back to its inputs
+  torch::Tensor charges;  ///< [B, N] e, float64: the charges shifted to the total
+};
+/// From the raw charges [B, N] (any float dtype), positions [B, N, 3] (Å) and cells [B, 3, 3]
+/// (float64, Å; a zero cell: the frame is not periodic): differentiable in all three.
+LongRangeBatch long_range_batch(torch::jit::Module& module, const torch::Tensor& raw_charges, const torch::Tensor& pos,
+                                const torch::Tensor& cell, double total_charge);
+
+/// The forces and virial of the long-range energy's direct dependence on the positions and the
+/// cells, from its gradients by them (undefined: zero): forces = -grad_pos [B, N, 3] and
+/// virial = -(posᵀ grad_pos + cellᵀ grad_cell) [B, 3, 3] (docs/long_range.md "Forces and virial"),
+/// both in `dtype`. Their dependence through the charges is the model's, through its pairs.
+std::pair<torch::Tensor, torch::Tensor> long_range_direct_forces(const torch::Tensor& pos, const torch::Tensor& cell,
+                                                                 const torch::Tensor& grad_pos,
+                                                                 const torch::Tensor& grad_cell, torch::Dtype dtype);
 
 }  // namespace mlip::models
