@@ -158,7 +158,8 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if not l.startswith('#')]
 late = rows[400:] if len(rows) > 420 else rows[-20:]
 step = statistics.mean(float(r[1]) - float(r[2]) for r in late)
-make = statistics.median(float(r[2]) for r in rows if float(r[2]) > 0)
+makes = [float(r[2]) for r in rows if float(r[2]) > 0]  # none when every frame was made before step 1
+make = statistics.median(makes) if makes else 0.0
 print(f'{step:.1f}', max(20, int(($BUDGET * 1000 - 320 / $ranks * make) / step)))" "$tag-calibrate.ms")
   input "$model" "$steps" "$(( steps / 200 > 1 ? steps / 200 : 1 ))" > "$tag.input.yaml"
   t0=$(date +%s.%N)
