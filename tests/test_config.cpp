@@ -540,13 +540,13 @@ TEST(TrainConfigErrors, MisspelledKeysSuggestTheNearestKnownKey) {
 TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
   EXPECT_EQ(parse_error(edit(kMinimal, "  type_map:", "  foo: 1\n  type_map:")),
             "input.yaml: model.foo: unknown key (known: type, type_map, descriptor, fitting_net, "
-            "data_stat_nbatch, data_stat_protect, e0s, pair_repulsion)");
+            "data_stat_nbatch, data_stat_protect, e0s, pair_repulsion, long_range)");
   // model.type: equivariant has its own keys.
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], foo: 1}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.foo: unknown key (known: type, type_map, r_max, num_features, l_max, parity, pseudotensors, "
             "num_layers, num_bessels, polynomial_p, radial_width, radial_depth, avg_num_neighbors, precision, seed, correlation, "
-            "readout, data_stat_nbatch, e0s, pair_repulsion)");
+            "readout, data_stat_nbatch, e0s, pair_repulsion, long_range)");
   EXPECT_EQ(parse_error("model: {type: equivariant, type_map: [O], correlation: 4}\ntraining: {training_data: {systems: [a]}, "
                         "numb_steps: 1}\n"),
             "input.yaml: model.correlation: expected 1, 2 or 3, got 4");
