@@ -44,6 +44,7 @@ ModelResult run_deploy(torch::jit::Module& model, const Frame& f, double rcut, t
   r.energy = out.at("total_energy").toTensor().item<double>();
   r.forces = out.at("forces").toTensor().to(torch::kFloat64);
   r.virial = out.at("virial").toTensor().to(torch::kFloat64).reshape({3, 3});
+  if (out.contains("charges")) r.charges = out.at("charges").toTensor().to(torch::kFloat64).reshape({-1});
   return r;
 }
 

@@ -19,6 +19,7 @@ struct ModelResult {
   double energy = 0;
   torch::Tensor forces;  ///< [N, 3]
   torch::Tensor virial;  ///< [3, 3]
+  torch::Tensor charges;  ///< [N] float64, from a model with charges (model.long_range); undefined otherwise
 };
 
 /// Calls model.forward(deploy_input(f, rcut, dtype)).

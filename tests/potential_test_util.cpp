@@ -34,6 +34,7 @@ double write_frozen(const std::string& path, const std::string& model_yaml, bool
   } else {
     models::EquivariantConfig c = dynamic_cast<const models::EquivariantSettings&>(*settings).config;
     c.pair_repulsion = settings->pair_repulsion;
+    c.long_range = settings->long_range;
     module = models::build_equivariant(c);
     module.run_method("set_scale_shift", torch::tensor({1.3, 0.7}, torch::kFloat64), torch::tensor({-2.0, -0.5}, torch::kFloat64));
   }

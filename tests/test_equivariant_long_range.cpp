@@ -306,12 +306,26 @@ TEST(EquivariantLongRange, RefusalsNameTheirReason) {
   g.sys.pbc = {true, true, false};
   EXPECT_TRUE(mlip::test::contains(mlip::test::error_of([&] { model->prepare_frame(g.sys, g.data); }),
                                    "periodic along some cell vectors only"));
-  // The hand-written inference for MD does not evaluate the long-range term: refused, not dropped.
+  // The hand-written inference for MD declares its charges and evaluates nothing without the
+  // long-range term's coupling (md/long_range_term.h): refused, never dropped.
   const mlip::models::SettingsRecord record = mlip::models::inference_record(s, module);
   EXPECT_TRUE(record.has("long_range"));
-  EXPECT_TRUE(mlip::test::contains(
-      mlip::test::error_of([&] { mlip::models::find_inference("equivariant")->inference(record, module); }),
-      "the model has a long-range term (model.long_range), which the hand-written inference for MD does not evaluate"));
+  auto inference = mlip::models::find_inference("equivariant")->inference(record, module);
+  EXPECT_TRUE(inference->inputs().charges);
+  const std::vector<int64_t> types = {0, 1}, centre = {0, 1}, neighbour = {1, 0};
+  const std::vector<double> vectors = {1.0, 0.0, 0.0, -1.0, 0.0, 0.0};
+  mlip::models::AtomGraph graph;
+  graph.nodes = graph.nlocal = 2;
+  graph.types = types.data();
+  graph.npairs = 2;
+  graph.centre = centre.data();
+  graph.neighbour = neighbour.data();
+  graph.vectors = vectors.data();
+  mlip::models::Request request;
+  request.graph = &graph;
+  EXPECT_TRUE(mlip::test::contains(mlip::test::error_of([&] { inference->evaluate(request); }),
+                                   "the model has charges (model.long_range): the request needs the long-range term's "
+                                   "coupling"));
   mlip::models::ModelContext context;
   context.static_shapes = true;
   EXPECT_TRUE(mlip::test::contains(mlip::test::error_of([&] { mlip::models::create_model(s, context); }),

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -142,6 +143,28 @@ class ThreadRanks {
     cv_.notify_all();
   }
 
+  /// Runs `work(q)` for every rank q on a thread of its own, each in its turn (wait_turn), and
+  /// returns the ranks' errors, one line each ("" when none failed).
+  std::string run(const std::function<void(int)>& work) {
+    std::vector<std::string> errors(static_cast<size_t>(ranks_));
+    std::vector<std::thread> threads;
+    for (int q = 0; q < ranks_; ++q)
+      threads.emplace_back([&, q] {
+        wait_turn(q);
+        try {
+          work(q);
+        } catch (const std::exception& e) {
+          errors[size_t(q)] = e.what();
+          fail();
+        }
+      });
+    for (auto& t : threads) t.join();
+    std::string all;
+    for (int q = 0; q < ranks_; ++q)
+      if (!errors[size_t(q)].empty()) all += "rank " + std::to_string(q) + ": " + errors[size_t(q)] + "\n";
+    return all;
+  }
+
   class Exchange : public md::GhostExchange {
    public:
     Exchange(ThreadRanks& world, const RankAtoms& r) : world_(world), r_(r) {}
@@ -177,6 +200,47 @@ class ThreadRanks {
     const RankAtoms& r_;
   };
 
+  /// Sums and gathers over the threads (what MPI_Allreduce and MPI_Allgatherv do between processes).
+  class Collectives : public md::RankCollectives {
+   public:
+    Collectives(ThreadRanks& world, int rank) : world_(world), rank_(rank) {}
+    void sum(double* values, int64_t n) override {
+      world_.barrier();
+      {
+        std::lock_guard<std::mutex> lock(world_.mutex_);
+        if (world_.table_round_ != world_.round_) world_.table_.assign(size_t(n), 0.0), world_.table_round_ = world_.round_;
+        for (int64_t k = 0; k < n; ++k) world_.table_[size_t(k)] += values[k];
+      }
+      world_.barrier();
+      std::copy(world_.table_.begin(), world_.table_.begin() + n, values);
+      world_.barrier();
+      ++calls;
+    }
+    int64_t gather(const double* mine, int64_t n, std::vector<double>& all) override {
+      world_.barrier();
+      {
+        std::lock_guard<std::mutex> lock(world_.mutex_);
+        if (world_.parts_.size() != size_t(world_.ranks_)) world_.parts_.assign(size_t(world_.ranks_), {});
+        world_.parts_[size_t(rank_)].assign(mine, mine + n);
+      }
+      world_.barrier();
+      all.clear();
+      int64_t first = 0;
+      for (int q = 0; q < world_.ranks_; ++q) {
+        if (q == rank_) first = int64_t(all.size());
+        all.insert(all.end(), world_.parts_[size_t(q)].begin(), world_.parts_[size_t(q)].end());
+      }
+      world_.barrier();
+      ++calls;
+      return first;
+    }
+    int calls = 0;
+
+   private:
+    ThreadRanks& world_;
+    int rank_;
+  };
+
  private:
   /// All ranks wait here until every one has arrived.
   void barrier() {
@@ -210,6 +274,7 @@ class ThreadRanks {
   bool failed_ = false;
   int started_ = 0;
   std::vector<double> table_;
+  std::vector<std::vector<double>> parts_;  // Collectives::gather's, one per rank
 };
 
 std::string equivariant_deep_yaml(const std::string& precision) {
@@ -257,27 +322,14 @@ TYPED_TEST(PotentialTest, EquivariantFeaturesExchangedBetweenRanksEqualTheWholeF
       ASSERT_GT(potential[0]->exchange_width(), 0);
       EXPECT_DOUBLE_EQ(potential[0]->ghost_cutoff(true), r_max);
       std::vector<md::Results> out(static_cast<size_t>(ranks));
-      std::vector<std::string> errors(static_cast<size_t>(ranks));
-      std::vector<std::thread> threads;
-      for (int q = 0; q < ranks; ++q)
-        threads.emplace_back([&, q] {
-          const RankAtoms& r = rank[size_t(q)];
-          md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
-          atoms.exchange = exchange[size_t(q)].get();
-          if (ids) atoms.ids = r.owner.data();
-          world.wait_turn(q);
-          try {
-            potential[size_t(q)]->compute(atoms, true, true, out[size_t(q)]);
-          } catch (const std::exception& e) {
-            errors[size_t(q)] = e.what();
-            world.fail();
-          }
-        });
-      for (auto& t : threads) t.join();
-      std::string all_errors;
-      for (int q = 0; q < ranks; ++q)
-        if (!errors[size_t(q)].empty()) all_errors += "rank " + std::to_string(q) + ": " + errors[size_t(q)] + "\n";
-      ASSERT_EQ(all_errors, "");
+      ASSERT_EQ(world.run([&](int q) {
+        const RankAtoms& r = rank[size_t(q)];
+        md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+        atoms.exchange = exchange[size_t(q)].get();
+        if (ids) atoms.ids = r.owner.data();
+        potential[size_t(q)]->compute(atoms, true, true, out[size_t(q)]);
+      }),
+                "");
       double energy = 0;
       std::vector<double> forces(size_t(f.natoms()) * 3, 0.0), virial(9, 0.0), atom_virial(9, 0.0);
       // Per atom (by the atom each row images): energies and virials, exchanged and TorchScript.
@@ -330,6 +382,97 @@ TYPED_TEST(PotentialTest, EquivariantFeaturesExchangedBetweenRanksEqualTheWholeF
       EXPECT_LT(relative_difference(atom_virial, rvv), tol) << "per-atom virials, summed";
       EXPECT_LT(relative_difference(atomic, atomic_script), tol) << "per-atom energies";
       EXPECT_LT(relative_difference(per_atom, per_atom_script), tol) << "per-atom virials";
+    }
+  }
+}
+
+// A model with charges across ranks (docs/lammps.md "Long range across ranks"): 1, 2 and 3 ranks
+// (threads with their own exchange and sums) owning parts of a periodic triclinic frame (the
+// reciprocal sum, k-vectors and mesh) or of a cluster (the direct sum over the gathered atoms)
+// add up to the frozen forward on the whole frame: energy, forces, virial, and each atom's charge.
+TYPED_TEST(PotentialTest, LongRangeRanksEqualTheWholeFrame) {
+  test::TempDir dir;
+  const double tol = TestFixture::tolerance();
+  const double r_max =
+      write_frozen(dir / "lr.pt", equivariant_yaml(TestFixture::precision()) +
+                                      "  long_range: {sigma: 1.0, kspace_spacing: 1.5, total_charge: 0.5}\n");
+  archive::ExtraFiles extra;
+  torch::jit::Module module = archive::load_model(dir / "lr.pt", extra);
+  const auto dtype = TestFixture::kFloat32 ? torch::kFloat32 : torch::kFloat64;
+  EXPECT_THROW(md::Potential(dir / "lr.pt", "cpu", md::Evaluation::kTorchScript), Error);
+  for (auto [periodic, solver] : {std::pair{true, md::LongRangeSolver::kEwald}, std::pair{true, md::LongRangeSolver::kMesh},
+                                  std::pair{false, md::LongRangeSolver::kAuto}}) {
+    const Frame f = test::random_frame(40, periodic, 7, 9.5, {0.8, -0.6, 0.5}, 0.9, 0.35);
+    const test::ModelResult ref = test::run_deploy(module, f, r_max, dtype);
+    ASSERT_TRUE(ref.charges.defined());
+    EXPECT_GT(ref.charges.abs().max().item<double>(), 1e-3) << "charges that can matter";
+    // The mesh approximates the k-vector sum (docs/long_range.md "On a mesh"): its own tolerance.
+    const double t = solver == md::LongRangeSolver::kMesh ? std::max(tol, 1e-5) : tol;
+    for (int ranks : {1, 2, 3}) {
+      SCOPED_TRACE(std::to_string(ranks) + " rank(s), " +
+                   (periodic ? solver == md::LongRangeSolver::kMesh ? "periodic, mesh" : "periodic, k-vectors"
+                             : "cluster"));
+      std::vector<RankAtoms> rank(static_cast<size_t>(ranks));
+      for (int q = 0; q < ranks; ++q) {
+        std::vector<int64_t> owned;
+        for (int64_t i = q; i < f.natoms(); i += ranks) owned.push_back(i);
+        rank[size_t(q)] = rank_atoms(f, owned, periodic);
+      }
+      ThreadRanks world(ranks, f.natoms());
+      std::vector<std::unique_ptr<md::Potential>> potential;
+      std::vector<std::unique_ptr<ThreadRanks::Exchange>> exchange;
+      std::vector<std::unique_ptr<ThreadRanks::Collectives>> sums;
+      for (int q = 0; q < ranks; ++q) {
+        potential.push_back(std::make_unique<md::Potential>(dir / "lr.pt", "cpu"));
+        potential.back()->set_long_range_solver(solver);
+        exchange.push_back(std::make_unique<ThreadRanks::Exchange>(world, rank[size_t(q)]));
+        sums.push_back(std::make_unique<ThreadRanks::Collectives>(world, q));
+      }
+      ASSERT_TRUE(potential[0]->long_range());
+      std::vector<md::Results> out(static_cast<size_t>(ranks));
+      ASSERT_EQ(world.run([&](int q) {
+        const RankAtoms& r = rank[size_t(q)];
+        md::LocalAtoms atoms{r.pos.data(), r.types.data(), int64_t(r.types.size()), r.nlocal};
+        atoms.exchange = exchange[size_t(q)].get();
+        atoms.ids = r.owner.data();
+        atoms.cell = f.cell.empty() ? nullptr : f.cell.data();
+        atoms.periodic = periodic;
+        atoms.ranks = sums[size_t(q)].get();
+        // Per-atom virials of the mesh's sum are refused (docs/lammps.md "Long range across ranks").
+        potential[size_t(q)]->compute(atoms, true, solver != md::LongRangeSolver::kMesh, out[size_t(q)]);
+      }),
+                "");
+      double energy = 0, atomic_sum = 0;
+      std::vector<double> forces(size_t(f.natoms()) * 3, 0.0), virial(9, 0.0), atom_virial(9, 0.0),
+          charges(size_t(f.natoms()), 0.0);
+      for (int q = 0; q < ranks; ++q) {
+        const RankAtoms& r = rank[size_t(q)];
+        const md::Results& o = out[size_t(q)];
+        EXPECT_GT(sums[size_t(q)]->calls, 0);
+        energy += o.energy;
+        for (double e : o.atomic_energy) atomic_sum += e;
+        ASSERT_EQ(int64_t(o.charges.size()), r.nlocal);
+        for (int64_t k = 0; k < r.nlocal; ++k) charges[size_t(r.owner[size_t(k)])] = o.charges[size_t(k)];
+        for (size_t k = 0; k < r.owner.size(); ++k)
+          for (int d = 0; d < 3; ++d) forces[size_t(r.owner[k] * 3 + d)] += o.forces[k * 3 + size_t(d)];
+        for (int c = 0; c < 9; ++c) virial[size_t(c)] += o.virial[size_t(c)];
+        if (solver != md::LongRangeSolver::kMesh)
+          for (size_t k = 0; k < r.owner.size(); ++k)
+            for (int c = 0; c < 9; ++c) atom_virial[size_t(c)] += o.atom_virial[k * 9 + size_t(c)];
+      }
+      EXPECT_NEAR(energy, ref.energy, t * std::abs(ref.energy));
+      EXPECT_NEAR(atomic_sum, energy, 1e-9 * std::abs(energy));
+      const auto rf = ref.forces.contiguous();
+      EXPECT_LT(relative_difference(forces, {rf.data_ptr<double>(), rf.data_ptr<double>() + rf.numel()}), t) << "forces";
+      const auto rv = ref.virial.contiguous();
+      const std::vector<double> rvv(rv.data_ptr<double>(), rv.data_ptr<double>() + 9);
+      EXPECT_LT(relative_difference(virial, rvv), t) << "virial";
+      if (solver != md::LongRangeSolver::kMesh) {
+        EXPECT_LT(relative_difference(atom_virial, rvv), t) << "per-atom virials, summed";
+      }
+      const auto rq = ref.charges.contiguous();
+      EXPECT_LT(relative_difference(charges, {rq.data_ptr<double>(), rq.data_ptr<double>() + rq.numel()}), t)
+          << "charges";
     }
   }
 }

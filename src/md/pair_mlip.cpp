@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -15,6 +16,7 @@
 #include "archive/output_not_input.h"
 #include "atom.h"
 #include "comm.h"
+#include "domain.h"
 #include "compat/blas_kernels.h"
 #include "force.h"
 #include "memory.h"
@@ -65,6 +67,16 @@ PairMlip::~PairMlip() {
                     static_cast<long long>(t.calls), t.neighbor_list, t.model, double(t.model_atoms) / double(t.calls),
                     mine, comm->nprocs, all);
       utils::logmesg(lmp, std::string(line));
+      if (potential_->long_range()) {
+        std::snprintf(line, sizeof line,
+                      "pair_style mlip on rank 0: of the model's time, the long-range term %.3f s (%s, its sums over "
+                      "the ranks included)\n",
+                      t.long_range,
+                      potential_->long_range_solver() == LongRangeSolver::kMesh    ? "on the mesh"
+                      : potential_->long_range_solver() == LongRangeSolver::kEwald ? "the k-vector sum"
+                                                                                   : "not yet chosen");
+        utils::logmesg(lmp, std::string(line));
+      }
       // What the committee's other models cost: paid on the output steps only.
       if (!committee_.empty()) {
         Timings others;
@@ -112,11 +124,12 @@ namespace {
 
 const char* kUsage =
     "'pair_style mlip <frozen_model.pt> [<more models> ...] [device cpu|cuda|cuda:K] [evaluation auto|torchscript] "
-    "[exchange yes|no] [pairs auto|host|device] [out_freq N] [out_file F] [atomic] [relative L] [relative_v L]'";
+    "[exchange yes|no] [pairs auto|host|device] [kspace auto|ewald|mesh] [out_freq N] [out_file F] [atomic] "
+    "[relative L] [relative_v L]'";
 
 bool is_keyword(const std::string& word) {
   for (const char* k :
-       {"device", "evaluation", "exchange", "pairs", "out_freq", "out_file", "atomic", "relative", "relative_v"})
+       {"device", "evaluation", "exchange", "pairs", "kspace", "out_freq", "out_file", "atomic", "relative", "relative_v"})
     if (word == k) return true;
   return false;
 }
@@ -155,7 +168,7 @@ void PairMlip::read_settings(int narg, char** arg, std::vector<std::string>& mod
     const std::string key = arg[k++];
     if (!is_keyword(key))
       fail(
-          "expected another model file or a keyword (device, evaluation, exchange, pairs, out_freq, out_file, "
+          "expected another model file or a keyword (device, evaluation, exchange, pairs, kspace, out_freq, out_file, "
           "atomic, relative, relative_v) after the model files (" +
           std::string(kUsage) + "), got '" + key + "'");
     if (key == "atomic") {
@@ -189,6 +202,15 @@ void PairMlip::read_settings(int narg, char** arg, std::vector<std::string>& mod
         pairs = PairBuilding::kDevice;
       else
         fail("pairs: expected auto, host or device, got '" + value + "'");
+    } else if (key == "kspace") {
+      if (value == "auto")
+        solver_ = LongRangeSolver::kAuto;
+      else if (value == "ewald")
+        solver_ = LongRangeSolver::kEwald;
+      else if (value == "mesh")
+        solver_ = LongRangeSolver::kMesh;
+      else
+        fail("kspace: expected auto, ewald or mesh, got '" + value + "'");
     } else if (key == "out_file") {
       deviation_settings_.out_file = value;
       committee_keywords = true;
@@ -241,6 +263,7 @@ void PairMlip::settings(int narg, char** arg) {
   PairBuilding pairs = PairBuilding::kAuto;
   bool committee_keywords = false;
   potential_.reset();
+  solver_ = LongRangeSolver::kAuto;
   committee_.clear();
   committee_paths_.clear();
   deviation_file_.reset();
@@ -279,7 +302,9 @@ void PairMlip::settings(int narg, char** arg) {
     fail(e.what());
   }
   if (comm->me == 0) utils::logmesg(lmp, "pair_style mlip: " + model_path_ + ": " + potential_->describe() + "\n");
+  potential_->set_long_range_solver(solver_);
   load_committee(models, device, evaluation, pairs);
+  for (auto& member : committee_) member->set_long_range_solver(solver_);
   if (!committee_.empty()) {
     try {
       deviation_file_ = std::make_unique<DeviationFile>(deviation_settings_, world);
@@ -343,8 +368,9 @@ void PairMlip::init_style() {
   if (force->newton_pair == 0) fail("expected 'newton on': the forces on ghost atoms must go back to their owners");
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail("the model works in eV and Å: expected 'units metal', got 'units " + std::string(update->unit_style) + "'");
-  if (std::strcmp(atom->atom_style, "atomic") != 0)
-    fail("expected 'atom_style atomic', got 'atom_style " + std::string(atom->atom_style) + "'");
+  // atom_style charge: a model with charges writes them into q (docs/lammps.md "Long range across ranks").
+  if (std::strcmp(atom->atom_style, "atomic") != 0 && std::strcmp(atom->atom_style, "charge") != 0)
+    fail("expected 'atom_style atomic' or 'atom_style charge', got 'atom_style " + std::string(atom->atom_style) + "'");
   // No LAMMPS neighbour list: Potential builds the pairs of owned and ghost atoms itself
   // (docs/lammps.md "Neighbour list"). The ghost cutoff comes from init_one().
   set_communication_sizes();
@@ -450,12 +476,15 @@ void PairMlip::compute(int eflag, int vflag) {
     atoms.ids = ids_.data();
   }
   if (exchange_) atoms.exchange = this;
+  if (potential_->long_range()) set_box(atoms);
   try {
     potential_->compute(atoms, eflag_atom != 0, vflag_atom != 0, results_);
   } catch (const std::exception& e) {
     error->one(FLERR, "pair_style mlip: step " + std::to_string(update->ntimestep) + ": " + e.what());
   }
   count(results_.counts);
+  if (atom->q_flag && !results_.charges.empty())  // the owned atoms' charges, this step's
+    for (int i = 0; i < nlocal; ++i) atom->q[i] = results_.charges[size_t(i)];
   if (deviation_file_ && update->ntimestep % deviation_settings_.out_freq == 0 &&
       int64_t(update->ntimestep) != last_deviation_step_)
     write_deviation(atoms);
@@ -472,6 +501,42 @@ void PairMlip::compute(int eflag, int vflag) {
   if (vflag_atom)
     for (int i = 0; i < nall; ++i)
       for (int k = 0; k < 6; ++k) vatom[i][k] += results_.atom_virial[size_t(i * 9 + kVoigt[k])];
+}
+
+void PairMlip::set_box(LocalAtoms& atoms) {
+  const int periodic = domain->xperiodic + domain->yperiodic + domain->zperiodic;
+  if (periodic != 0 && periodic != 3)
+    fail("the model has a long-range term (model.long_range), whose sum is for boxes periodic in all three "
+         "directions (boundary p p p) or in none (f or s); got a box periodic in " +
+         std::to_string(periodic) + " direction(s)");
+  // LAMMPS' box: a along x, b in the xy plane; h = (xprd, yprd, zprd, yz, xz, xy).
+  const double* h = domain->h;
+  const double cell[9] = {h[0], 0, 0, h[5], h[1], 0, h[4], h[3], h[2]};
+  std::copy(cell, cell + 9, cell_);
+  atoms.cell = cell_;
+  atoms.periodic = periodic == 3;
+  atoms.ranks = this;
+}
+
+void PairMlip::sum(double* values, int64_t n) {
+  if (n > 0) MPI_Allreduce(MPI_IN_PLACE, values, int(n), MPI_DOUBLE, MPI_SUM, world);
+}
+
+int64_t PairMlip::gather(const double* mine, int64_t n, std::vector<double>& all) {
+  const int ranks = comm->nprocs;
+  std::vector<int> counts(size_t(ranks), 0), starts(size_t(ranks), 0);
+  const int count = int(n);
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, world);
+  int64_t total = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (total + counts[size_t(r)] > int64_t(std::numeric_limits<int>::max()))
+      fail("the direct long-range sum of a box without periodicity gathers more values than MPI can count");
+    starts[size_t(r)] = int(total);
+    total += counts[size_t(r)];
+  }
+  all.assign(size_t(total), 0.0);
+  MPI_Allgatherv(mine, count, MPI_DOUBLE, all.data(), counts.data(), starts.data(), MPI_DOUBLE, world);
+  return starts[size_t(comm->me)];
 }
 
 void PairMlip::write_deviation(LocalAtoms atoms) {

@@ -11,7 +11,8 @@
 namespace mlip::md {
 
 /// `pair_style mlip <frozen_model.pt> [more models ...] [device cpu|cuda|cuda:K] [evaluation auto|torchscript]
-/// [exchange yes|no] [pairs auto|host|device] [out_freq N] [out_file F] [atomic] [relative L] [relative_v L]`
+/// [exchange yes|no] [pairs auto|host|device] [kspace auto|ewald|mesh] [out_freq N] [out_file F] [atomic] [relative L]
+/// [relative_v L]`
 /// with `pair_coeff * * <name> ...`
 /// (docs/lammps.md): a frozen mlip model as a LAMMPS many-body pair style. Each step it gives
 /// the model this rank's owned + ghost atoms, adds the energy of the owned atoms and the forces
@@ -22,10 +23,15 @@ namespace mlip::md {
 /// ghosts out to r_max only, and its per-layer features cross between ranks through the pair
 /// style's forward and reverse communication (docs/lammps.md "Features exchanged between ranks").
 ///
+/// A model with charges (model.long_range) gets its long-range term summed over the ranks: the
+/// charges' total and the structure factor (or charge mesh) through MPI_Allreduce, the atoms of a
+/// box without periodicity through MPI_Allgatherv; under `atom_style charge` its charges are
+/// written into the owned atoms' q every step (docs/lammps.md "Long range across ranks").
+///
 /// With several models (a committee, docs/lammps.md "A committee of models") the first drives
 /// the MD; every out_freq steps all of them evaluate the step and their deviations go to
 /// out_file in DeePMD-kit's layout (md/deviation_file.h).
-class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
+class PairMlip : public LAMMPS_NS::Pair, private GhostExchange, private RankCollectives {
  public:
   explicit PairMlip(LAMMPS_NS::LAMMPS* lmp);
   ~PairMlip() override;
@@ -50,6 +56,12 @@ class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
   // GhostExchange: rows [nall, width] through comm->forward_comm_pair / reverse_comm_pair.
   void forward(double* rows, int64_t width) override;
   void reverse(double* rows, int64_t width) override;
+  // RankCollectives: MPI_Allreduce and MPI_Allgatherv over `world`.
+  void sum(double* values, int64_t n) override;
+  int64_t gather(const double* mine, int64_t n, std::vector<double>& all) override;
+  /// The box for a model with charges: LAMMPS' lattice vectors as rows and whether it is periodic
+  /// (all three directions or none; else an error).
+  void set_box(LocalAtoms& atoms);
 
   /// Reads the model files and the committee's keywords of pair_style (settings()).
   void read_settings(int narg, char** arg, std::vector<std::string>& models, std::string& device,
@@ -84,6 +96,8 @@ class PairMlip : public LAMMPS_NS::Pair, private GhostExchange {
   std::vector<int64_t> ids_;  // per step: their atom ids (LAMMPS tags)
   Results results_;
   bool allow_exchange_ = true;       // `exchange no`: ghosts out to L · r_max instead
+  LongRangeSolver solver_ = LongRangeSolver::kAuto;  // `kspace`: a model with charges' periodic sum
+  double cell_[9] = {};              // per step: the box's lattice vectors (set_box)
   bool exchange_ = false;            // the model's features cross between ranks per layer
   double* exchange_rows_ = nullptr;  // during forward() / reverse(): the rows, [nall, width]
   int exchange_width_ = 0;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -16,10 +17,12 @@
 #include "data/overlap.h"
 #include "error.h"
 #include "md/device_graph.h"
+#include "md/long_range_term.h"
 #include "models/capabilities.h"
 #include "models/deploy_source.h"
 #include "models/inference.h"
 #include "models/inference_registry.h"
+#include "models/long_range/long_range.h"
 #include "models/module_device.h"
 #include "models/repulsion_inference.h"
 #include "models/torchscript_inference.h"
@@ -189,6 +192,11 @@ struct Potential::Impl {
   // The model's own inference (Evaluation::kAuto on the CPU, where its registry entry has one),
   // else its TorchScript forward (models/torchscript_inference.h).
   std::unique_ptr<models::Inference> inference;
+  // model.long_range (docs/lammps.md "Long range across ranks"): its settings and how its periodic
+  // sum is computed.
+  models::LongRangeSettings long_range;
+  LongRangeSolver solver = LongRangeSolver::kAuto;
+  LongRangeCache long_range_cache;
   // The TorchScript forward's graph built on the device (build_device_graph), not the host.
   bool device_pairs = false;
   data::NeighborListBuilder<double> builder_double;
@@ -219,6 +227,9 @@ struct Potential::Impl {
   /// The rank's graph built on the device (docs/lammps.md "Pairs on the device") through the
   /// TorchScript forward; only forces, energy and virial (and the asked per-atom values) come back.
   void compute_on_device(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial, Results& out);
+  /// The long-range term's part (this rank's atoms') added to the model's.
+  void add_long_range(const LongRangeTerm& term, int64_t nlocal, bool atomic_energy, bool atom_virial,
+                      Results& out) const;
 };
 
 void Potential::Impl::load(const std::string& file, const std::string& device_name, Evaluation wanted,
@@ -266,6 +277,17 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
     const models::InferenceEntry* entry = models::find_inference(model_type);
     if (entry != nullptr && entry->inference)
       inference = models::with_pair_repulsion(entry->inference(record, module), repulsion, type_names);
+  }
+  long_range = models::long_range_from(record);
+  if (long_range.enabled && (!inference || !inference->inputs().charges)) {
+    // The forward's E_long is one frame's (it refuses `nlocal`): MD across ranks needs the
+    // charge head's own inference with the term summed over the ranks.
+    std::string why = wanted == Evaluation::kTorchScript ? "evaluation torchscript was asked for"
+                      : device.is_cuda()                ? "the device is " + device.str()
+                                                        : "this model type's own inference has no charges";
+    throw Error(path + ": the model has a long-range term (model.long_range), which MD evaluates through the model's "
+                "own inference on the CPU, with the term summed over the ranks; " + why +
+                " (docs/lammps.md \"Long range across ranks\")");
   }
   if (!inference) {
     inference = std::make_unique<models::TorchScriptInference>(module, device, dtype, r_max);
@@ -413,6 +435,13 @@ void Potential::Impl::evaluate_graph(const RankGraph& g, const LocalAtoms& atoms
   request.exchange = exchange;
   request.outputs.atomic_energy = atomic_energy;
   request.outputs.pair_gradient = atom_virial;
+  std::optional<LongRangeTerm> term;
+  if (long_range.enabled) {
+    // The owned atoms' positions are the owned nodes' (nodes [0, nlocal) are rows [0, nlocal)).
+    term.emplace(long_range, atoms.positions, atoms.nlocal, atoms.cell, atoms.periodic, atoms.ranks, solver,
+                 long_range_cache, atom_virial);
+    request.charge_coupling = &*term;
+  }
   models::InferenceResult r = inference->evaluate(request);
   out.counts = std::move(r.counts);
   out.energy = r.energy;
@@ -438,7 +467,23 @@ void Potential::Impl::evaluate_graph(const RankGraph& g, const LocalAtoms& atoms
       }
     }
   }
+  if (term) {
+    add_long_range(*term, atoms.nlocal, atomic_energy, atom_virial, out);
+    timings.long_range += term->seconds();
+  }
   timings.model += seconds_since(t1);
+}
+
+void Potential::Impl::add_long_range(const LongRangeTerm& term, int64_t nlocal, bool atomic_energy, bool atom_virial,
+                                     Results& out) const {
+  out.energy += term.energy();
+  for (int64_t i = 0; i < nlocal * 3; ++i) out.forces[size_t(i)] += term.forces()[size_t(i)];
+  for (size_t c = 0; c < 9; ++c) out.virial[c] += term.virial()[c];
+  if (atomic_energy)
+    for (int64_t i = 0; i < nlocal; ++i) out.atomic_energy[size_t(i)] += term.atomic_energy()[size_t(i)];
+  if (atom_virial)
+    for (int64_t i = 0; i < nlocal * 9; ++i) out.atom_virial[size_t(i)] += term.atom_virial()[size_t(i)];
+  out.charges = term.charges();
 }
 
 void Potential::Impl::compute_on_device(const LocalAtoms& atoms, bool atomic_energy, bool atom_virial,
@@ -521,6 +566,9 @@ int64_t Potential::exchange_width() const {
   return impl_->layers > 1 ? impl_->inference->inputs().exchange_width : 0;
 }
 const Timings& Potential::timings() const { return impl_->timings; }
+bool Potential::long_range() const { return impl_->long_range.enabled; }
+void Potential::set_long_range_solver(LongRangeSolver solver) { impl_->solver = solver; }
+LongRangeSolver Potential::long_range_solver() const { return impl_->solver; }
 std::vector<models::Counter> Potential::counters() const { return impl_->inference->counters(); }
 void Potential::reset_timings() { impl_->timings = Timings(); }
 
@@ -541,6 +589,8 @@ void Potential::compute(const LocalAtoms& atoms, bool atomic_energy, bool atom_v
       throw Error("MD atoms: atom " + std::to_string(i) + " has model type " + std::to_string(atoms.types[i]) +
                   ", expected 0.." + std::to_string(ntypes - 1));
   out = Results();
+  if (impl_->long_range.enabled && atoms.periodic && atoms.cell == nullptr)
+    throw Error("MD atoms: the model has a long-range term and the box is periodic, but no cell was given");
   const bool f32 = impl_->dtype == torch::kFloat32;
   if (impl_->inference->inputs().neighbor_list) {
     if (f32) impl_->compute_own<float>(atoms, atomic_energy, atom_virial, out);

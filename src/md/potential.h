@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "md/long_range_solver.h"
+#include "md/rank_collectives.h"
 #include "models/ghost_exchange.h"
 #include "models/inference.h"
 
@@ -33,6 +35,15 @@ struct LocalAtoms {
   /// (plus skin) beyond the owned atoms, each ghost is evaluated as an atom of its own, and every
   /// rank must call compute() at the same step (the exchange is collective).
   GhostExchange* exchange = nullptr;
+  /// For a model with charges (Potential::long_range(); docs/lammps.md "Long range across ranks"):
+  /// [9] Å, row-major, the box's lattice vectors as rows (read when periodic), or null.
+  const double* cell = nullptr;
+  /// Whether the box is periodic along all three lattice vectors (the reciprocal sum over `cell`)
+  /// or along none (the direct sum over every rank's atoms); partly periodic boxes are refused.
+  bool periodic = false;
+  /// Sums and gathers over the MD ranks for a model with charges, or null on one rank; every rank
+  /// must then call compute() at the same step (they are collective).
+  RankCollectives* ranks = nullptr;
 };
 
 /// What compute() gives, in float64 whatever the model's dtype.
@@ -42,6 +53,9 @@ struct Results {
   std::vector<double> forces;         ///< [natoms * 3] eV/Å, -dE/dr; a ghost's force belongs to its owner
   std::array<double, 9> virial{};     ///< eV, row-major, -sum over pairs of d_ij ⊗ dE/dd_ij
   std::vector<double> atom_virial;    ///< [natoms * 9] eV, each pair's half to each atom (when asked)
+  /// [nlocal] e, the owned atoms' charges, shifted to the total (a model with charges only;
+  /// docs/long_range.md); empty otherwise.
+  std::vector<double> charges;
   /// [Potential::counters().size()]: this call's count of each of the model's counters, to be
   /// reported (docs/lammps.md "Counters"; e.g. a compressed model's pairs beyond its tables).
   std::vector<int64_t> counts;
@@ -51,6 +65,7 @@ struct Results {
 struct Timings {
   double neighbor_list = 0;  ///< the pairs within the cutoff (and the environment matrix for se_e2_a)
   double model = 0;          ///< the model: energies, forces, virial
+  double long_range = 0;     ///< within `model`: a model with charges' long-range term, its sums over the ranks included
   int64_t calls = 0;
   int64_t model_atoms = 0;   ///< atoms given to the model (owned + the ghosts it needs), summed over calls
 };
@@ -104,6 +119,13 @@ class Potential {
   bool pairs_on_device() const;
   /// One line: model, dtype, device, evaluation path and where the pairs are built.
   std::string describe() const;
+  /// Whether the model has charges and a long-range term (model.long_range): compute() then needs
+  /// LocalAtoms::cell, periodic and, across ranks, ranks.
+  bool long_range() const;
+  /// How the periodic long-range sum is computed (kAuto by default; docs/lammps.md "Long range
+  /// across ranks"); the choice kAuto makes, once made at the first step.
+  void set_long_range_solver(LongRangeSolver solver);
+  LongRangeSolver long_range_solver() const;
   /// What the model's evaluation counts and the MD code reports (Results::counts in this order;
   /// docs/lammps.md "Counters"), each with its report interval; empty for most models.
   std::vector<models::Counter> counters() const;

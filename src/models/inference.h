@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/neighbor_list.h"
+#include "models/charge_coupling.h"
 #include "models/ghost_exchange.h"
 
 namespace mlip::models {
@@ -68,6 +69,10 @@ struct Request {
   /// Energies, forces and pair gradients are then the total energy's, all ranks together. Only
   /// for an inference whose inputs().exchange_width > 0.
   GhostExchange* exchange = nullptr;
+  /// For a model with charges (InferenceInputs::charges): the long-range term computed outside
+  /// the inference (models/charge_coupling.h), which gets the owned atoms' raw charges and gives
+  /// back the energy's gradient by them. Required for such a model; null for any other.
+  ChargeCoupling* charge_coupling = nullptr;
   Outputs outputs;
 };
 
@@ -81,7 +86,8 @@ struct InferenceResult {
   std::vector<double> atom_virial;  ///< [natoms * 9] eV, each pair's half to i and to j, when asked
   std::vector<double> pair_gradient;  ///< [npairs * 3] eV/Å, dE/dd_ij of each pair of a graph, when asked
   /// [natoms] e, each atom's charge, when asked and the model has charges (docs/long_range.md);
-  /// empty otherwise.
+  /// empty otherwise. With a charge coupling: [nlocal], the owned atoms' raw charges (before the
+  /// shift to the total, which the coupling applies).
   std::vector<double> charges;
   /// [counters().size()]: this evaluation's count of each of the inference's counters.
   std::vector<int64_t> counts;
@@ -110,6 +116,10 @@ struct InferenceInputs {
   /// values per atom between layers; 0: it does not exchange (ghosts then reach
   /// message_layers · cutoff, docs/lammps.md).
   int64_t exchange_width = 0;
+  /// The model has a charge head (model.long_range): a request must give a charge coupling
+  /// (Request::charge_coupling), and the energy, forces and virial it returns are then E_short's
+  /// and those through the charges; E_long's own are the coupling's.
+  bool charges = false;
 };
 
 /// A frozen model's evaluator (docs/models.md "Inference"): the model's own hand-written

@@ -52,7 +52,8 @@ pair_coeff {coeff}
 cases = [
     ("units real", script(units="real"), "expected 'units metal', got 'units real'"),
     ("newton off", script(newton="off"), "expected 'newton on'"),
-    ("atom_style charge", script(style="charge"), "expected 'atom_style atomic', got 'atom_style charge'"),
+    ("atom_style full", script(style="full"), "expected 'atom_style atomic' or 'atom_style charge', got 'atom_style full'"),
+    ("kspace pppm", script(pair=f"mlip {model} kspace pppm"), "kspace: expected auto, ewald or mesh, got 'pppm'"),
     ("element not in the model", script(coeff="* * O C"), "atom type 2 is 'C', which is not in the model (O H)"),
     ("too few names", script(coeff="* * O"), "expected 'pair_coeff * * <name>'"),
     ("not * *", script(coeff="1 1 O H"), "Incorrect args for pair coefficients"),  # LAMMPS' own check
@@ -67,8 +68,8 @@ cases = [
      "step 3: MD atoms: atoms id 1 and id 2 are 0 Å apart"),
     ("no model", script(pair="mlip"),
      "expected 'pair_style mlip <frozen_model.pt> [<more models> ...] [device cpu|cuda|cuda:K] [evaluation "
-     "auto|torchscript] [exchange yes|no] [pairs auto|host|device] [out_freq N] [out_file F] [atomic] [relative L] "
-     "[relative_v L]', got no model file"),
+     "auto|torchscript] [exchange yes|no] [pairs auto|host|device] [kspace auto|ewald|mesh] [out_freq N] [out_file F] "
+     "[atomic] [relative L] [relative_v L]', got no model file"),
     ("bad evaluation", script(pair=f"mlip {model} evaluation fast"), "evaluation: expected auto or torchscript, got 'fast'"),
     ("bad exchange", script(pair=f"mlip {model} exchange maybe"), "exchange: expected yes or no, got 'maybe'"),
     ("bad pairs", script(pair=f"mlip {model} pairs gpu"), "pairs: expected auto, host or device, got 'gpu'"),

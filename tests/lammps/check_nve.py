@@ -1,9 +1,10 @@
-"""Energy conservation in NVE with pair_style mlip: 32 waters (the example's validation frame),
-300 K, 0.5 fs, 2,000 steps. The drift is the slope of a straight line fitted to the total energy
+"""Energy conservation in NVE with pair_style mlip: the first frame of a DeePMD npy system (32
+waters of the water example's validation set, or the ions example's 64 ions), 300 K, 0.5 fs,
+2,000 steps. The drift is the slope of a straight line fitted to the total energy
 against time, in eV/atom/ps; it must stay below the bound (docs/lammps.md "Energy conservation"
 gives the measurement behind it).
 
-usage: check_nve.py <mlip> <frozen.pt> <water npy system> <work dir> <bound eV/atom/ps> [threads]
+usage: check_nve.py <mlip> <frozen.pt> <npy system> <work dir> <bound eV/atom/ps> [threads]
 """
 import os
 import sys
@@ -16,15 +17,16 @@ mlip, model_path, water, work, bound = sys.argv[1:6]
 threads = int(sys.argv[6]) if len(sys.argv) > 6 else 2
 bound = float(bound)
 atoms = water_frame(water)
+names = open(os.path.join(water, "type_map.raw")).read().split()
 os.makedirs(work, exist_ok=True)
-write_data(atoms, os.path.join(work, "conf.data"), ["O", "H"])
+write_data(atoms, os.path.join(work, "conf.data"), names)
 steps, dt = 2000, 0.0005
 script = f"""units metal
 atom_style atomic
 boundary p p p
 read_data conf.data
 pair_style mlip {os.path.abspath(model_path)}
-pair_coeff * * O H
+pair_coeff * * {' '.join(names)}
 neighbor 1.0 bin
 velocity all create 300.0 87287 loop geom
 timestep {dt}

@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 from ase import Atoms
 
-MASSES = {"O": 15.999, "H": 1.008}
+MASSES = {"O": 15.999, "H": 1.008, "Na": 22.990, "Cl": 35.453}
 NKTV2P = 1.6021765e6  # LAMMPS metal units: pressure (bar) = NKTV2P * energy / volume
 
 
@@ -63,9 +63,9 @@ def configurations(water_system):
     return out
 
 
-def write_data(atoms, path, type_names):
-    """A LAMMPS data file (atom_style atomic); non-periodic directions get a box around the
-    atoms with room to spare (LAMMPS' `f` boundaries)."""
+def write_data(atoms, path, type_names, charge=False):
+    """A LAMMPS data file (atom_style atomic, or charge with every q zero); non-periodic
+    directions get a box around the atoms with room to spare (LAMMPS' `f` boundaries)."""
     pos = np.asarray(atoms.positions, dtype=np.float64)
     cell = np.asarray(atoms.cell.array, dtype=np.float64)
     lo = np.zeros(3)
@@ -86,10 +86,11 @@ def write_data(atoms, path, type_names):
         lines.append(f"{tilt[0]:.17g} {tilt[1]:.17g} {tilt[2]:.17g} xy xz yz")
     lines += ["", "Masses", ""]
     lines += [f"{k + 1} {MASSES[n]}" for k, n in enumerate(type_names)]
-    lines += ["", "Atoms # atomic", ""]
+    lines += ["", "Atoms # charge" if charge else "Atoms # atomic", ""]
     symbols = atoms.get_chemical_symbols()
+    q = " 0" if charge else ""
     for i in range(len(atoms)):
-        lines.append(f"{i + 1} {type_names.index(symbols[i]) + 1} {pos[i, 0]:.17g} {pos[i, 1]:.17g} {pos[i, 2]:.17g}")
+        lines.append(f"{i + 1} {type_names.index(symbols[i]) + 1}{q} {pos[i, 0]:.17g} {pos[i, 1]:.17g} {pos[i, 2]:.17g}")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -10,7 +10,10 @@
 # fine-tuned (mlip train --finetune) with the type map [H, O]; sez.pt and eqz.pt are se64.pt and
 # eq.pt with model.pair_repulsion ZBL 0.5-1.0 Å (docs/repulsion.md), fine-tuned one step at a
 # learning rate of 1e-30: the same weights, other energy shifts (the twins of check_zbl.py);
-# sezc.pt is sez.pt compressed.
+# sezc.pt is sez.pt compressed; lr.pt is the ions example's long-range model (examples/ions/
+# long_range.yaml) in float64 after 100 steps (charges up to ~0.25 e: enough for the tests of
+# docs/lammps.md "Long range across ranks" to see the term); eqlr.pt is eq.pt's input with
+# model.long_range (20 steps, charges up to ~0.02 e): stable in NVE as eq.pt is.
 # Exit 77 (skipped) when this mlip has no LAMMPS.
 # usage: make_models.sh <mlip> <dir>
 set -euo pipefail
@@ -81,6 +84,24 @@ for m in se64 eq; do
   "$MLIP" train "${m:0:2}z.yaml" -o "${m:0:2}z" --finetune "$m.pt" > "${m:0:2}z.log"
   "$MLIP" freeze -c "${m:0:2}z" -o "${m:0:2}z.pt"
 done
+# The long-range model (check_long_range.py).
+IONS="$ROOT/examples/ions"
+sed -e "s/^  numb_steps: .*/  numb_steps: 100/" -e "s/^  save_freq: .*/  save_freq: 100/" \
+    -e "s/^  disp_freq: .*/  disp_freq: 100/" -e "s/precision: float32/precision: float64/" \
+    -e "s#systems: \[data/#systems: [$IONS/data/#" "$IONS/long_range.yaml" > lr.yaml
+grep -q "long_range: {" lr.yaml && grep -q "precision: float64" lr.yaml && grep -q "numb_steps: 100" lr.yaml || {
+  echo "make_models.sh: examples/ions/long_range.yaml changed: the long-range model's edits no longer apply" >&2
+  exit 1
+}
+"$MLIP" train lr.yaml -o lr > lr.log
+"$MLIP" freeze -c lr -o lr.pt
+sed -e "s/^  type_map: \[O, H\]$/  type_map: [O, H]\n  long_range: {sigma: 1.0, kspace_spacing: 2.0}/" eq.yaml > eqlr.yaml
+grep -q "long_range: {" eqlr.yaml || {
+  echo "make_models.sh: examples/water/equivariant.yaml changed: the long-range twin's edit no longer applies" >&2
+  exit 1
+}
+"$MLIP" train eqlr.yaml -o eqlr > eqlr.log
+"$MLIP" freeze -c eqlr -o eqlr.pt
 # ... and sez.pt compressed as se64c.pt is below (the same grid: the same training data).
 "$MLIP" compress -i sez.pt -o sezc.pt -t sez.yaml
 # Compressed (mlip compress, default grid; docs/lammps.md "Compressed models"), and se64

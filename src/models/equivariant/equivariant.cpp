@@ -630,9 +630,16 @@ std::string equivariant_layer_source(const EquivariantConfig& c) {
     block_source(c, b, k, st, o);
     if (last) {
       readout_source(c, st, o);
-      o << "    none: List[Tensor] = []\n"
-        << "    return e * " << st.get("scale") << ".index_select(0, atype) + " << st.get("shift")
-        << ".index_select(0, atype), none\n\n";
+      const std::string energy =
+          "e * " + st.get("scale") + ".index_select(0, atype) + " + st.get("shift") + ".index_select(0, atype)";
+      o << "    none: List[Tensor] = []\n";
+      if (c.long_range.enabled)  // [nlocal, 2]: the energies and raw charges, as body_source's
+        o << "    q_raw = "
+          << st.readout(st.component("x_" + Irrep{0, c.parity ? 1 : 0}.name(), 0), st.get("charge_readout"),
+                        std::sqrt(double(c.num_features)))
+          << "\n    return torch.stack([" << energy << ", q_raw.to(e.dtype)], 1), none\n\n";
+      else
+        o << "    return " << energy << ", none\n\n";
     } else {
       o << "    return e_layers * " << st.get("scale") << ".index_select(0, atype), [";
       for (size_t q = 0; q < b.targets.size(); ++q) o << (q ? ", " : "") << "x_" << b.targets[q].name();

@@ -92,20 +92,45 @@ class EquivariantInference : public Inference {
     InferenceInputs in;
     in.graph = true;
     for (const auto& sizes : layer_outputs_) in.exchange_width = std::max(in.exchange_width, width(sizes));
+    in.charges = config_.long_range.enabled;
     return in;
   }
 
   InferenceResult evaluate(const Request& request) override {
     if (request.graph == nullptr || request.neighbors != nullptr) refuse(request);
+    if (config_.long_range.enabled && request.charge_coupling == nullptr)
+      throw Error(describe() + ": the model has charges (model.long_range): the request needs the long-range term's "
+                  "coupling (docs/lammps.md \"Long range across ranks\")");
+    if (!config_.long_range.enabled && request.charge_coupling != nullptr)
+      throw Error(describe() + ": the model has no charges (no model.long_range), but the request gives a charge "
+                  "coupling");
     const bool atomic = request.outputs.atomic_energy, pair_gradient = request.outputs.pair_gradient;
-    if (request.exchange != nullptr) return evaluate_exchanged(*request.graph, *request.exchange, atomic, pair_gradient);
-    return evaluate_graph(*request.graph, atomic, pair_gradient);
+    InferenceResult out =
+        request.exchange != nullptr
+            ? evaluate_exchanged(*request.graph, *request.exchange, request.charge_coupling, atomic, pair_gradient)
+            : evaluate_graph(*request.graph, request.charge_coupling, atomic, pair_gradient);
+    if (!request.outputs.charges) out.charges.clear();
+    return out;
   }
 
  private:
+  /// With charges: the owned atoms' raw charges (column 1 of `owned` [nlocal, 2]) through the
+  /// coupling; returns the backward pass's seed of `owned` ([nlocal, 2]: 1 for each energy, the
+  /// coupling's gradient for each charge) and keeps the raw charges in `raw`.
+  torch::Tensor charge_seed(const torch::Tensor& owned, ChargeCoupling& coupling, std::vector<double>& raw) const {
+    const int64_t nlocal = owned.size(0);
+    const torch::Tensor q = owned.select(1, 1).detach().to(torch::kFloat64).contiguous();
+    raw.assign(q.data_ptr<double>(), q.data_ptr<double>() + nlocal);
+    std::vector<double> gradient(size_t(nlocal), 0.0);
+    coupling.couple(raw.data(), nlocal, gradient.data());
+    const torch::Tensor g = torch::tensor(gradient, torch::kFloat64).to(owned.scalar_type());
+    return torch::stack({torch::ones({nlocal}, owned.options().requires_grad(false)), g}, 1);
+  }
+
   /// The whole graph at once: every node's features computed here.
-  InferenceResult evaluate_graph(const AtomGraph& graph, bool atomic, bool pair_gradient) {
+  InferenceResult evaluate_graph(const AtomGraph& graph, ChargeCoupling* coupling, bool atomic, bool pair_gradient) {
     torch::Tensor owned, grad;
+    std::vector<double> raw;
     GraphGeometry g;
     {
       torch::AutoGradMode grad_mode(true);
@@ -113,18 +138,26 @@ class EquivariantInference : public Inference {
       const torch::Tensor energies =
           training_.energy(params_, avg_num_neighbors_, g.basis, g.pair, g.y, g.i, g.j, g.atype, g.tables);
       owned = energies.narrow(0, 0, graph.nlocal);
-      if (graph.npairs > 0) grad = torch::autograd::grad({owned.sum()}, {g.d}, {}, false, false, true)[0];
+      // The coupling is collective: every rank calls it, with or without pairs.
+      const torch::Tensor seed = coupling != nullptr ? charge_seed(owned, *coupling, raw) : torch::ones_like(owned);
+      if (graph.npairs > 0 && owned.requires_grad())
+        grad = torch::autograd::grad({owned}, {g.d}, {seed}, false, false, true)[0];
+      if (coupling != nullptr) owned = owned.select(1, 0);
     }
-    return result(graph, g, owned.detach(), grad, atomic, pair_gradient);
+    InferenceResult out = result(graph, g, owned.detach(), grad, atomic, pair_gradient);
+    out.charges = std::move(raw);
+    return out;
   }
 
   // The layers one at a time, the ghosts' features from their owners between them, and the
   // backward pass through them in reverse with the ghosts' gradients returned to their owners
   // (docs/equivariant.md "Features exchanged between ranks").
-  InferenceResult evaluate_exchanged(const AtomGraph& graph, GhostExchange& exchange, bool atomic, bool pair_gradient) {
+  InferenceResult evaluate_exchanged(const AtomGraph& graph, GhostExchange& exchange, ChargeCoupling* coupling,
+                                     bool atomic, bool pair_gradient) {
     const int64_t n = graph.nodes, nlocal = graph.nlocal;
     const int64_t blocks = int64_t(layer_outputs_.size()) + 1;
     torch::Tensor owned, grad;
+    std::vector<double> raw;
     GraphGeometry g;
     {
       torch::AutoGradMode grad_mode(true);
@@ -138,7 +171,9 @@ class EquivariantInference : public Inference {
         auto [energy, out] =
             training_.layer(k, params_, avg_num_neighbors_, basis, g.pair, y, g.atype, g.tables, nlocal, x);
         energies[size_t(k)] = energy;
-        owned = k == 0 ? energy.detach() : owned + energy.detach();
+        // The last block's energies with charges: [nlocal, 2], the raw charges in column 1.
+        const torch::Tensor energy_part = energy.dim() == 2 ? energy.select(1, 0) : energy;
+        owned = k == 0 ? energy_part.detach() : owned + energy_part.detach();
         if (k + 1 == blocks) break;
         const auto& sizes = layer_outputs_[size_t(k)];
         std::vector<torch::Tensor> flat;
@@ -151,6 +186,11 @@ class EquivariantInference : public Inference {
         inputs[size_t(k + 1)] = rows.to(config_.dtype()).requires_grad_(true);
         x = split(inputs[size_t(k + 1)], sizes);
       }
+      // The last block's seed: 1 for each energy, and with charges the coupling's gradient for
+      // each raw charge (collective: every rank calls it here).
+      const torch::Tensor& last = energies.back();
+      const torch::Tensor last_seed =
+          coupling != nullptr ? charge_seed(last, *coupling, raw) : torch::ones_like(last).detach();
       torch::Tensor grad_basis = torch::zeros_like(basis), grad_y = torch::zeros_like(y);
       torch::Tensor grad_out;  // dE/d(block k's output features of the owned atoms), all ranks' E
       for (int64_t k = blocks - 1; k >= 0; --k) {
@@ -158,7 +198,8 @@ class EquivariantInference : public Inference {
         // second push_back reads past the list (-Warray-bounds).
         std::vector<torch::Tensor> outs, grad_outs;
         outs.reserve(2), grad_outs.reserve(2);
-        outs.push_back(energies[size_t(k)].sum()), grad_outs.push_back(torch::ones({}, basis.options()));
+        if (k + 1 == blocks) outs.push_back(energies[size_t(k)]), grad_outs.push_back(last_seed);
+        else outs.push_back(energies[size_t(k)].sum()), grad_outs.push_back(torch::ones({}, basis.options()));
         if (k + 1 < blocks) outs.push_back(outputs[size_t(k)]), grad_outs.push_back(grad_out);
         std::vector<torch::Tensor> by = {basis, y};
         if (k > 0) by.push_back(inputs[size_t(k)]);
@@ -172,7 +213,9 @@ class EquivariantInference : public Inference {
       }
       if (graph.npairs > 0) grad = torch::autograd::grad({g.basis, g.y}, {g.d}, {grad_basis, grad_y}, false, false, true)[0];
     }
-    return result(graph, g, owned, grad, atomic, pair_gradient);
+    InferenceResult out = result(graph, g, owned, grad, atomic, pair_gradient);
+    out.charges = std::move(raw);
+    return out;
   }
 
   int64_t width(const std::vector<int64_t>& sizes) const {
@@ -322,12 +365,6 @@ InferenceEntry equivariant_inference_entry() {
   e.energy_shift = "shift";
   e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
     EquivariantConfig config = equivariant_config(record, module);
-    // docs/long_range.md "Status": the hand-written inference and the MD ranks' sums of the
-    // long-range term are the next part of issue 79.
-    if (config.long_range.enabled)
-      throw Error(record.source() + ": the model has a long-range term (model.long_range), which the hand-written "
-                  "inference for MD does not evaluate in this version; mlip test, the ASE calculator and plain "
-                  "PyTorch evaluate it through the model's forward");
     return std::make_unique<EquivariantInference>(std::move(config), module);
   };
   return e;

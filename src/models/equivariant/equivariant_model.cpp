@@ -220,7 +220,6 @@ class EquivariantModel final : public Model {
     // cached derivatives of the geometry. The batch's frames are evaluated as one graph of
     // frames x atoms (docs/equivariant.md "A batch in one call"): one call of the energy
     // function, whatever the batch, instead of one per frame.
-    if (settings_.long_range.enabled) return predict_long_range(batch_of(atoms, frames), atoms.natoms, training);
     return predict_batch(batch_of(atoms, frames), atoms.natoms, training);
   }
 
@@ -257,15 +256,31 @@ class EquivariantModel final : public Model {
   }
 
  private:
-  /// predict() of a batch of frames of `natoms` atoms each.
+  /// predict() of a batch of frames of `natoms` atoms each. With the long-range term
+  /// (docs/long_range.md "Training") the energy function also gives each atom's raw charge; E_long
+  /// of each frame comes from the charges, positions and cell, its gradient by the basis and
+  /// harmonics (through the charges) joins the short-range one on the edges, and its direct
+  /// gradient by positions and cell is added after.
   Prediction predict_batch(const FrameBatch& b, int64_t natoms, bool training) {
     const int64_t nframes = b.atype.size(0) / natoms;
+    const bool long_range = settings_.long_range.enabled;
     const auto params = training_->parameters(module_, false);
     const double avg = module_.attr("avg_num_neighbors").toDouble();
     const auto basis = b.basis.detach().requires_grad_(true);
     const auto y = b.y.detach().requires_grad_(true);
-    const auto e = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
-    const auto grads = torch::autograd::grad({e.sum()}, {basis, y}, {}, training, training);
+    std::vector<torch::Tensor> by = {basis, y};
+    const auto out = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
+    torch::Tensor energy = (long_range ? out.select(1, 0) : out).to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
+    if (long_range) {
+      by.push_back(b.pos.detach().reshape({nframes, natoms, 3}).requires_grad_(true));
+      by.push_back(b.cell.detach().requires_grad_(true));
+      energy = energy + long_range_batch(module_, out.select(1, 1).reshape({nframes, natoms}), by[2], by[3],
+                                         b.periodic, settings_.long_range.total_charge)
+                            .energy;
+    }
+    auto grads = torch::autograd::grad({energy.sum()}, by, {}, training, training, true);
+    for (int k = 0; k < 2; ++k)
+      if (!grads[size_t(k)].defined()) grads[size_t(k)] = torch::zeros_like(by[size_t(k)]);
     // dE/dd_e: the harmonics' part per edge, the basis's part on each pair's first edge; then
     // F_i = sum_j dE/dd_ij, F_j -= dE/dd_ij (d_ij = r_j - r_i), W = -sum d ⊗ dE/dd per frame: one
     // node (models/equivariant/edge_forces.h).
@@ -273,42 +288,15 @@ class EquivariantModel final : public Model {
                                     b.d,              b.edge_frame, nframes,     natoms};
     const auto [forces, virial] = edge_forces(grads[0], grads[1], tables);
     Prediction p;
-    p.energy = e.to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
+    p.energy = energy;
     p.forces = forces.view({nframes, natoms, 3});
     p.virial = virial;
-    if (training) last_ = p;
-    return p;
-  }
-
-  /// predict_batch with the long-range term (docs/long_range.md "Training"): the energy function
-  /// gives each atom's short-range energy and raw charge; E_long of each frame from the charges,
-  /// positions and cell; its gradient by the basis and harmonics (through the charges) joins the
-  /// short-range one on the edges, and its direct gradient by positions and cell is added after.
-  Prediction predict_long_range(const FrameBatch& b, int64_t natoms, bool training) {
-    const int64_t nframes = b.atype.size(0) / natoms;
-    const auto params = training_->parameters(module_, false);
-    const double avg = module_.attr("avg_num_neighbors").toDouble();
-    const auto basis = b.basis.detach().requires_grad_(true);
-    const auto y = b.y.detach().requires_grad_(true);
-    const auto pos = b.pos.detach().reshape({nframes, natoms, 3}).requires_grad_(true);
-    const auto cell = b.cell.detach().requires_grad_(true);
-    const auto out = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
-    const auto e_short = out.select(1, 0).to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
-    const LongRangeBatch lr = long_range_batch(module_, out.select(1, 1).reshape({nframes, natoms}), pos, cell,
-                                               settings_.long_range.total_charge);
-    const auto total = e_short + lr.energy;
-    auto grads = torch::autograd::grad({total.sum()}, {basis, y, pos, cell}, {}, training, training, true);
-    for (int k = 0; k < 2; ++k)
-      if (!grads[size_t(k)].defined()) grads[size_t(k)] = torch::zeros_like(k == 0 ? basis : y);
-    const EdgeGeometryTables tables{b.basis_jacobian, b.y_jacobian, b.pair_edge, b.i,      b.j,
-                                    b.d,              b.edge_frame, nframes,     natoms};
-    const auto [forces, virial] = edge_forces(grads[0], grads[1], tables);
-    const auto [direct_forces, direct_virial] =
-        long_range_direct_forces(pos, cell, grads[2], grads[3], forces.scalar_type());
-    Prediction p;
-    p.energy = total;
-    p.forces = forces.view({nframes, natoms, 3}) + direct_forces;
-    p.virial = virial + direct_virial;
+    if (long_range) {
+      const auto [direct_forces, direct_virial] =
+          long_range_direct_forces(by[2], by[3], grads[2], grads[3], forces.scalar_type());
+      p.forces = p.forces + direct_forces;
+      p.virial = p.virial + direct_virial;
+    }
     if (training) last_ = p;
     return p;
   }
@@ -320,7 +308,8 @@ class EquivariantModel final : public Model {
                   .to(device_, torch::kFloat64, false, true);
     const int periodic = int(system.pbc[0]) + int(system.pbc[1]) + int(system.pbc[2]);
     if (periodic != 0 && periodic != 3) throw Error("system " + system.name + ": " + kPartlyPeriodic);
-    if (periodic == 3 && frame.cell() != nullptr)
+    out.periodic = periodic == 3 && frame.cell() != nullptr;
+    if (out.periodic)
       out.cell = torch::from_blob(const_cast<double*>(frame.cell()), {3, 3}, torch::kFloat64).to(device_, false, true);
     else
       out.cell = torch::zeros({3, 3}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));

@@ -52,7 +52,7 @@ std::vector<torch::Tensor> tensors_of(const FrameBatch& b) {
 FrameBatch batch_from(const std::vector<torch::Tensor>& t) {
   if (t.size() != 14)
     throw Error("equivariant model: expected the 14 tensors of a packed batch, got " + std::to_string(t.size()));
-  FrameBatch b{t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], {}};
+  FrameBatch b{t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], {}, {}, {}, {}};
   b.edges = {b.i, b.j, t[11], t[12], t[13], b.pair, b.pair_edge};
   return b;
 }
@@ -69,12 +69,15 @@ FrameBatch single_frame_batch(const EquivariantFrame& g, torch::Device device) {
                g.y_jacobian,
                {},
                torch::zeros({g.i.size(0)}, g.i.options().device(device)),
+               {},
+               {},
+               {},
                {}};
   b.edges = {b.i, b.j};
   for (size_t k = 2; k < g.edges.size(); ++k) b.edges.push_back(to_device_without_waiting(g.edges[k], device));
   b.edges.push_back(b.pair);
   b.edges.push_back(b.pair_edge);
-  if (g.pos.defined()) b.pos = g.pos, b.cell = g.cell.unsqueeze(0);
+  if (g.pos.defined()) b.pos = g.pos, b.cell = g.cell.unsqueeze(0), b.periodic = {g.periodic};
   return b;
 }
 
@@ -126,7 +129,8 @@ FrameBatch frame_batch(const std::vector<const EquivariantFrame*>& frames, int64
              b.pair_edge};
   if (nframes > 0 && frames[0]->pos.defined()) {
     std::vector<torch::Tensor> pos, cell;
-    for (const EquivariantFrame* g : frames) pos.push_back(g->pos), cell.push_back(g->cell);
+    for (const EquivariantFrame* g : frames)
+      pos.push_back(g->pos), cell.push_back(g->cell), b.periodic.push_back(g->periodic);
     b.pos = torch::cat(pos);
     b.cell = torch::stack(cell);
   }

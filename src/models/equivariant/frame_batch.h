@@ -28,6 +28,7 @@ struct EquivariantFrame : FrameInput {
   // With model.long_range only (undefined otherwise; docs/long_range.md "Training"):
   torch::Tensor pos;   ///< [N, 3] float64 on the device, the positions, Å
   torch::Tensor cell;  ///< [3, 3] float64 on the device, rows the cell vectors, Å; zeros: no periodicity
+  bool periodic = false;  ///< host: the frame is periodic (its cell is read), known without reading the device
   int64_t bytes() const override;
 };
 
@@ -42,8 +43,10 @@ struct FrameBatch {
   /// The contraction's tables [i, j, centre_offsets [B·N+1], by_neighbor, neighbor_offsets
   /// [B·N+1], pair, pair_edge] (models/equivariant/message_contraction.h).
   std::vector<torch::Tensor> edges;
-  /// With model.long_range only: [B·N, 3] positions and [B, 3, 3] cells, as in EquivariantFrame.
+  /// With model.long_range only: [B·N, 3] positions and [B, 3, 3] cells, as in EquivariantFrame,
+  /// and [B] whether each frame is periodic (host).
   torch::Tensor pos, cell;
+  std::vector<bool> periodic;
 };
 
 /// The batch's tensors in one list (what Model::pack gives): d, i, j, pair, pair_edge, basis,

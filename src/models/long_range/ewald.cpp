@@ -153,6 +153,67 @@ void ReciprocalSum::virial(const std::vector<double>& s, double charge_sum, doub
   for (int a = 0; a < 3; ++a) w[4 * a] += diagonal;
 }
 
+namespace {
+
+/// The smeared charges' kernel k_e erf(r w) / r (eV Å / e² per Å, w = 1/(√2 σ)) at distance r and
+/// its derivative by r.
+void smeared_kernel(double r, double width, double& kernel, double& slope) {
+  kernel = kCoulomb * std::erf(r * width) / r;
+  slope = kCoulomb * (2 / std::sqrt(M_PI) * width * std::exp(-r * r * width * width) - std::erf(r * width) / r) / r;
+}
+
+}  // namespace
+
+void ReciprocalSum::atom_virials(const std::vector<double>& s, double charge_sum, int64_t n, const double* pos,
+                                 const double* q, double* w) const {
+  const int64_t K = size();
+  const double background = background_coefficient(settings_) / volume_;
+  for (int64_t i = 0; i < n; ++i) {
+    const double* r = pos + 3 * i;
+    double* wi = w + 9 * i;
+    for (int a = 0; a < 9; ++a) wi[a] = 0;
+    double diagonal = -background * charge_sum * q[i];
+    for (int64_t k = 0; k < K; ++k) {
+      const double kr = k_[3 * k] * r[0] + k_[3 * k + 1] * r[1] + k_[3 * k + 2] * r[2];
+      const double share = q[i] * (std::cos(kr) * s[k] + std::sin(kr) * s[K + k]);  // its part of |S(k)|²
+      diagonal += weight_[k] * share;
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) wi[3 * a + b] += weight_slope_[k] * share * k_[3 * k + a] * k_[3 * k + b];
+    }
+    for (int a = 0; a < 3; ++a) wi[4 * a] += diagonal;
+  }
+}
+
+double direct_sum_part(const LongRangeSettings& settings, int64_t n, const double* pos, const double* q, int64_t first,
+                       int64_t count, double* potentials, double* forces, double* virials) {
+  const double width = 1.0 / (std::sqrt(2.0) * settings.sigma);
+  double energy = 0;
+  for (int64_t a = 0; a < count; ++a) {
+    const int64_t i = first + a;
+    double phi = 0, force[3] = {0, 0, 0}, w[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      double d[3];
+      for (int b = 0; b < 3; ++b) d[b] = pos[3 * j + b] - pos[3 * i + b];
+      const double r = std::sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+      double kernel, slope;
+      smeared_kernel(r, width, kernel, slope);
+      phi += q[j] * kernel;
+      const double along = q[i] * q[j] * slope / r;  // dE/dd_ij = along * d
+      for (int b = 0; b < 3; ++b) force[b] += along * d[b];
+      for (int b = 0; b < 3; ++b)
+        for (int c = 0; c < 3; ++c) w[3 * b + c] -= 0.5 * d[b] * along * d[c];
+    }
+    energy += 0.5 * q[i] * phi;
+    if (potentials != nullptr) potentials[a] = phi;
+    if (forces != nullptr)
+      for (int b = 0; b < 3; ++b) forces[3 * a + b] = force[b];
+    if (virials != nullptr)
+      for (int b = 0; b < 9; ++b) virials[9 * a + b] = w[b];
+  }
+  return energy;
+}
+
 double direct_sum(const LongRangeSettings& settings, int64_t n, const double* pos, const double* q,
                   double* potentials, double* forces, double* virial) {
   const double width = 1.0 / (std::sqrt(2.0) * settings.sigma);
@@ -168,10 +229,8 @@ double direct_sum(const LongRangeSettings& settings, int64_t n, const double* po
       double d[3];
       for (int b = 0; b < 3; ++b) d[b] = pos[3 * j + b] - pos[3 * i + b];
       const double r = std::sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
-      const double kernel = kCoulomb * std::erf(r * width) / r;
-      // d kernel / dr
-      const double slope =
-          kCoulomb * (2 / std::sqrt(M_PI) * width * std::exp(-r * r * width * width) - std::erf(r * width) / r) / r;
+      double kernel, slope;
+      smeared_kernel(r, width, kernel, slope);
       e += q[i] * q[j] * kernel;
       if (potentials != nullptr) {
         potentials[i] += q[j] * kernel;

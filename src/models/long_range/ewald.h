@@ -60,6 +60,10 @@ class ReciprocalSum {
                              const double* charges, double* potentials, double* forces) const;
   /// The fixed-charge virial W = -∂E/∂ε (a homogeneous strain of positions and cell), eV.
   void virial(const std::vector<double>& s, double charge_sum, double* virial) const;
+  /// Each of these atoms' share of virial() [n * 9] (eV): its own part of every term, q_i Re(S(k)*
+  /// e^{ik·r_i}) in place of |S(k)|² and Q q_i in place of Q²; the shares of all atoms sum to virial().
+  void atom_virials(const std::vector<double>& s, double charge_sum, int64_t n, const double* positions,
+                    const double* charges, double* virials) const;
 
  private:
   LongRangeSettings settings_;
@@ -73,5 +77,11 @@ class ReciprocalSum {
 /// fills potentials [n] and fixed-charge forces [n * 3] and virial [9] where not nullptr.
 double direct_sum(const LongRangeSettings& settings, int64_t n, const double* positions, const double* charges,
                   double* potentials, double* forces, double* virial);
+/// The direct sum's part of the atoms [first, first + count) of the n atoms (an MD rank's own atoms
+/// among all ranks' atoms): their potentials φ_i [count] (eV/e), fixed-charge forces [count * 3]
+/// (eV/Å) and virials [count * 9] (eV, half of each pair's to each of its atoms), where not
+/// nullptr; returns their energies Σ ½ q_i φ_i (eV), which summed over every part are E_long.
+double direct_sum_part(const LongRangeSettings& settings, int64_t n, const double* positions, const double* charges,
+                       int64_t first, int64_t count, double* potentials, double* forces, double* virials);
 
 }  // namespace mlip::models

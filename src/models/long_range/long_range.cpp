@@ -112,13 +112,16 @@ std::string long_range_source(const LongRangeSettings& settings, const std::stri
 }
 
 LongRangeBatch long_range_batch(torch::jit::Module& module, const torch::Tensor& raw_charges, const torch::Tensor& pos,
-                                const torch::Tensor& cell, double total_charge) {
+                                const torch::Tensor& cell, const std::vector<bool>& periodic, double total_charge) {
   const int64_t frames = raw_charges.size(0);
+  if (int64_t(periodic.size()) != frames)
+    throw Error("long-range energy: " + std::to_string(periodic.size()) + " periodicity flags for " +
+                std::to_string(frames) + " frames");
   std::vector<torch::Tensor> energy, charges;
   for (int64_t f = 0; f < frames; ++f) {
     const auto q = module.run_method("long_range_charges", raw_charges[f].to(torch::kFloat64), total_charge).toTensor();
-    const bool periodic = cell[f].detach().abs().sum().item<double>() > 0.0;
-    energy.push_back(module.run_method("long_range_energy", q, pos[f], cell[f], periodic).toTensor().sum());
+    energy.push_back(
+        module.run_method("long_range_energy", q, pos[f], cell[f], bool(periodic[size_t(f)])).toTensor().sum());
     charges.push_back(q);
   }
   if (frames == 0) return {torch::zeros({0}, cell.options()), torch::zeros_like(raw_charges, cell.options())};

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "models/settings_record.h"
 
@@ -71,9 +72,9 @@ struct LongRangeBatch {
   torch::Tensor charges;  ///< [B, N] e, float64: the charges shifted to the total
 };
 /// From the raw charges [B, N] (any float dtype), positions [B, N, 3] (Å) and cells [B, 3, 3]
-/// (float64, Å; a zero cell: the frame is not periodic): differentiable in all three.
+/// (float64, Å; read for the frames `periodic` [B] says are): differentiable in all three.
 LongRangeBatch long_range_batch(torch::jit::Module& module, const torch::Tensor& raw_charges, const torch::Tensor& pos,
-                                const torch::Tensor& cell, double total_charge);
+                                const torch::Tensor& cell, const std::vector<bool>& periodic, double total_charge);
 
 /// The forces and virial of the long-range energy's direct dependence on the positions and the
 /// cells, from its gradients by them (undefined: zero): forces = -grad_pos [B, N, 3] and

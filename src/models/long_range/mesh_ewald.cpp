@@ -73,23 +73,27 @@ MeshSum::MeshSum(const LongRangeSettings& settings, const double* cell, int orde
     grid_[size_t(a)] = smooth_size(std::max<int64_t>(int64_t(std::ceil(oversampling * double(2 * reciprocal.reach[a] + 1))), order));
   std::array<std::vector<double>, 3> modulus;
   for (int a = 0; a < 3; ++a) modulus[size_t(a)] = spline_modulus(order, grid_[size_t(a)]);
-  const int64_t half = grid_[2] / 2 + 1;  // the real transform keeps n_2 = 0..K2/2
-  coefficient_.assign(size_t(grid_[0] * grid_[1] * half), 0.0);
-  int64_t index[3];
-  for (index[0] = 0; index[0] < grid_[0]; ++index[0])
-    for (index[1] = 0; index[1] < grid_[1]; ++index[1])
-      for (index[2] = 0; index[2] < half; ++index[2]) {
-        int64_t n[3];
-        for (int a = 0; a < 3; ++a) n[a] = index[a] <= grid_[size_t(a)] / 2 ? index[a] : index[a] - grid_[size_t(a)];
+  // Every kept n has |n_a| <= reach_a < K_a / 2 (the grid holds 2 reach_a + 1 points at least).
+  for (int a = 0; a < 3; ++a) reach_[size_t(a)] = reciprocal.reach[a];
+  const int64_t box[3] = {2 * reach_[0] + 1, 2 * reach_[1] + 1, reach_[2] + 1};
+  coefficient_.assign(size_t(box[0] * box[1] * box[2]), 0.0);
+  int64_t n[3];
+  for (n[0] = -reach_[0]; n[0] <= reach_[0]; ++n[0])
+    for (n[1] = -reach_[1]; n[1] <= reach_[1]; ++n[1])
+      for (n[2] = 0; n[2] <= reach_[2]; ++n[2]) {
         if (n[0] == 0 && n[1] == 0 && n[2] == 0) continue;
         double k[3], weight, slope;
         if (!reciprocal.term(settings, n, k, weight, slope)) continue;
+        int64_t index[3];  // n's point of the grid, and of the box
+        for (int a = 0; a < 3; ++a) index[a] = n[a] >= 0 ? n[a] : grid_[size_t(a)] + n[a];
         const double b2 = modulus[0][size_t(index[0])] * modulus[1][size_t(index[1])] * modulus[2][size_t(index[2])];
-        const int64_t flat = (index[0] * grid_[1] + index[1]) * half + index[2];
+        const int64_t row0 = n[0] >= 0 ? n[0] : box[0] + n[0], row1 = n[1] >= 0 ? n[1] : box[1] + n[1];
+        const int64_t flat = (row0 * box[1] + row1) * box[2] + n[2];
         // ReciprocalSum's weight is for one of each ±k pair (doubled); over the full grid, half.
         coefficient_[size_t(flat)] = 0.5 * weight * b2;
-        // The half grid stands for n and -n, except where -n is itself on it (n_2 = 0 or K2/2).
-        const double multiplicity = (index[2] == 0 || 2 * index[2] == grid_[2]) ? 1.0 : 2.0;
+        // The half grid stands for n and -n, except where -n is itself on it (n_2 = 0; n_2 = K2/2
+        // is never kept).
+        const double multiplicity = n[2] == 0 ? 1.0 : 2.0;
         kept_.push_back(flat);
         kept_k_.insert(kept_k_.end(), k, k + 3);
         kept_energy_.push_back(multiplicity * 0.5 * weight * b2);
@@ -103,10 +107,17 @@ void MeshSum::stencil(const double* r, int64_t* index, double* value, double* sl
     const int64_t points = grid_[size_t(a)];
     const double u = s * double(points);
     const double base = std::floor(u);
-    // Points m_j = floor(u) - j, j = 0..p-1 (modulo K_a), with weights M_p(u - m_j) = M_p(f + j).
-    const int64_t first = ((int64_t(base) % points) + points) % points;
-    for (int j = 0; j < order_; ++j) index[a * order_ + j] = first - j >= 0 ? first - j : first - j + points;
-    bspline(order_, u - base, value + a * order_, slope + a * order_);
+    // Points m = floor(u) - j, j = 0..p-1 (modulo K_a), with weights M_p(u - m) = M_p(f + j); kept
+    // in ascending order of m (j = p-1 first), so that an unwrapped stencil is contiguous.
+    const int64_t lowest = (((int64_t(base) - (order_ - 1)) % points) + points) % points;
+    double v[kMaxOrder], d[kMaxOrder];
+    bspline(order_, u - base, v, d);
+    for (int j = 0; j < order_; ++j) {
+      const int64_t m = lowest + j;
+      index[a * order_ + j] = m < points ? m : m - points;
+      value[a * order_ + j] = v[order_ - 1 - j];
+      slope[a * order_ + j] = d[order_ - 1 - j];
+    }
   }
 }
 
@@ -122,30 +133,75 @@ void MeshSum::spread(int64_t n, const double* pos, const double* q, std::vector<
       for (int j1 = 0; j1 < p; ++j1) {
         const double w01 = q[i] * value[j0] * value[p + j1];
         double* row = mesh.data() + (index[j0] * grid_[1] + index[p + j1]) * grid_[2];
-        for (int j2 = 0; j2 < p; ++j2) row[index[2 * p + j2]] += w01 * value[2 * p + j2];
+        const double* v2 = value + 2 * p;
+        if (index[2 * p] + p <= grid_[2]) {  // contiguous along axis 2
+          double* line = row + index[2 * p];
+          for (int j2 = 0; j2 < p; ++j2) line[j2] += w01 * v2[j2];
+        } else {
+          for (int j2 = 0; j2 < p; ++j2) row[index[2 * p + j2]] += w01 * v2[j2];
+        }
       }
   }
+}
+
+namespace {
+
+/// Rows [0, reach] and [K - reach, K) of `t` along `dim` (n = 0..reach, then -reach..-1).
+torch::Tensor ends(const torch::Tensor& t, int64_t dim, int64_t reach) {
+  const int64_t k = t.size(dim);
+  if (reach == 0) return t.narrow(dim, 0, 1);
+  return torch::cat({t.narrow(dim, 0, reach + 1), t.narrow(dim, k - reach, reach)}, dim);
+}
+
+/// The inverse of ends(): `t` placed at those rows of a zero tensor of `k` rows along `dim`.
+torch::Tensor spread_ends(const torch::Tensor& t, int64_t dim, int64_t reach, int64_t k) {
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  shape[size_t(dim)] = k;
+  torch::Tensor out = torch::zeros(shape, t.options());
+  out.narrow(dim, 0, reach + 1).copy_(t.narrow(dim, 0, reach + 1));
+  if (reach > 0) out.narrow(dim, k - reach, reach).copy_(t.narrow(dim, reach + 1, reach));
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor MeshSum::to_box(const torch::Tensor& grid) const {
+  // Axis by axis, each transform on the lines the next ones keep: F(n) for the box of kept n
+  // equals the full 3-D transform's there.
+  torch::Tensor t = at::fft_rfft(grid, c10::nullopt, 2).narrow(2, 0, reach_[2] + 1);
+  t = ends(at::fft_fft(t, c10::nullopt, 1), 1, reach_[1]);
+  return ends(at::fft_fft(t, c10::nullopt, 0), 0, reach_[0]).contiguous();
+}
+
+torch::Tensor MeshSum::from_box(const torch::Tensor& box) const {
+  // The inverse real transform of the half grid that is zero outside the box (each inverse
+  // transform divides by its length: 1 / K_total in all, as irfftn's).
+  torch::Tensor t = at::fft_ifft(spread_ends(box, 0, reach_[0], grid_[0]), c10::nullopt, 0);
+  t = at::fft_ifft(spread_ends(t, 1, reach_[1], grid_[1]), c10::nullopt, 1);
+  std::vector<int64_t> shape = {grid_[0], grid_[1], grid_[2] / 2 + 1};
+  torch::Tensor half = torch::zeros(shape, t.options());
+  half.narrow(2, 0, reach_[2] + 1).copy_(t);
+  return at::fft_irfft(half, grid_[2], 2);
 }
 
 double MeshSum::solve(const std::vector<double>& mesh, double charge_sum, double charge_square_sum,
                       std::vector<double>& potential_mesh, double* virial) const {
   if (int64_t(mesh.size()) != grid_size()) throw Error("long-range mesh: a charge mesh of the wrong size");
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  const int64_t half = grid_[2] / 2 + 1;
   const torch::Tensor charges = torch::from_blob(const_cast<double*>(mesh.data()), {grid_[0], grid_[1], grid_[2]}, f64);
-  // F(n) = Σ_m Q(m) e^{-2πi n·m/K} for n_2 = 0..K2/2 (the rest are its complex conjugates).
-  const torch::Tensor transform = at::fft_rfftn(charges).contiguous();
-  const torch::Tensor coefficient =
-      torch::from_blob(const_cast<double*>(coefficient_.data()), {grid_[0], grid_[1], half}, f64);
+  // F(n) = Σ_m Q(m) e^{-2πi n·m/K} for the kept n with n_2 >= 0 (the rest are complex conjugates).
+  const torch::Tensor transform = to_box(charges);
+  const torch::Tensor coefficient = torch::from_blob(const_cast<double*>(coefficient_.data()),
+                                                     {2 * reach_[0] + 1, 2 * reach_[1] + 1, reach_[2] + 1}, f64);
   const torch::Tensor power = torch::real(transform * torch::conj(transform)).contiguous();
   const double* p = power.data_ptr<double>();
   double quadratic = 0;
   for (size_t t = 0; t < kept_.size(); ++t) quadratic += kept_energy_[t] * p[kept_[t]];
   // ∂E/∂Q(m) = 2 Σ_n C(n) F(n) e^{+2πi n·m/K} = 2 K_total ifft(C F)(m), real since C(n) = C(-n).
-  const torch::Tensor potential =
-      (2.0 * double(grid_size())) *
-      at::fft_irfftn(coefficient * transform, c10::IntArrayRef({grid_[0], grid_[1], grid_[2]})).contiguous();
-  potential_mesh.assign(potential.data_ptr<double>(), potential.data_ptr<double>() + grid_size());
+  potential_mesh.resize(size_t(grid_size()));
+  torch::from_blob(potential_mesh.data(), {grid_[0], grid_[1], grid_[2]}, f64)
+      .copy_(from_box(coefficient * transform))
+      .mul_(2.0 * double(grid_size()));
   const double background = background_coefficient(settings_) / volume_ * charge_sum * charge_sum;
   if (virial != nullptr) {
     for (int a = 0; a < 9; ++a) virial[a] = 0;
@@ -173,10 +229,19 @@ void MeshSum::potentials_and_forces(const std::vector<double>& potential_mesh, d
       for (int j1 = 0; j1 < p; ++j1) {
         const double* row = potential_mesh.data() + (index[j0] * grid_[1] + index[p + j1]) * grid_[2];
         double sum_v = 0, sum_d = 0;  // along axis 2: Σ Φ M and Σ Φ M'
-        for (int j2 = 0; j2 < p; ++j2) {
-          const double g = row[index[2 * p + j2]];
-          sum_v += g * value[2 * p + j2];
-          sum_d += g * slope[2 * p + j2];
+        const double *v2 = value + 2 * p, *d2 = slope + 2 * p;
+        if (index[2 * p] + p <= grid_[2]) {  // contiguous along axis 2
+          const double* line = row + index[2 * p];
+          for (int j2 = 0; j2 < p; ++j2) {
+            sum_v += line[j2] * v2[j2];
+            sum_d += line[j2] * d2[j2];
+          }
+        } else {
+          for (int j2 = 0; j2 < p; ++j2) {
+            const double g = row[index[2 * p + j2]];
+            sum_v += g * v2[j2];
+            sum_d += g * d2[j2];
+          }
         }
         const double v0 = value[j0], v1 = value[p + j1];
         phi += v0 * v1 * sum_v;

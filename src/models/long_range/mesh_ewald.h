@@ -23,7 +23,7 @@ class MeshSum {
  public:
   /// order: the B-splines' order (even, 4 to 12); oversampling: grid points along each axis per
   /// integer n of the k-vectors kept (at least 1; the grid holds every n with |k| < k_end).
-  MeshSum(const LongRangeSettings& settings, const double* cell, int order = 8, double oversampling = 2.0);
+  MeshSum(const LongRangeSettings& settings, const double* cell, int order = 8, double oversampling = 1.5);
 
   /// K0, K1, K2.
   const std::array<int64_t, 3>& grid() const { return grid_; }
@@ -44,15 +44,22 @@ class MeshSum {
   /// and derivatives (by the grid coordinate) there: each [3][order].
   void stencil(const double* r, int64_t* index, double* value, double* slope) const;
 
+  /// The transforms between the grid and the box of kept n (docs/long_range.md "On a mesh"):
+  /// only n with |n_a| <= reach_a (and n_2 >= 0, the real transform's half) can have C(n) ≠ 0,
+  /// so each axis' transform keeps only those lines, and the inverse starts from them.
+  torch::Tensor to_box(const torch::Tensor& grid) const;
+  torch::Tensor from_box(const torch::Tensor& box) const;
+
   LongRangeSettings settings_;
   int order_;
   std::array<int64_t, 3> grid_{};
+  std::array<int64_t, 3> reach_{};  // the largest |n_a| of a kept term
   double volume_ = 0;
   double inverse_[9] = {};  // cell⁻¹
-  // [K0, K1, K2/2+1] C(n) = weight/2 |B(n)|², the full-sum weight of |F(Q)(n)|², on the half grid
-  // of the real transform.
+  // [2 r0 + 1, 2 r1 + 1, r2 + 1] C(n) = weight/2 |B(n)|², the full-sum weight of |F(Q)(n)|², on
+  // the box of n_a in [-r_a, r_a] (n_2 >= 0; index n_a, or 2 r_a + 1 + n_a for n_a < 0).
   std::vector<double> coefficient_;
-  // The half grid's points with C(n) ≠ 0: flat index, k [3], and C(n) and slope/2 |B(n)|² times
+  // The box's points with C(n) ≠ 0: flat index, k [3], and C(n) and slope/2 |B(n)|² times
   // the number of points of the full grid each stands for (n and -n).
   std::vector<int64_t> kept_;
   std::vector<double> kept_k_, kept_energy_, kept_slope_;
