@@ -11,9 +11,12 @@
 # model's time), and the ratio to the short-range model of the same size, layout and round (the
 # two run one after the other). With --rounds N the whole set runs N times and a summary gives
 # each row's median cost and ratio (this VM's speed drifts by up to 2x between minutes).
+# --model se_e2_a takes the se_e2_a twins (se_e2_a_long_range.yaml, se_e2_a_short_range.yaml)
+# instead, se_e2_a_compressed the same both compressed (mlip compress), as MD would run them.
 #
-# usage: bench/long_range_md_bench.sh [--replicas "1 6"] [--layouts "1x2 2x1"] [--kspace "auto"]
-#                                     [--steps 20] [--rounds 1] [--precision float32] [--mlip PATH] [--keep DIR]
+# usage: bench/long_range_md_bench.sh [--model equivariant|se_e2_a|se_e2_a_compressed] [--replicas "1 6"]
+#                                     [--layouts "1x2 2x1"] [--kspace "auto"] [--steps 20] [--rounds 1]
+#                                     [--precision float32] [--mlip PATH] [--keep DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MLIP="$ROOT/build/bin/mlip"
@@ -24,8 +27,10 @@ STEPS=20
 ROUNDS=1
 PRECISION=float32
 KEEP=""
+MODEL=equivariant
 while [ $# -gt 0 ]; do
   case "$1" in
+    --model) MODEL="$2"; shift 2 ;;
     --replicas) REPLICAS="$2"; shift 2 ;;
     --layouts) LAYOUTS="$2"; shift 2 ;;
     --kspace) KSPACE="$2"; shift 2 ;;
@@ -34,21 +39,32 @@ while [ $# -gt 0 ]; do
     --precision) PRECISION="$2"; shift 2 ;;
     --mlip) MLIP="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "long_range_md_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 "$MLIP" lammps -h >/dev/null 2>&1 || { echo "long_range_md_bench.sh: $MLIP has no LAMMPS" >&2; exit 1; }
 if [ -n "$KEEP" ]; then WORK="$KEEP"; mkdir -p "$WORK"; else WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT; fi
 EX="$ROOT/examples/ions"
+case "$MODEL" in
+  equivariant) PREFIX="" ;;
+  se_e2_a|se_e2_a_compressed) PREFIX="se_e2_a_" ;;
+  *) echo "long_range_md_bench.sh: --model: expected equivariant, se_e2_a or se_e2_a_compressed, got '$MODEL'" >&2
+     exit 2 ;;
+esac
 cd "$WORK"
+# The twins as short_range.pt and long_range.pt, whichever model type.
 for m in short_range long_range; do
   [ -f "$m.pt" ] && continue
   sed -e "s/^  numb_steps: .*/  numb_steps: 20/" -e "s/^  save_freq: .*/  save_freq: 20/" \
-      -e "s/^  disp_freq: .*/  disp_freq: 20/" -e "s/precision: float32/precision: $PRECISION/" \
-      -e "s#systems: \[data/#systems: [$EX/data/#" "$EX/$m.yaml" > "$m.yaml"
+      -e "s/^  disp_freq: .*/  disp_freq: 20/" -e "s/precision: float32/precision: $PRECISION/g" \
+      -e "s#systems: \[data/#systems: [$EX/data/#" "$EX/$PREFIX$m.yaml" > "$m.yaml"
   "$MLIP" train "$m.yaml" -o "run-$m" > "$m.train.log"
   "$MLIP" freeze -c "run-$m" -o "$m.pt" > /dev/null
+  if [ "$MODEL" = se_e2_a_compressed ]; then
+    mv "$m.pt" "$m.exact.pt"
+    "$MLIP" compress -i "$m.exact.pt" -o "$m.pt" -t "$m.yaml" > "$m.compress.log"
+  fi
 done
 /usr/bin/python3 - "$ROOT/tests/lammps" "$EX/data/valid" conf.data <<'PYTHON'
 import sys
@@ -57,7 +73,7 @@ from lammps_util import water_frame, write_data
 write_data(water_frame(sys.argv[2]), sys.argv[3], ["Na", "Cl"])
 PYTHON
 
-echo "# $(date -u +%Y-%m-%d) $(nproc) cores, $PRECISION, $STEPS steps after a warm-up run"
+echo "# $(date -u +%Y-%m-%d) $(nproc) cores, $MODEL, $PRECISION, $STEPS steps after a warm-up run"
 printf "%-5s %-7s %-7s %-12s %-6s %12s %9s %s\n" round atoms layout model kspace "us/atom-step" "vs short" \
   "pair style on rank 0"
 : > rows.txt

@@ -27,6 +27,7 @@ double write_frozen(const std::string& path, const std::string& model_yaml, bool
     models::SeAConfig c = dynamic_cast<const models::SeASettings&>(*settings).config;
     c.sel = dynamic_cast<const models::SeASettings&>(*settings).sel.values;
     c.pair_repulsion = settings->pair_repulsion;
+    c.long_range = settings->long_range;
     module = models::build_se_e2_a(c);
     module.setattr("davg", torch::tensor({0.1, 0.0, 0.0, 0.0, 0.12, 0.0, 0.0, 0.0}, torch::kFloat64).reshape({2, 4}).to(dtype));
     module.setattr("dstd", torch::tensor({0.4, 0.3, 0.3, 0.3, 0.5, 0.35, 0.35, 0.35}, torch::kFloat64).reshape({2, 4}).to(dtype));

@@ -15,6 +15,7 @@
 #include "models/inference_registry.h"
 #include "models/registry.h"
 #include "models/pair_list.h"
+#include "long_range_test_util.h"
 #include "model_test_util.h"
 #include "test_util.h"
 
@@ -51,40 +52,10 @@ EquivariantSettings settings(const std::string& precision, double total_charge =
   return s;
 }
 
-/// A frame: random atoms in a skewed box of edge `length` (periodic) or a cluster.
-struct Sample {
-  mlip::test::Frame frame;
-  mlip::data::System sys;
-  mlip::data::Frame data;
-  mlip::models::SystemAtoms atoms;
-};
+using Sample = mlip::test::LongRangeSample;
+Sample sample(bool periodic, unsigned seed) { return mlip::test::long_range_sample(periodic, seed); }
 
-Sample sample(bool periodic, unsigned seed, double length = 7.0, int natoms = 16) {
-  Sample s;
-  s.frame = mlip::test::random_frame(natoms, periodic, seed, length, {0.8, -0.5, 0.6}, 0.9, 0.4);
-  s.sys.type_map = {"O", "H"};
-  s.sys.types = s.frame.types;
-  s.sys.pbc = s.frame.pbc;
-  s.sys.nframes = 1;
-  s.data.coord = s.frame.pos;
-  s.data.box = s.frame.cell;
-  s.atoms.natoms = natoms;
-  s.atoms.types = s.frame.types;
-  s.atoms.atype = torch::tensor(std::vector<int64_t>(s.frame.types.begin(), s.frame.types.end()), torch::kInt64);
-  return s;
-}
-
-/// The forward's input (docs/deploy.md "Interface") of the sample with positions `pos` [n*3] and
-/// cell `cell` [9] (empty: none), pairs within `r_max`.
-c10::Dict<std::string, torch::Tensor> forward_input(const Sample& s, const std::vector<double>& pos,
-                                                    const std::vector<double>& cell, double r_max,
-                                                    torch::Dtype dtype) {
-  mlip::test::Frame moved = s.frame;
-  moved.pos = pos;
-  moved.cell = cell;
-  return mlip::test::deploy_input(moved, r_max, dtype);
-}
-
+/// The forward's input (docs/deploy.md "Interface") of the sample, pairs within `r_max`.
 c10::Dict<std::string, torch::Tensor> forward_input(const Sample& s, double r_max, torch::Dtype dtype) {
   return mlip::test::deploy_input(s.frame, r_max, dtype);
 }
@@ -199,12 +170,6 @@ TEST(EquivariantLongRange, ForcesAndVirialAreDerivativesOfTheEnergy) {
                       torch::tensor({0.0, 0.0}, torch::kFloat64));
     const Sample f = sample(periodic, 33);
     const double r_max = s.config.r_max;
-    auto energy = [&](const std::vector<double>& pos, const std::vector<double>& cell) {
-      return run_forward(module, forward_input(f, pos, cell, r_max, torch::kFloat64))
-          .at("total_energy")
-          .toTensor()
-          .item<double>();
-    };
     const auto out = run_forward(module, forward_input(f, r_max, torch::kFloat64));
     if (zbl) {  // the repulsion is there: the energy differs from the same model's without it
       auto plain = settings("float64");
@@ -215,33 +180,7 @@ TEST(EquivariantLongRange, ForcesAndVirialAreDerivativesOfTheEnergy) {
           run_forward(without->module(), forward_input(f, r_max, torch::kFloat64)).at("total_energy").toTensor().item<double>();
       EXPECT_GT(std::abs(out.at("total_energy").toTensor().item<double>() - e_without), 1e-3);
     }
-    const auto forces = out.at("forces").toTensor();
-    const auto virial = out.at("virial").toTensor().reshape({3, 3});
-    const double h = 1e-5;
-    double largest = forces.abs().max().item<double>();
-    ASSERT_GT(largest, 1e-3);
-    for (int atom : {0, 5, 11})
-      for (int a = 0; a < 3; ++a) {
-        auto plus = f.frame.pos, minus = f.frame.pos;
-        plus[size_t(3 * atom + a)] += h;
-        minus[size_t(3 * atom + a)] -= h;
-        const double fd = -(energy(plus, f.frame.cell) - energy(minus, f.frame.cell)) / (2 * h);
-        EXPECT_NEAR(forces[atom][a].item<double>(), fd, 1e-6 * std::max(1.0, largest)) << "atom " << atom << " axis " << a;
-      }
-    if (!periodic) continue;
-    for (int a = 0; a < 3; ++a)
-      for (int b = 0; b < 3; ++b) {
-        // r -> r (1 + ε) with ε = ±h e_b e_aᵀ... W_ba = -dE/dε_ba: moves coordinate a by h·(coordinate b).
-        auto strained = [&](double t) {
-          auto pos = f.frame.pos, cell = f.frame.cell;
-          for (size_t i = 0; i < pos.size() / 3; ++i) pos[3 * i + size_t(a)] += t * f.frame.pos[3 * i + size_t(b)];
-          for (size_t i = 0; i < 3; ++i) cell[3 * i + size_t(a)] += t * f.frame.cell[3 * i + size_t(b)];
-          return energy(pos, cell);
-        };
-        const double fd = -(strained(h) - strained(-h)) / (2 * h);
-        EXPECT_NEAR(virial[b][a].item<double>(), fd, 1e-6 * std::max(1.0, virial.abs().max().item<double>()))
-            << "virial " << b << a;
-      }
+    mlip::test::expect_forces_and_virial_are_derivatives(module, f.frame, r_max);
   }
 }
 
@@ -250,33 +189,7 @@ TEST(EquivariantLongRange, ForcesAndVirialAreDerivativesOfTheEnergy) {
 TEST(EquivariantLongRange, RotationsTranslationsAndTheTotalCharge) {
   const auto s = settings("float64");
   auto model = mlip::models::create_model(s, mlip::models::ModelContext{});
-  auto& module = model->module();
-  const Sample f = sample(true, 41);
-  const double r_max = s.config.r_max;
-  const auto out = run_forward(module, forward_input(f, r_max, torch::kFloat64));
-  std::mt19937 rng(7);
-  for (const bool reflect : {false, true}) {
-    SCOPED_TRACE(reflect ? "rotation and reflection" : "rotation");
-    const torch::Tensor rot = mlip::test::random_rotation(rng, reflect);
-    Sample g = f;
-    g.frame.pos = mlip::test::transform(f.frame.pos, rot);
-    for (double& x : g.frame.pos) x += 1.7;  // and a translation
-    g.frame.cell = mlip::test::transform(f.frame.cell, rot);
-    const auto moved = run_forward(module, forward_input(g, r_max, torch::kFloat64));
-    EXPECT_NEAR(moved.at("total_energy").toTensor().item<double>(), out.at("total_energy").toTensor().item<double>(),
-                1e-9);
-    EXPECT_LT(relative(moved.at("charges").toTensor(), out.at("charges").toTensor()), 1e-9);
-    EXPECT_LT(relative(moved.at("forces").toTensor(), out.at("forces").toTensor().matmul(rot.t())), 1e-9);
-  }
-
-  auto in = forward_input(f, r_max, torch::kFloat64);
-  in.insert("total_charge", torch::tensor(2.0, torch::kFloat64));
-  const auto charged = run_forward(module, in);
-  EXPECT_NEAR(charged.at("charges").toTensor().sum().item<double>(), 2.0, 1e-12);
-  EXPECT_NEAR(out.at("charges").toTensor().sum().item<double>(), 0.0, 1e-12);
-  // The shift is equal for every atom.
-  const auto shifted = charged.at("charges").toTensor() - out.at("charges").toTensor();
-  EXPECT_LT((shifted - 2.0 / f.atoms.natoms).abs().max().item<double>(), 1e-12);
+  mlip::test::expect_long_range_invariances(model->module(), sample(true, 41).frame, s.config.r_max);
 }
 
 // What the model refuses, by name: a frame periodic along some cell vectors only (forward and

@@ -323,10 +323,10 @@ TEST_P(FinetuneTest, MismatchesAreRefused) {
   EXPECT_TRUE(contains(both.err, "--finetune and --restart exclude each other")) << both.err;
 }
 
-// model.long_range (docs/long_range.md "Fine-tuning"): added to a short-range equivariant model,
-// every short-range weight is carried and the charge readout starts as built; the fine-tuned
-// model freezes and tests with its charges; dropped again, the readout is the one weight not
-// taken. se_e2_a, which has no long-range term in this version, refuses the section by name.
+// model.long_range (docs/long_range.md "Fine-tuning"): added to a short-range model, every
+// short-range weight is carried and the charge outputs (the equivariant model's readout,
+// se_e2_a's second output of each fitting net) start as built; the fine-tuned model freezes and
+// tests with its charges; dropped again, the charge outputs are the weights not taken.
 TEST_P(FinetuneTest, ALongRangeSectionIsAddedAndDropped) {
   const bool se = GetParam().name != "equivariant";
   const std::string plain = model("[O, H]", "[8, 16]");
@@ -335,18 +335,17 @@ TEST_P(FinetuneTest, ALongRangeSectionIsAddedAndDropped) {
          : std::regex_replace(plain, std::regex("radial_width: 8\\}"), "radial_width: 8, long_range: {sigma: 1.0}}");
   ASSERT_NE(with_long_range, plain);
   const CommandResult run = start_model("long", with_long_range, "[data/sys_a, data/sys_b]");
-  if (se) {
-    EXPECT_EQ(run.exit_code, 1);
-    EXPECT_TRUE(contains(run.err, "model.long_range: the model type \"se_e2_a\" has no long-range term")) << run.err;
-    return;
-  }
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
-  EXPECT_TRUE(contains(run.out, "fine-tune: weights of new elements and sections as a fresh model's: 1 (charge_readout)"))
+  const std::string charge_outputs = se ? "4 (fit_0_wq, fit_0_bq, fit_1_wq, fit_1_bq)" : "1 (charge_readout)";
+  EXPECT_TRUE(contains(run.out, "fine-tune: weights of new elements and sections as a fresh model's: " + charge_outputs))
       << run.out;
   const auto pretrained = attributes_of(dir_ / "first.pt");
-  const auto tuned = attributes_of(dir_ / "long.pt");
-  ASSERT_TRUE(tuned.count("charge_readout"));
-  EXPECT_FALSE(pretrained.count("charge_readout"));
+  auto tuned = attributes_of(dir_ / "long.pt");
+  for (const std::string name : {se ? "fit_1_wq" : "charge_readout"}) {
+    ASSERT_TRUE(tuned.count(name)) << name;
+    EXPECT_FALSE(pretrained.count(name)) << name;
+  }
+  for (const std::string name : {"charge_readout", "fit_0_wq", "fit_0_bq", "fit_1_wq", "fit_1_bq"}) tuned.erase(name);
   expect_taken(pretrained, tuned, {0, 1});
   const CommandResult tested = mlip("test -m long.pt -s data/sys_a -d det");
   ASSERT_EQ(tested.exit_code, 0) << tested.out << tested.err;
@@ -368,7 +367,8 @@ TEST_P(FinetuneTest, ALongRangeSectionIsAddedAndDropped) {
   EXPECT_GT(*std::max_element(q.begin(), q.end()), 1e-6);
   const CommandResult dropped = start_model("short", plain, "[data/sys_a]", "--finetune long.pt");
   ASSERT_EQ(dropped.exit_code, 0) << dropped.out << dropped.err;
-  EXPECT_TRUE(contains(dropped.out, "fine-tune: not taken from the pretrained model: 1 (charge_readout)")) << dropped.out;
+  EXPECT_TRUE(contains(dropped.out, "fine-tune: not taken from the pretrained model: " +
+                                    (se ? "4 (fit_0_bq, fit_0_wq, fit_1_bq, fit_1_wq)" : charge_outputs))) << dropped.out;
 }
 
 // The models frozen by mlip 0.1 (tests/data/frozen_0.1) fine-tune with the inputs they were

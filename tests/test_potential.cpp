@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "error.h"
@@ -130,8 +131,11 @@ class ThreadRanks {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return started_ >= q || failed_; });
   }
+  /// Called by a rank (its thread) at its first exchange or collective, once it has built its
+  /// lists; later calls of the same rank count nothing.
   void started() {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!started_ranks_.insert(std::this_thread::get_id()).second) return;
     ++started_;
     cv_.notify_all();
   }
@@ -205,6 +209,7 @@ class ThreadRanks {
    public:
     Collectives(ThreadRanks& world, int rank) : world_(world), rank_(rank) {}
     void sum(double* values, int64_t n) override {
+      world_.started();  // a model without exchanges (se_e2_a) reaches its collectives first
       world_.barrier();
       {
         std::lock_guard<std::mutex> lock(world_.mutex_);
@@ -217,6 +222,7 @@ class ThreadRanks {
       ++calls;
     }
     int64_t gather(const double* mine, int64_t n, std::vector<double>& all) override {
+      world_.started();
       world_.barrier();
       {
         std::lock_guard<std::mutex> lock(world_.mutex_);
@@ -273,6 +279,7 @@ class ThreadRanks {
   int64_t round_ = 0, table_round_ = -1;
   bool failed_ = false;
   int started_ = 0;
+  std::set<std::thread::id> started_ranks_;  // the ranks (threads) counted in started_
   std::vector<double> table_;
   std::vector<std::vector<double>> parts_;  // Collectives::gather's, one per rank
 };
@@ -389,12 +396,16 @@ TYPED_TEST(PotentialTest, EquivariantFeaturesExchangedBetweenRanksEqualTheWholeF
 // A model with charges across ranks (docs/lammps.md "Long range across ranks"): 1, 2 and 3 ranks
 // (threads with their own exchange and sums) owning parts of a periodic triclinic frame (the
 // reciprocal sum, k-vectors and mesh) or of a cluster (the direct sum over the gathered atoms)
-// add up to the frozen forward on the whole frame: energy, forces, virial, and each atom's charge.
+// add up to the frozen forward on the whole frame: energy, forces, virial, and each atom's charge;
+// for both models (the equivariant model's graph with its features exchanged; se_e2_a's neighbour
+// list, its charges from the hand-written evaluation's first pass).
 TYPED_TEST(PotentialTest, LongRangeRanksEqualTheWholeFrame) {
+ for (const bool se : {false, true}) {
+  SCOPED_TRACE(se ? "se_e2_a" : "equivariant");
   test::TempDir dir;
   const double tol = TestFixture::tolerance();
   const double r_max =
-      write_frozen(dir / "lr.pt", equivariant_yaml(TestFixture::precision()) +
+      write_frozen(dir / "lr.pt", (se ? se_yaml(TestFixture::precision()) : equivariant_yaml(TestFixture::precision())) +
                                       "  long_range: {sigma: 1.0, kspace_spacing: 1.5, total_charge: 0.5}\n");
   archive::ExtraFiles extra;
   torch::jit::Module module = archive::load_model(dir / "lr.pt", extra);
@@ -475,6 +486,7 @@ TYPED_TEST(PotentialTest, LongRangeRanksEqualTheWholeFrame) {
           << "charges";
     }
   }
+ }
 }
 
 // Ranks without pairs (an atom alone, a far pair) or without atoms: the own inference gives the

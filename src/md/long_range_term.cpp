@@ -73,9 +73,11 @@ void LongRangeTerm::periodic_sum(int64_t total_atoms, double charge_sum, std::ve
     std::copy(cell_, cell_ + 9, cache_.cell.begin());
   }
   if (solver_ == LongRangeSolver::kAuto) {
-    // Decided alike on every rank: the atoms and the cell are the whole system's.
-    const models::ReciprocalSum sizes(settings_, cell_);
+    // Decided alike on every rank: the atoms and the cell are the whole system's. The k-vectors
+    // made to count them are the cache's when the sum over them is chosen.
+    models::ReciprocalSum sizes(settings_, cell_);
     solver_ = double(total_atoms) * double(sizes.size()) > kMeshAbove ? LongRangeSolver::kMesh : LongRangeSolver::kEwald;
+    if (solver_ == LongRangeSolver::kEwald && !cache_.ewald) cache_.ewald.emplace(std::move(sizes));
   }
   if (solver_ == LongRangeSolver::kEwald) {
     if (!cache_.ewald) cache_.ewald.emplace(settings_, cell_);
@@ -96,7 +98,9 @@ void LongRangeTerm::periodic_sum(int64_t total_atoms, double charge_sum, std::ve
         "sum only, not the mesh: use pair_style mlip ... kspace ewald");
   if (!cache_.mesh) cache_.mesh.emplace(settings_, cell_);
   const models::MeshSum& mesh = *cache_.mesh;
-  std::vector<double> grid(size_t(mesh.grid_size()), 0.0), potential_grid;
+  std::vector<double>& grid = cache_.grid;
+  std::vector<double>& potential_grid = cache_.potential_grid;
+  grid.assign(size_t(mesh.grid_size()), 0.0);  // the kept capacity: no allocation after the first step
   mesh.spread(nlocal_, positions_, charges_.data(), grid);
   sum(grid.data(), int64_t(grid.size()));
   mesh.solve(grid, charge_sum, 0.0, potential_grid, virial_.data());  // the energy is taken as Σ ½ q φ

@@ -22,6 +22,9 @@ struct LongRangeCache {
   std::array<double, 9> cell{};
   std::optional<models::ReciprocalSum> ewald;
   std::optional<models::MeshSum> mesh;
+  /// The mesh's charge and potential grids, kept between steps so that they are not allocated
+  /// anew each step (their values are made anew).
+  std::vector<double> grid, potential_grid;
 };
 
 /// E_long of every rank's owned atoms, as the coupling of the model's charge head

@@ -284,7 +284,7 @@ void Potential::Impl::load(const std::string& file, const std::string& device_na
     // charge head's own inference with the term summed over the ranks.
     std::string why = wanted == Evaluation::kTorchScript ? "evaluation torchscript was asked for"
                       : device.is_cuda()                ? "the device is " + device.str()
-                                                        : "this model type's own inference has no charges";
+                                                        : "the " + model_type + " model's own inference has no charges yet";
     throw Error(path + ": the model has a long-range term (model.long_range), which MD evaluates through the model's "
                 "own inference on the CPU, with the term summed over the ranks; " + why +
                 " (docs/lammps.md \"Long range across ranks\")");
@@ -335,6 +335,12 @@ void Potential::Impl::compute_own(const LocalAtoms& atoms, bool atomic_energy, b
   request.neighbors = &input;
   request.outputs.atomic_energy = atomic_energy;
   request.outputs.atom_virial = atom_virial;
+  std::optional<LongRangeTerm> term;
+  if (long_range.enabled) {  // the owned atoms are the rows [0, nlocal), the list's centres
+    term.emplace(long_range, atoms.positions, atoms.nlocal, atoms.cell, atoms.periodic, atoms.ranks, solver,
+                 long_range_cache, atom_virial);
+    request.charge_coupling = &*term;
+  }
   models::InferenceResult e = inference->evaluate(request);
   timings.model_atoms += atoms.nlocal;
   out.counts = std::move(e.counts);
@@ -343,6 +349,10 @@ void Potential::Impl::compute_own(const LocalAtoms& atoms, bool atomic_energy, b
   out.virial = e.virial;
   if (atomic_energy) out.atomic_energy = std::move(e.atomic);
   if (atom_virial) out.atom_virial = std::move(e.atom_virial);
+  if (term) {
+    add_long_range(*term, atoms.nlocal, atomic_energy, atom_virial, out);
+    timings.long_range += term->seconds();
+  }
   timings.model += seconds_since(t1);
 }
 

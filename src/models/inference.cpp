@@ -17,4 +17,14 @@ void Inference::refuse(const Request& request) const {
   throw Error(describe() + ": evaluates " + accepted + ", not " + what);
 }
 
+void Inference::check_charge_coupling(const Request& request) const {
+  const bool charges = inputs().charges;
+  if (charges && request.charge_coupling == nullptr)
+    throw Error(describe() + ": the model has charges (model.long_range): the request needs the long-range term's "
+                "coupling (docs/lammps.md \"Long range across ranks\")");
+  if (!charges && request.charge_coupling != nullptr)
+    throw Error(describe() + ": the model has no charges (no model.long_range), but the request gives a charge "
+                "coupling");
+}
+
 }  // namespace mlip::models

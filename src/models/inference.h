@@ -143,6 +143,9 @@ class Inference {
  protected:
   /// The error for a request this inference cannot evaluate.
   [[noreturn]] void refuse(const Request& request) const;
+  /// Throws mlip::Error when the request's charge coupling does not match inputs().charges (a
+  /// model with charges needs one, a model without refuses one).
+  void check_charge_coupling(const Request& request) const;
 };
 
 }  // namespace mlip::models

@@ -132,7 +132,8 @@ Capabilities capabilities_from(const SettingsRecord& record) {
   c.message_layers = record.integer("message_layers", 1);
   c.devices = {"cpu", "cuda"};
   const InferenceEntry* entry = find_inference(c.model_type);
-  if (entry != nullptr && entry->inference) c.inference = {own_inference_capability("cpu", pair_repulsion_from(record))};
+  if (has_own_inference(entry, long_range_from(record).enabled))
+    c.inference = {own_inference_capability("cpu", pair_repulsion_from(record))};
   return c;
 }
 

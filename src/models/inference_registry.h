@@ -35,6 +35,10 @@ struct InferenceEntry {
   /// The model's own inference on the CPU (models/inference.h) from its record and frozen module;
   /// empty when it has none (its TorchScript forward then serves).
   std::function<std::unique_ptr<Inference>(const SettingsRecord& record, torch::jit::Module& module)> inference;
+  /// Whether that inference also evaluates models with model.long_range (their charges, through
+  /// the request's charge coupling, models/charge_coupling.h); false: such a model has no own
+  /// inference (its capabilities list none) and runs through its TorchScript forward.
+  bool long_range = false;
   /// A compressed copy of a frozen model for MD (`mlip compress`; se_e2_a: docs/se_e2_a.md
   /// "Compression: the embedding nets as tables"), with a line per table to `log`; empty when
   /// the model has no compressed form.
@@ -47,6 +51,11 @@ struct InferenceEntry {
   /// and fine-tuning re-fit it (models/energy_shift.h). Empty: the model has none.
   std::string energy_shift;
 };
+
+/// Whether `entry` gives its own inference to a model with (or without) the long-range term.
+inline bool has_own_inference(const InferenceEntry* entry, bool long_range) {
+  return entry != nullptr && entry->inference && (!long_range || entry->long_range);
+}
 
 /// Adds a model type's inference entry (e.g. one defined in a test). Throws mlip::Error when
 /// the type is taken.

@@ -128,6 +128,10 @@ TakenWeights take_pretrained_weights(const torch::jit::Module& pretrained, const
         }
         const std::string from = role.renamed(ids);
         const auto it = source.find(from);
+        if (role.optional && it == source.end()) {
+          taken.fresh.push_back(name);
+          break;
+        }
         if (it == source.end() || !it->second.isTensor())
           throw Error("'" + from + "' (for the input's '" + name + "') is not in the pretrained model");
         check_shape(from, it->second.toTensor(), into);

@@ -31,6 +31,9 @@ struct AttributeRole {
   std::function<std::string(const std::vector<int64_t>&)> renamed;
   /// kTypeRowsChecked: the input key the rows come from, for the message ("model.descriptor.sel").
   std::string setting;
+  /// kTypeNamed: a weight of an optional section (se_e2_a's charge outputs fit_<t>_wq): kept as
+  /// built when the pretrained model lacks it, instead of an error.
+  bool optional = false;
 };
 
 /// A model type's roles of its module's attributes, by name (models/registry.h ModelEntry).

@@ -104,7 +104,8 @@ Capabilities capabilities_of(const ModelSettings& settings) {
   c.message_layers = settings.message_layers();
   c.devices = {"cpu", "cuda"};
   const InferenceEntry* entry = find_inference(settings.type);
-  if (entry != nullptr && entry->inference) c.inference = {own_inference_capability("cpu", settings.pair_repulsion)};
+  if (has_own_inference(entry, settings.long_range.enabled))
+    c.inference = {own_inference_capability("cpu", settings.pair_repulsion)};
   return c;
 }
 

@@ -27,7 +27,10 @@ names = calc.type_names
 if calc.dtype != torch.float64:
     sys.exit(f"{model_path}: expected a float64 model")
 TOL = 1e-10  # relative, float64
-MESH_TOL = 1e-5  # the mesh against the k-vector sum (docs/long_range.md "On a mesh")
+# The default mesh against the k-vector sum: its accuracy as docs/long_range.md "On a mesh" states
+# it (energy and virial relative, forces of the largest), which a model with charges near ±1 e
+# reaches (a model with small charges stays far inside).
+MESH_TOL = {"energy": 5.6e-5, "forces": 2.9e-5, "virial": 2.2e-4}
 failed = []
 
 
@@ -142,7 +145,8 @@ atoms, bound = configurations()["cubic"]
 ewald = run_static("cubic", atoms, bound, 1, "kspace ewald", per_atom_virial=False)
 mesh1 = run_static("cubic", atoms, bound, 1, "kspace mesh", per_atom_virial=False)
 mesh2 = run_static("cubic", atoms, bound, 2, "kspace mesh", per_atom_virial=False)
-check("mesh vs k-vectors, 1 rank", {k: relative(mesh1[k], ewald[k]) for k in ("energy", "forces", "virial")}, MESH_TOL)
+for key, tol in MESH_TOL.items():
+    check(f"mesh vs k-vectors, 1 rank, {key}", {key: relative(mesh1[key], ewald[key])}, tol)
 check("mesh, 2 ranks vs 1", {k: relative(mesh2[k], mesh1[k]) for k in ("energy", "forces", "virial", "charges")}, TOL)
 
 

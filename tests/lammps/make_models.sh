@@ -12,7 +12,8 @@
 # learning rate of 1e-30: the same weights, other energy shifts (the twins of check_zbl.py);
 # sezc.pt is sez.pt compressed; lr.pt is the ions example's long-range model (examples/ions/
 # long_range.yaml) in float64 after 100 steps (charges up to ~0.25 e: enough for the tests of
-# docs/lammps.md "Long range across ranks" to see the term); eqlr.pt is eq.pt's input with
+# docs/lammps.md "Long range across ranks" to see the term), selr.pt the same for se_e2_a
+# (examples/ions/se_e2_a_long_range.yaml) and selrc.pt it compressed; eqlr.pt is eq.pt's input with
 # model.long_range (20 steps, charges up to ~0.02 e): stable in NVE as eq.pt is.
 # Exit 77 (skipped) when this mlip has no LAMMPS.
 # usage: make_models.sh <mlip> <dir>
@@ -95,6 +96,17 @@ grep -q "long_range: {" lr.yaml && grep -q "precision: float64" lr.yaml && grep 
 }
 "$MLIP" train lr.yaml -o lr > lr.log
 "$MLIP" freeze -c lr -o lr.pt
+# ... and se_e2_a's (examples/ions/se_e2_a_long_range.yaml, the same edits), its compressed copy.
+sed -e "s/^  numb_steps: .*/  numb_steps: 100/" -e "s/^  save_freq: .*/  save_freq: 100/" \
+    -e "s/^  disp_freq: .*/  disp_freq: 100/" -e "s/precision: float32/precision: float64/g" \
+    -e "s#systems: \[data/#systems: [$IONS/data/#" "$IONS/se_e2_a_long_range.yaml" > selr.yaml
+grep -q "long_range: {" selr.yaml && ! grep -q "float32" selr.yaml && grep -q "numb_steps: 100" selr.yaml || {
+  echo "make_models.sh: examples/ions/se_e2_a_long_range.yaml changed: the long-range model's edits no longer apply" >&2
+  exit 1
+}
+"$MLIP" train selr.yaml -o selr > selr.log
+"$MLIP" freeze -c selr -o selr.pt
+"$MLIP" compress -i selr.pt -o selrc.pt -t selr.yaml > selrc.log
 sed -e "s/^  type_map: \[O, H\]$/  type_map: [O, H]\n  long_range: {sigma: 1.0, kspace_spacing: 2.0}/" eq.yaml > eqlr.yaml
 grep -q "long_range: {" eqlr.yaml || {
   echo "make_models.sh: examples/water/equivariant.yaml changed: the long-range twin's edit no longer applies" >&2

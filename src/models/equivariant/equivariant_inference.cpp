@@ -98,12 +98,7 @@ class EquivariantInference : public Inference {
 
   InferenceResult evaluate(const Request& request) override {
     if (request.graph == nullptr || request.neighbors != nullptr) refuse(request);
-    if (config_.long_range.enabled && request.charge_coupling == nullptr)
-      throw Error(describe() + ": the model has charges (model.long_range): the request needs the long-range term's "
-                  "coupling (docs/lammps.md \"Long range across ranks\")");
-    if (!config_.long_range.enabled && request.charge_coupling != nullptr)
-      throw Error(describe() + ": the model has no charges (no model.long_range), but the request gives a charge "
-                  "coupling");
+    check_charge_coupling(request);
     const bool atomic = request.outputs.atomic_energy, pair_gradient = request.outputs.pair_gradient;
     InferenceResult out =
         request.exchange != nullptr
@@ -363,6 +358,7 @@ InferenceEntry equivariant_inference_entry() {
     return equivariant_record(equivariant_config(record, module));
   };
   e.energy_shift = "shift";
+  e.long_range = true;
   e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
     EquivariantConfig config = equivariant_config(record, module);
     return std::make_unique<EquivariantInference>(std::move(config), module);

@@ -303,17 +303,12 @@ class EquivariantModel final : public Model {
 
   /// The positions and cell of a frame for the long-range term (EquivariantFrame::pos, cell).
   void long_range_inputs(const data::System& system, const data::Frame& frame, EquivariantFrame& out) const {
-    const int64_t n = system.natoms();
-    out.pos = torch::from_blob(const_cast<double*>(frame.coord.data()), {n, 3}, torch::kFloat64)
-                  .to(device_, torch::kFloat64, false, true);
-    const int periodic = int(system.pbc[0]) + int(system.pbc[1]) + int(system.pbc[2]);
-    if (periodic != 0 && periodic != 3) throw Error("system " + system.name + ": " + kPartlyPeriodic);
-    out.periodic = periodic == 3 && frame.cell() != nullptr;
-    if (out.periodic)
-      out.cell = torch::from_blob(const_cast<double*>(frame.cell()), {3, 3}, torch::kFloat64).to(device_, false, true);
-    else
-      out.cell = torch::zeros({3, 3}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    LongRangeFrame inputs = long_range_frame(system, frame, device_);
+    out.pos = std::move(inputs.pos);
+    out.cell = std::move(inputs.cell);
+    out.periodic = inputs.periodic;
   }
+
 
   /// The batch as one graph (models/equivariant/frame_batch.h), padded with static_shapes.
   FrameBatch batch_of(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "data/system.h"
 #include "error.h"
 #include "models/deploy_source.h"
 
@@ -35,6 +36,21 @@ LongRangeSettings long_range_from(const SettingsRecord& record) {
   return s;
 }
 
+LongRangeFrame long_range_frame(const data::System& system, const data::Frame& frame, torch::Device device) {
+  const int64_t n = system.natoms();
+  LongRangeFrame out;
+  out.pos = torch::from_blob(const_cast<double*>(frame.coord.data()), {n, 3}, torch::kFloat64)
+                .to(device, torch::kFloat64, false, true);
+  const int periodic = int(system.pbc[0]) + int(system.pbc[1]) + int(system.pbc[2]);
+  if (periodic != 0 && periodic != 3) throw Error("system " + system.name + ": " + kPartlyPeriodic);
+  out.periodic = periodic == 3 && frame.cell() != nullptr;
+  if (out.periodic)
+    out.cell = torch::from_blob(const_cast<double*>(frame.cell()), {3, 3}, torch::kFloat64).to(device, false, true);
+  else
+    out.cell = torch::zeros({3, 3}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  return out;
+}
+
 std::string long_range_source(const LongRangeSettings& settings, const std::string& def_indent) {
   if (!settings.enabled) return "";
   const std::string d = def_indent, b = def_indent + "    ";
@@ -50,7 +66,8 @@ std::string long_range_source(const LongRangeSettings& settings, const std::stri
   const std::string inverse_width = torchscript_number(1.0 / (std::sqrt(2.0) * settings.sigma));
   std::ostringstream o;
   o << d << "def long_range_charges(self, raw: Tensor, total_charge: float) -> Tensor:\n"
-    << b << "return raw - (raw.sum() - total_charge) / max(raw.size(0), 1)\n\n";
+    << b << "q = raw.double()\n"
+    << b << "return q - (q.sum() - total_charge) / max(q.size(0), 1)\n\n";
   o << d << "def long_range_kvectors(self, cell: Tensor) -> Tensor:\n"
     << b << "c = cell.detach().double()\n"
     << b << "reach = torch.floor(torch.sqrt((c * c).sum(1)) * (" << k_end << " / " << two_pi << "))\n"

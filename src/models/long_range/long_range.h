@@ -8,6 +8,11 @@
 
 #include "models/settings_record.h"
 
+namespace mlip::data {
+struct System;
+struct Frame;
+}  // namespace mlip::data
+
 namespace mlip::models {
 
 /// model.long_range (docs/long_range.md): per-atom charges from a head on the model's invariant
@@ -50,8 +55,8 @@ constexpr const char* kPartlyPeriodic =
 /// The TorchScript methods of the long-range energy, each `def` indented by `def_indent` (empty
 /// when disabled):
 ///
-///   long_range_charges(self, raw, total_charge: float) -> Tensor: [n] charges, e, shifted
-///     equally so that they sum to total_charge.
+///   long_range_charges(self, raw, total_charge: float) -> Tensor: [n] float64 charges, e,
+///     shifted equally so that they sum to total_charge (in float64 whatever the model's dtype).
 ///   long_range_energy(self, q, pos, cell, periodic: bool) -> Tensor: [n] float64 per-atom
 ///     energies, eV (their sum is E_long): the reciprocal-space sum when periodic (cell [3, 3],
 ///     rows the lattice vectors, Å), the direct sum of the smeared kernel otherwise (cell unread).
@@ -64,6 +69,17 @@ constexpr const char* kPartlyPeriodic =
 ///   long_range_kvectors(self, cell) -> Tensor: [K, 3] float64 integer vectors n (one of each
 ///     ±n pair) with |2π cell⁻ᵀ n| < k_end.
 std::string long_range_source(const LongRangeSettings& settings, const std::string& def_indent);
+
+/// What the long-range term reads of one training frame besides the charges (docs/long_range.md
+/// "Training"), made when the frame is prepared.
+struct LongRangeFrame {
+  torch::Tensor pos;      ///< [N, 3] float64 on the model's device: the positions, Å
+  torch::Tensor cell;     ///< [3, 3] float64 on the model's device: rows the cell vectors, Å; zeros without periodicity
+  bool periodic = false;  ///< host: the frame is periodic in all three directions (its cell is read)
+};
+/// The frame's LongRangeFrame on `device`. Throws mlip::Error (kPartlyPeriodic, naming the system)
+/// for a system periodic along some cell vectors only.
+LongRangeFrame long_range_frame(const data::System& system, const data::Frame& frame, torch::Device device);
 
 /// The long-range part of a training batch of B frames of N atoms (docs/long_range.md
 /// "Training"), by the methods long_range_source put into `module`.

@@ -47,7 +47,8 @@ void scatter(const R* src, const int64_t* index, int64_t n, int64_t width, R* ds
 }  // namespace
 
 template <typename R>
-void FittingAdjoint<R>::forward(const Params& params, const R* x, const int64_t* index, int64_t n, R* e, R* dedx) {
+void FittingAdjoint<R>::forward(const Params& params, const R* x, const int64_t* index, int64_t n, R* e, R* dedx,
+                                R* q, const R* seed) {
   const int64_t nl = int64_t(layers_.size());
   if (params.w.size() != size_t(nl) || params.b.size() != size_t(nl) || params.idt.size() != size_t(nl))
     throw Error("FittingAdjoint: " + std::to_string(nl) + " layers need as many weights, biases and idt entries");
@@ -68,6 +69,14 @@ void FittingAdjoint<R>::forward(const Params& params, const R* x, const int64_t*
     throw Error("FittingAdjoint: wout must be a [width, 1] tensor");
   check(params.wout, "wout", {nl > 0 ? layers_.back().out : params.wout.size(0), 1});
   check(params.bout, "bout", {1});
+  const bool charges = params.wq.defined();
+  if (charges) {
+    check(params.wq, "wq", {params.wout.size(0), 1});
+    check(params.bq, "bq", {1});
+  } else if (q != nullptr || seed != nullptr) {
+    throw Error("FittingAdjoint: charges or charge seeds asked of a fitting net without the charge output (wq)");
+  }
+  seeded_ = seed != nullptr;
   w_ = params.w, b_ = params.b, idt_ = params.idt, wout_ = params.wout, bout_ = params.bout;
   const int64_t in0 = nl > 0 ? layers_[0].in : wout_.size(0);
   const int64_t width = wout_.size(0);
@@ -108,14 +117,25 @@ void FittingAdjoint<R>::forward(const Params& params, const R* x, const int64_t*
     }
     add_skip(xin, skip_copies(L), n, in, out, xo);
   }
-  // E = x_L wout + bout; dE/dx_L = wout.
+  // E = x_L wout + bout; dE/dx_L = wout (+ seed wq with the charges' seeds).
   R* gl = g_[size_t(nl)].data();
+  const R* wq = charges ? params.wq.template data_ptr<R>() : nullptr;
+  const R bq = charges ? params.bq.template data_ptr<R>()[0] : R(0);
   for (int64_t p = 0; p < n; ++p) {
     const R* xp = xl_.data() + p * width;
-    R acc = 0;
+    R acc = 0, charge = 0;
     for (int64_t o = 0; o < width; ++o) acc += xp[o] * wout[o];
     e[index[p]] = acc + bout;
-    std::copy_n(wout, width, gl + p * width);
+    if (q != nullptr) {
+      for (int64_t o = 0; o < width; ++o) charge += xp[o] * wq[o];
+      q[index[p]] = charge + bq;
+    }
+    if (seed != nullptr) {
+      const R s = seed[index[p]];
+      for (int64_t o = 0; o < width; ++o) gl[p * width + o] = wout[o] + s * wq[o];
+    } else {
+      std::copy_n(wout, width, gl + p * width);
+    }
   }
   // dE/dx_l = c_l W_l^T + skip^T(dE/dx_l+1), c_l = dE/dx_l+1 (1 - y_l^2) idt_l.
   for (int64_t l = nl - 1; l >= 0; --l) {
@@ -143,6 +163,7 @@ void FittingAdjoint<R>::backward(const R* gbar, const R* ebar, R* xbar_out) {
   const int64_t in0 = nl > 0 ? layers_[0].in : wout_.size(0);
   const int64_t width = wout_.size(0), n = n_;
   const int64_t* index = index_;
+  if (seeded_) throw Error("FittingAdjoint: backward() after a forward() with charge seeds (an MD step's)");
   if (n == 0) return;
   const R* wout = wout_.data_ptr<R>();
   R* gwout = grad_ptr<R>(wout_);

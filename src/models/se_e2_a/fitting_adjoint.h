@@ -23,10 +23,13 @@ class FittingAdjoint {
  public:
   /// The parameters: w[l] [in, out], b[l] [out], idt[l] [out] (undefined without resnet_dt),
   /// wout [width, 1], bout [1]; contiguous tensors of dtype R, shared with the module.
-  /// backward() adds to their .grad() (created as zeros when undefined).
+  /// backward() adds to their .grad() (created as zeros when undefined). With model.long_range
+  /// also wq [width, 1] and bq [1], the charge output (docs/long_range.md "The charge heads");
+  /// undefined without.
   struct Params {
     std::vector<at::Tensor> w, b, idt;
     at::Tensor wout, bout;
+    at::Tensor wq, bq;
   };
 
   /// layers: the hidden layers (layer_rule.h).
@@ -35,7 +38,13 @@ class FittingAdjoint {
   /// With the parameters p, for r < n: e[index[r]] = E(x_r) (without the type's energy bias) and
   /// dedx[index[r] * in0 + k] = dE/dx_r[k], with x_r = x[index[r] * in0 + k], in0 = layers[0].in.
   /// Keeps the activations for backward(), and `index`, which must stay valid until then.
-  void forward(const Params& p, const R* x, const int64_t* index, int64_t n, R* e, R* dedx);
+  ///
+  /// With the charge output (p.wq defined): `q` (when not null) gets q[index[r]] = x_L wq + bq,
+  /// the raw charge; `seed` (when not null) weighs it into the derivative, dedx = d(E + seed ·
+  /// q)/dx with seed[index[r]] of each row: ∂E_long/∂q̃ from the long-range term, for an MD step
+  /// (backward() is then refused: the training path with charges is the device-generic one).
+  void forward(const Params& p, const R* x, const int64_t* index, int64_t n, R* e, R* dedx, R* q = nullptr,
+               const R* seed = nullptr);
 
   /// After forward(): given gbar = dL/d(dE/dx) and ebar = dL/dE at the same rows (same layout
   /// as dedx and e), writes dL/dx into xbar (same layout as x) and adds dL/d(parameters) to the
@@ -46,6 +55,7 @@ class FittingAdjoint {
   std::vector<Layer> layers_;
   std::vector<at::Tensor> w_, b_, idt_;  // of the last forward()
   at::Tensor wout_, bout_;
+  bool seeded_ = false;  // the last forward() had charge seeds: no backward()
   const int64_t* index_ = nullptr;
   int64_t n_ = 0;
   // s_[l] [2n, in_l]: rows n.. hold the layer input x_l (forward), rows ..n dL/d(dE/dx_l)

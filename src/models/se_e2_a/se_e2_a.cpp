@@ -19,9 +19,13 @@ std::string literal(double v) { return torchscript_number(v); }
 /// (and _wout/_bout for a linear output layer). The input's leading dimensions are flattened
 /// into rows once, so that each layer is one addmm (b + x W) and one tanh, forward and backward
 /// (a matmul of the batched shape and an add were five operations and four autograd nodes).
+///
+/// With `charge_out` (a fitting net of a model with model.long_range) the linear output has two
+/// columns, the energy (_wout, _bout) and the raw charge (_wq, _bq), read from the same last
+/// hidden layer in one addmm.
 void emit_net(std::ostringstream& o, const std::string& fn, const std::string& prefix,
-              const std::vector<Layer>& layers, bool linear_out) {
-  const int64_t width_out = linear_out ? 1 : layers.back().out;
+              const std::vector<Layer>& layers, bool linear_out, bool charge_out = false) {
+  const int64_t width_out = linear_out ? (charge_out ? 2 : 1) : layers.back().out;
   o << "  def " << fn << "(self, x: Tensor) -> Tensor:\n"
     << "    shape = x.size()\n"
     << "    x = x.reshape([-1, " << layers.front().in << "])\n";
@@ -33,7 +37,11 @@ void emit_net(std::ostringstream& o, const std::string& fn, const std::string& p
     else if (L.skip == Layer::kDouble) o << "    x = y + torch.cat([x, x], -1)\n";
     else o << "    x = y\n";
   }
-  if (linear_out) o << "    x = torch.addmm(self." << prefix << "_bout, x, self." << prefix << "_wout)\n";
+  if (linear_out && charge_out)
+    o << "    x = torch.addmm(torch.cat([self." << prefix << "_bout, self." << prefix << "_bq]), x, torch.cat([self."
+      << prefix << "_wout, self." << prefix << "_wq], 1))\n";
+  else if (linear_out)
+    o << "    x = torch.addmm(self." << prefix << "_bout, x, self." << prefix << "_wout)\n";
   o << "    return x.reshape(shape[:-1] + [" << width_out << "])\n\n";
 }
 
@@ -136,6 +144,8 @@ void emit_atomic_energy(std::ostringstream& o, const SeAConfig& c) {
        "    dstd = self.dstd.index_select(0, atype).unsqueeze(1)\n"
        "    rhat = (rij - davg) / dstd\n"
        "    e = torch.zeros([nb, n], dtype=rij.dtype, device=rij.device)\n";
+  const bool charges = c.long_range.enabled;
+  if (charges) o << "    q = torch.zeros([nb, n], dtype=rij.dtype, device=rij.device)\n";
   for (int64_t ti = 0; ti < ntypes; ++ti) {
     o << "    if type_atoms is None:\n"
       << "      idx = torch.nonzero(atype == " << ti << ").squeeze(1)\n"
@@ -184,17 +194,30 @@ void emit_atomic_energy(std::ostringstream& o, const SeAConfig& c) {
       o << "      ti0 = torch.cat([ti0, torch.zeros([3, " << m << "], dtype=rij.dtype, device=rij.device)], 0) / "
         << literal(double(nc)) << "\n"
         << "      d0 = torch.matmul(ti0.transpose(0, 1), ti0[:, 0:" << msub << "]).reshape(1, " << m * msub << ")\n"
-        << "      e = e.index_copy(1, idx, self.fit_" << ti << "(d).squeeze(2) - self.fit_" << ti
-        << "(d0).reshape(1, 1) + self.bias[" << ti << "])\n";
+        << "      y = self.fit_" << ti << "(d)\n"
+        << "      e = e.index_copy(1, idx, y[:, :, 0] - self.fit_" << ti << "(d0)[:, 0:1] + self.bias[" << ti << "])\n";
     } else {
-      o << "      e = e.index_copy(1, idx, self.fit_" << ti << "(d).squeeze(2) + self.bias[" << ti << "])\n";
+      o << "      y = self.fit_" << ti << "(d)\n"
+        << "      e = e.index_copy(1, idx, y[:, :, 0] + self.bias[" << ti << "])\n";
     }
+    // docs/long_range.md "The charge heads": the raw charge, the fitting net's second output.
+    if (charges) o << "      q = q.index_copy(1, idx, y[:, :, 1])\n";
   }
-  o << "    return e\n\n";
+  o << (charges ? "    return torch.stack([e, q], 2)\n\n" : "    return e\n\n");
 }
 
-/// The module's energy_force_env: the training path's energies, forces and virial by the chain rule.
-void emit_energy_force_env(std::ostringstream& o) {
+/// The module's pair_forces and (without the long-range term) energy_force_env: the training
+/// path's energies, forces and virial by the chain rule.
+void emit_energy_force_env(std::ostringstream& o, bool long_range) {
+  o << "  def pair_forces(self, g: Tensor, drij: Tensor, vec: Tensor, nlist: Tensor) -> Tuple[Tensor, Tensor]:\n"
+       "    nb = g.size(0)\n"
+       "    n = g.size(1)\n"
+       "    gd = torch.matmul(g.unsqueeze(3), drij).squeeze(3)\n"
+       "    j = nlist.clamp(min=0) + torch.arange(nb, device=g.device).view(nb, 1, 1) * n\n"
+       "    f = gd.sum(2).reshape(nb * n, 3).index_add(0, j.reshape(-1), -gd.reshape(-1, 3)).reshape(nb, n, 3)\n"
+       "    virial = -torch.matmul(vec.reshape(nb, -1, 3).transpose(1, 2), gd.reshape(nb, -1, 3))\n"
+       "    return f, virial\n\n";
+  if (long_range) return;
   o << "  def energy_force_env(self, rij: Tensor, drij: Tensor, vec: Tensor, nlist: Tensor, atype: Tensor,\n"
        "                       create_graph: bool, type_atoms: Optional[List[Tensor]] = None)"
        " -> Tuple[Tensor, Tensor, Tensor, Tensor]:\n"
@@ -206,14 +229,8 @@ void emit_energy_force_env(std::ostringstream& o) {
        "    g = grads[0]\n"
        "    if g is None:\n"
        "      g = torch.zeros_like(rij)\n"
-       "    nb = rij.size(0)\n"
-       "    n = rij.size(1)\n"
-       "    gd = torch.matmul(g.unsqueeze(3), drij).squeeze(3)\n"
-       "    j = nlist.clamp(min=0) + torch.arange(nb, device=rij.device).view(nb, 1, 1) * n\n"
-       "    f = gd.sum(2).reshape(nb * n, 3).index_add(0, j.reshape(-1), -gd.reshape(-1, 3)).reshape(nb, n, 3)\n"
-       "    virial = -torch.matmul(vec.reshape(nb, -1, 3).transpose(1, 2), gd.reshape(nb, -1, 3))\n"
-       "    return energy, e, f, virial\n\n";
-
+       "    fv = self.pair_forces(g, drij, vec, nlist)\n"
+       "    return energy, e, fv[0], fv[1]\n\n";
 }
 
 /// The module's forward(data): the deploy path, everything from positions and the edge list.
@@ -257,8 +274,9 @@ void emit_deploy_forward(std::ostringstream& o, const SeAConfig& c) {
        "    sw = w / r\n"
        "    rows = torch.cat([sw.unsqueeze(1), (sw / r).unsqueeze(1) * d], 1)\n"
        "    rij = torch.zeros([n * " << nc << ", 4], dtype=pos.dtype, device=pos.device).index_copy(0, slot, rows)\n"
-       "    e = self.atomic_energy(rij.reshape(1, n, " << nc << ", 4), atype)[0]\n"
-    << deploy_outputs_source("  ", c.pair_repulsion.enabled());
+       "    e = self.atomic_energy(rij.reshape(1, n, " << nc << ", 4), atype)[0]\n";
+  if (c.long_range.enabled) o << "    q_raw = e[:, 1]\n    e = e[:, 0]\n";
+  o << deploy_outputs_source("  ", c.pair_repulsion.enabled(), c.long_range.enabled);
 }
 
 }  // namespace
@@ -288,11 +306,13 @@ std::string se_e2_a_source(const SeAConfig& c, const SeACompression* compression
       emit_net(o, name, name, emb_layers, false);
     }
   }
-  for (int64_t t = 0; t < ntypes; ++t) emit_net(o, "fit_" + std::to_string(t), "fit_" + std::to_string(t), fit_layers, true);
+  for (int64_t t = 0; t < ntypes; ++t)
+    emit_net(o, "fit_" + std::to_string(t), "fit_" + std::to_string(t), fit_layers, true, c.long_range.enabled);
 
   emit_atomic_energy(o, c);
-  emit_energy_force_env(o);
+  emit_energy_force_env(o, c.long_range.enabled);
   o << pair_repulsion_source(c.pair_repulsion, ntypes, "  ");
+  o << long_range_source(c.long_range, "  ");
   emit_deploy_forward(o, c);
   return o.str();
 }
@@ -364,6 +384,17 @@ torch::jit::Module build_se_e2_a(const SeAConfig& c, const SeACompression* compr
               layers_of(emb_widths, c.resnet_dt), false);
   gen = &fitting_gen;
   for (int64_t t = 0; t < ntypes; ++t) add_net("fit_" + std::to_string(t), layers_of(fit_widths, c.fitting_resnet_dt), true);
+  // The charge outputs, drawn last: a model with the long-range term starts from the same
+  // short-range weights as its twin without it.
+  if (c.long_range.enabled)
+    for (int64_t t = 0; t < ntypes; ++t) {
+      const int64_t in = fit_widths.back();
+      const std::string prefix = "fit_" + std::to_string(t);
+      module.register_parameter(prefix + "_wq", normal({in, 1}, 0.0, 1.0 / std::sqrt(double(in + 1))).requires_grad_(),
+                                false);
+      module.register_parameter(prefix + "_bq", torch::zeros({1}, torch::TensorOptions().dtype(dtype)).requires_grad_(),
+                                false);
+    }
 
   module.register_buffer("davg", torch::zeros({ntypes, 4}, torch::TensorOptions().dtype(dtype)));
   module.register_buffer("dstd", torch::ones({ntypes, 4}, torch::TensorOptions().dtype(dtype)));

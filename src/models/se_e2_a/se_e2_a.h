@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/compress_options.h"
+#include "models/long_range/long_range.h"
 #include "models/pair_repulsion.h"
 #include "models/se_e2_a/embedding_table.h"
 
@@ -34,6 +35,10 @@ struct SeAConfig {
   bool isolated_energy_is_bias = false;
   /// model.pair_repulsion: a short-range repulsion added to every atom's energy (docs/repulsion.md).
   PairRepulsionSettings pair_repulsion;
+  /// model.long_range: each fitting net also reads out the atom's raw charge from its last hidden
+  /// layer (parameters fit_<t>_wq [width, 1], fit_<t>_bq [1]) and the electrostatic energy of the
+  /// charges joins the energy (docs/long_range.md "The charge heads").
+  LongRangeSettings long_range;
 
   /// Throws mlip::Error naming the key (model.descriptor.sel, ...) that is invalid.
   void validate() const;
@@ -62,11 +67,16 @@ std::string se_e2_a_source(const SeAConfig& config, const SeACompression* compre
 ///
 /// - `atomic_energy(rij [B,N,Nc,4], atype [N] int64) -> [B,N]`: the atomic energies from raw
 ///   environment rows (normalised inside with davg/dstd of the centre type; empty slots are
-///   zero rows and are not masked).
+///   zero rows and are not masked). With model.long_range: [B,N,2], each atom's energy and raw
+///   charge (e, before the shift to the total charge).
+/// - `pair_forces(g [B,N,Nc,4], drij, vec, nlist) -> (forces [B,N,3], virial [B,3,3])`: the
+///   forces and virial of an energy whose gradient by the rows is g (the chain rule through the
+///   rows' derivatives by the pair vectors).
 /// - `energy_force_env(rij [B,N,Nc,4], drij [B,N,Nc,4,3], vec [B,N,Nc,3], nlist [B,N,Nc] int64,
 ///   atype [N], create_graph: bool) -> (energy [B] float64, atomic [B,N], forces [B,N,3],
 ///   virial [B,3,3])`: the training path, from precomputed rows and their derivatives (chain
-///   rule; create_graph keeps the graph for a force loss).
+///   rule; create_graph keeps the graph for a force loss). Without model.long_range only (with
+///   it, the training path adds E_long in C++, SeAGenericPath).
 /// - `forward(data: Dict[str, Tensor]) -> Dict[str, Tensor]`: the docs/deploy.md interface
 ///   (pos, atom_types, edge_index, cell, edge_cell_shift -> atomic_energy, total_energy,
 ///   forces, virial), building the environment matrix itself from positions.

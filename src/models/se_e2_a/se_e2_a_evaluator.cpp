@@ -531,6 +531,7 @@ struct EvaluationModel {
   std::vector<typename FittingAdjoint<R>::Params> fit_params;
   Tensor bias;                             // [ntypes] float64, eV
   const IsolatedAtomFit<R>* isolated = nullptr;  // null without isolated_energy_is_bias
+  std::vector<R> charge_seeds;             // [centres] ∂E_long/∂q̃ (second pass with charges), else empty
 };
 
 /// One thread's buffers for evaluate(), reused from block to block.
@@ -541,7 +542,7 @@ struct EvaluationWorkspace {
   std::vector<std::vector<R>> normalised_rows;           // per net: [block pairs, 4]
   std::vector<std::vector<R>> outputs, slopes;           // per net: G and dG/ds [block pairs, M]
   std::vector<LocatedPairs<R>> located;                  // per net (compressed)
-  std::vector<R> t_rows, descriptors, descriptor_gradients, t_gradients, energies;  // per atom of the block
+  std::vector<R> t_rows, descriptors, descriptor_gradients, t_gradients, energies, charges;  // per atom of the block
   std::vector<R> product, row_gradient, input_gradient;  // per pair of one centre
   std::vector<std::vector<int64_t>> rows_of_type;        // per centre type: its atoms in the block
   int64_t beyond_tables = 0;
@@ -552,6 +553,29 @@ struct EvaluationWorkspace {
     for (int64_t t = 0; t < ntypes; ++t) fits.emplace_back(fit_layers);
   }
 };
+
+/// What "embed" and "contract" leave in a workspace for one block (EvaluationWorkspace's fields
+/// of those names): kept from evaluate()'s first pass with charges for its second when they fit
+/// in kKeptEmbeddingBytes.
+template <typename R>
+struct EmbeddedBlock {
+  std::vector<std::vector<R>> normalised_rows, outputs, slopes;
+  std::vector<LocatedPairs<R>> located;
+  std::vector<R> t_rows;
+
+  /// Exchanges these with the workspace's (moving a kept block in or out; no copy).
+  void swap_with(EvaluationWorkspace<R>& work) {
+    std::swap(normalised_rows, work.normalised_rows);
+    std::swap(outputs, work.outputs);
+    std::swap(slopes, work.slopes);
+    std::swap(located, work.located);
+    std::swap(t_rows, work.t_rows);
+  }
+};
+
+/// evaluate() with charges keeps the first pass's embedding outputs for the second while they
+/// take at most this many bytes (pairs × M × 2 numbers), else makes them again.
+constexpr double kKeptEmbeddingBytes = 512.0 * (1 << 20);
 
 /// evaluate()'s results before the forces on the neighbours and the virials are summed.
 template <typename R>
@@ -568,6 +592,7 @@ struct SeAEvaluator::Impl {
   torch::jit::Module module;
   std::vector<Layer> emb_layers, fit_layers;
   int64_t nt = 0, ng = 0, nc = 0, m = 0, ms = 0;
+  double kept_embedding_bytes = kKeptEmbeddingBytes;  // evaluate() with charges
 
   /// Per embedding net: its outputs for the empty-slot inputs (forward() and evaluate()), and
   /// what backward() needs from forward().
@@ -710,6 +735,10 @@ struct SeAEvaluator::Impl {
     }
     p.wout = attr(name + "_wout");
     p.bout = attr(name + "_bout");
+    if (c.long_range.enabled) {  // the charge output (docs/long_range.md "The charge heads")
+      p.wq = attr(name + "_wq");
+      p.bq = attr(name + "_bq");
+    }
     return p;
   }
 
@@ -832,7 +861,8 @@ struct SeAEvaluator::Impl {
   // evaluate() (MD) and its stages.
 
   template <typename R>
-  Evaluation evaluate(const PackedEnv& frame, const std::vector<int>& types, int64_t natoms_total, bool atom_virial);
+  Evaluation evaluate(const PackedEnv& frame, const std::vector<int>& types, int64_t natoms_total, bool atom_virial,
+                      ChargeCoupling* coupling);
   template <typename R>
   std::vector<int64_t> evaluation_blocks(const PackedEnv& pe, bool compressed) const;
   template <typename R>
@@ -843,7 +873,11 @@ struct SeAEvaluator::Impl {
                                 EvaluationWorkspace<R>& work) const;
   template <typename R>
   void fit_block(const EvaluationModel<R>& model, int64_t first, int64_t last, EvaluationWorkspace<R>& work,
-                 std::vector<double>& atomic) const;
+                 std::vector<double>& atomic, double* charges = nullptr) const;
+  template <typename R>
+  std::vector<double> raw_charges(const PackedEnv& pe, const EvaluationModel<R>& model,
+                                  const std::vector<int64_t>& blocks, std::vector<EmbeddedBlock<R>>* kept,
+                                  int64_t& beyond_tables) const;
   template <typename R>
   void pair_gradients_of_block(const PackedEnv& pe, const EvaluationModel<R>& model, int64_t first, int64_t last,
                                EvaluationWorkspace<R>& work, EvaluationPartials<R>& partials) const;
@@ -1057,7 +1091,12 @@ std::vector<double> SeAEvaluator::Impl::neighbour_forces_and_virials(const Packe
 /// pair order, so the result does not depend on the number of threads.
 template <typename R>
 SeAEvaluator::Evaluation SeAEvaluator::Impl::evaluate(const PackedEnv& pe, const std::vector<int>& types,
-                                                      int64_t natoms_total, bool atom_virial) {
+                                                      int64_t natoms_total, bool atom_virial,
+                                                      ChargeCoupling* coupling) {
+  if ((coupling != nullptr) != c.long_range.enabled)
+    throw Error(c.long_range.enabled ? "se_e2_a evaluation: the model has charges (model.long_range) and needs the "
+                                       "long-range term's coupling"
+                                     : "se_e2_a evaluation: a charge coupling for a model without charges");
   batch = nullptr;  // nothing to differentiate afterwards
   nb = 1, n = pe.natoms, bn = n;
   if (pe.nframes != 1 || int64_t(types.size()) != n || int64_t(pe.groups.size()) != ng || natoms_total < n)
@@ -1077,21 +1116,78 @@ SeAEvaluator::Evaluation SeAEvaluator::Impl::evaluate(const PackedEnv& pe, const
   model.isolated = isolated_forward<R>(types);
 
   const std::vector<int64_t> blocks = evaluation_blocks<R>(pe, compressed);
+  std::vector<double> charges;
+  std::vector<EmbeddedBlock<R>> kept;  // the first pass's embedding outputs, when kept
+  std::atomic<int64_t> beyond_tables{0};
+  if (coupling != nullptr) {
+    // First pass: the raw charges; the coupling (collective over MD's ranks) gives their seeds.
+    int64_t pairs = 0;
+    for (const auto& grp : pe.groups) pairs += grp.offsets[size_t(n)];
+    const bool keep = double(pairs) * double(m) * 2.0 * sizeof(R) <= kept_embedding_bytes;
+    int64_t beyond_first = 0;
+    charges = raw_charges<R>(pe, model, blocks, keep ? &kept : nullptr, beyond_first);
+    if (keep) beyond_tables += beyond_first;
+    std::vector<double> gradient(size_t(n), 0.0);
+    coupling->couple(charges.data(), n, gradient.data());
+    model.charge_seeds.assign(gradient.begin(), gradient.end());
+  }
   EvaluationPartials<R> partials;
   partials.atomic.resize(size_t(n));
   partials.own_force.resize(size_t(n) * 3);
   partials.pair_gradient.resize(size_t(ng));
   for (int64_t g = 0; g < ng; ++g) partials.pair_gradient[size_t(g)].resize(pe.groups[size_t(g)].neighbor.size() * 3);
-  std::atomic<int64_t> beyond_tables{0};
   at::parallel_for(0, int64_t(blocks.size()) - 1, 1, [&](int64_t b0, int64_t b1) {
     EvaluationWorkspace<R> work(fit_layers, nt, ng);
-    for (int64_t b = b0; b < b1; ++b)
-      evaluate_block<R>(pe, model, blocks[size_t(b)], blocks[size_t(b + 1)], work, partials);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t first = blocks[size_t(b)], last = blocks[size_t(b + 1)];
+      if (kept.empty()) {
+        evaluate_block<R>(pe, model, first, last, work, partials);
+        continue;
+      }
+      kept[size_t(b)].swap_with(work);  // the first pass's "embed" and "contract" of this block
+      fit_block(model, first, last, work, partials.atomic);
+      pair_gradients_of_block(pe, model, first, last, work, partials);
+      kept[size_t(b)].swap_with(work);
+      kept[size_t(b)] = EmbeddedBlock<R>();
+    }
     beyond_tables += work.beyond_tables;
   });
   Evaluation out = sum_evaluation<R>(pe, partials, natoms_total, atom_virial);
   out.beyond_tables = beyond_tables.load();
+  out.charges = std::move(charges);
   return out;
+}
+
+/// evaluate()'s first pass with charges: "embed", "contract" and "fit" of every block, giving
+/// each centre's raw charge [n] (e). With `kept`, each block's embedding outputs are kept there
+/// for the second pass (and the pairs beyond a compressed model's tables counted here); without,
+/// the second pass makes them again.
+template <typename R>
+std::vector<double> SeAEvaluator::Impl::raw_charges(const PackedEnv& pe, const EvaluationModel<R>& model,
+                                                    const std::vector<int64_t>& blocks,
+                                                    std::vector<EmbeddedBlock<R>>* kept, int64_t& beyond_tables) const {
+  std::vector<double> charges(size_t(n), 0.0);
+  std::vector<double> atomic(size_t(n), 0.0);
+  if (kept != nullptr) kept->assign(blocks.size() - 1, EmbeddedBlock<R>());
+  std::atomic<int64_t> beyond{0};
+  at::parallel_for(0, int64_t(blocks.size()) - 1, 1, [&](int64_t b0, int64_t b1) {
+    EvaluationWorkspace<R> work(fit_layers, nt, ng);
+    for (int64_t b = b0; b < b1; ++b) {
+      embed_and_contract_block(pe, model, blocks[size_t(b)], blocks[size_t(b + 1)], work);
+      fit_block(model, blocks[size_t(b)], blocks[size_t(b + 1)], work, atomic, charges.data());
+      if (kept != nullptr) {
+        // The block's buffers move into the kept block; the workspace gets fresh empty ones
+        // of the same shape (one per net) for the next block.
+        EmbeddedBlock<R>& k = (*kept)[size_t(b)];
+        k.normalised_rows.resize(size_t(ng)), k.outputs.resize(size_t(ng)), k.slopes.resize(size_t(ng));
+        k.located.resize(size_t(ng));
+        k.swap_with(work);
+      }
+    }
+    beyond += work.beyond_tables;
+  });
+  beyond_tables = beyond.load();
+  return charges;
 }
 
 /// evaluate(): the centres' blocks, of kEvaluationPairs pairs; a compressed model keeps no
@@ -1172,9 +1268,12 @@ void SeAEvaluator::Impl::embed_and_contract_block(const PackedEnv& pe, const Eva
 /// atomic energies (float64, eV, into atomic) and dE/dT [last - first, 4, M] (work.t_gradients).
 template <typename R>
 void SeAEvaluator::Impl::fit_block(const EvaluationModel<R>& model, int64_t first, int64_t last,
-                                   EvaluationWorkspace<R>& work, std::vector<double>& atomic) const {
+                                   EvaluationWorkspace<R>& work, std::vector<double>& atomic, double* charges) const {
   const int64_t count = last - first;
   grow(work.descriptors, count * m * ms), grow(work.descriptor_gradients, count * m * ms), grow(work.energies, count);
+  if (charges != nullptr) grow(work.charges, count);
+  // With the charges' seeds (second pass): dE/dD of E_short + Σ seed_i q̃_i.
+  const R* seeds = model.charge_seeds.empty() ? nullptr : model.charge_seeds.data() + first;
   work.t_gradients.assign(size_t(count * 4 * m), R(0));
   for (int64_t k = 0; k < count; ++k) descriptor_of(work.t_rows.data() + k * 4 * m, m, ms, work.descriptors.data() + k * m * ms);
   group_by_type(first, last, work.rows_of_type);
@@ -1182,7 +1281,10 @@ void SeAEvaluator::Impl::fit_block(const EvaluationModel<R>& model, int64_t firs
     const auto& rows = work.rows_of_type[size_t(ti)];
     if (rows.empty()) continue;
     work.fits[size_t(ti)].forward(model.fit_params[size_t(ti)], work.descriptors.data(), rows.data(),
-                                  int64_t(rows.size()), work.energies.data(), work.descriptor_gradients.data());
+                                  int64_t(rows.size()), work.energies.data(), work.descriptor_gradients.data(),
+                                  charges != nullptr ? work.charges.data() : nullptr, seeds);
+    if (charges != nullptr)
+      for (int64_t k : rows) charges[first + k] = double(work.charges[size_t(k)]);
     const IsolatedAtomFit<R>* iso = model.isolated;
     const R e_iso = iso != nullptr ? iso->energy(ti) : R(0);
     for (int64_t k : rows)
@@ -1546,11 +1648,14 @@ SeAEvaluator::Output SeAEvaluator::forward(const PackedEnv& batch, const std::ve
 }
 
 SeAEvaluator::Evaluation SeAEvaluator::evaluate(const PackedEnv& frame, const std::vector<int>& types,
-                                                      int64_t natoms_total, bool atom_virial) {
+                                                int64_t natoms_total, bool atom_virial, ChargeCoupling* coupling) {
   at::NoGradGuard no_grad;
-  if (impl_->c.dtype() == torch::kFloat32) return impl_->evaluate<float>(frame, types, natoms_total, atom_virial);
-  return impl_->evaluate<double>(frame, types, natoms_total, atom_virial);
+  if (impl_->c.dtype() == torch::kFloat32)
+    return impl_->evaluate<float>(frame, types, natoms_total, atom_virial, coupling);
+  return impl_->evaluate<double>(frame, types, natoms_total, atom_virial, coupling);
 }
+
+void SeAEvaluator::set_kept_embedding_bytes(double bytes) { impl_->kept_embedding_bytes = bytes; }
 
 void SeAEvaluator::backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) {
   at::NoGradGuard no_grad;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "models/charge_coupling.h"
 #include "models/se_e2_a/env_matrix.h"
 #include "models/se_e2_a/se_e2_a.h"
 
@@ -116,6 +117,8 @@ class SeAEvaluator {
     std::vector<double> forces;           ///< [natoms_total * 3] eV/Å, -dE/dr of every atom
     std::array<double, 9> virial{};       ///< eV, -sum over pairs of d_ij ⊗ dE/dd_ij (row-major)
     std::vector<double> atom_virial;      ///< [natoms_total * 9] eV, each pair's half to i and to j (if asked)
+    /// [centres] e: each centre's raw charge (before the shift to the total), with a coupling only.
+    std::vector<double> charges;
     /// A compressed model (docs/se_e2_a.md "Compression: the embedding nets as tables"): the
     /// pairs whose input lay beyond their net's table, evaluated by the net itself.
     int64_t beyond_tables = 0;
@@ -124,8 +127,19 @@ class SeAEvaluator {
   /// natoms atoms, with neighbours among `natoms_total` atoms (the centres first, then atoms that
   /// are only neighbours: an MD rank's ghosts). types: [centres]. Works through the centres in
   /// cache-sized blocks, so its cost grows linearly with the atoms; the same numbers as forward().
+  ///
+  /// With `coupling` (a model with model.long_range, docs/long_range.md "In MD"): a first pass
+  /// through the blocks gives every centre's raw charge, the coupling turns them into ∂E_long/∂q̃,
+  /// and the second pass, as without, differentiates E_short + Σ ∂E_long/∂q̃_i q̃_i (the charges'
+  /// seeds fixed): the forces and virial through the charges' dependence on positions. The energy
+  /// and atomic energies are the short-range ones (the coupling's owner adds E_long).
   Evaluation evaluate(const PackedEnv& frame, const std::vector<int>& types, int64_t natoms_total,
-                      bool atom_virial = false);
+                      bool atom_virial = false, ChargeCoupling* coupling = nullptr);
+
+  /// evaluate() with a coupling keeps the first pass's embedding outputs for the second while they
+  /// take at most this many bytes (default 512 MiB; pairs × M × 2 numbers), else makes them again:
+  /// the same numbers either way.
+  void set_kept_embedding_bytes(double bytes);
 
   struct Impl;
 

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "error.h"
+#include "models/long_range/long_range.h"
 #include "models/model.h"
 #include "models/se_e2_a/se_e2_a_fused_path.h"
 
@@ -80,6 +81,35 @@ SeAEvaluator::Output SeAGenericPath::forward_dense(const std::vector<torch::Tens
   auto out = module_.get_method("energy_force_env")(args).toTuple();
   SeAEvaluator::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
                               out->elements()[2].toTensor(), out->elements()[3].toTensor()};
+  last_ = training ? result : SeAEvaluator::Output{};
+  return result;
+}
+
+SeAEvaluator::Output SeAGenericPath::forward_long_range(const PackedEnv& batch, const std::vector<int>& types,
+                                                       const torch::Tensor& pos, const torch::Tensor& cell,
+                                                       const std::vector<bool>& periodic, double total_charge,
+                                                       bool training) {
+  if (fused_) throw Error("SeAGenericPath: the long-range term runs without the fused kernels");
+  const std::vector<torch::Tensor> d = dense_with_types(batch, types);
+  const int64_t nb = batch.nframes, n = batch.natoms;
+  std::vector<torch::Tensor> leaves = {d[0].detach().requires_grad_(true),
+                                       pos.detach().reshape({nb, n, 3}).requires_grad_(true),
+                                       cell.detach().requires_grad_(true)};
+  const std::vector<torch::Tensor> type_atoms(d.begin() + 5, d.end());
+  // [B, N, 2]: each atom's energy and raw charge.
+  const torch::Tensor out =
+      module_.get_method("atomic_energy")({leaves[0], d[4], c10::List<torch::Tensor>(type_atoms)}).toTensor();
+  const torch::Tensor atomic = out.select(2, 0);
+  const torch::Tensor energy = atomic.to(torch::kFloat64).sum(1) +
+                               long_range_batch(module_, out.select(2, 1), leaves[1], leaves[2], periodic, total_charge)
+                                   .energy;
+  auto grads = torch::autograd::grad({energy.sum()}, leaves, {}, training, training, true);
+  if (!grads[0].defined()) grads[0] = torch::zeros_like(leaves[0]);
+  const auto pairs = module_.get_method("pair_forces")({grads[0], d[1], d[2], d[3]}).toTuple();
+  const auto [direct_forces, direct_virial] =
+      long_range_direct_forces(leaves[1], leaves[2], grads[1], grads[2], atomic.scalar_type());
+  SeAEvaluator::Output result{energy, atomic, pairs->elements()[0].toTensor() + direct_forces,
+                              pairs->elements()[1].toTensor() + direct_virial};
   last_ = training ? result : SeAEvaluator::Output{};
   return result;
 }

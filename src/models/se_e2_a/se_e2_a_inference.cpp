@@ -35,6 +35,7 @@ class SeAInference : public Inference {
   InferenceInputs inputs() const override {
     InferenceInputs in;
     in.neighbor_list = true;
+    in.charges = config_.long_range.enabled;
     return in;
   }
   std::vector<Counter> counters() const override { return counters_; }
@@ -42,18 +43,20 @@ class SeAInference : public Inference {
   InferenceResult evaluate(const Request& request) override {
     const NeighborInput* atoms = request.neighbors;
     if (atoms == nullptr || request.exchange != nullptr) refuse(request);
-    if (atoms->list_float != nullptr) return run(*atoms->list_float, *atoms, request.outputs);
-    if (atoms->list_double != nullptr) return run(*atoms->list_double, *atoms, request.outputs);
+    check_charge_coupling(request);
+    if (atoms->list_float != nullptr) return run(*atoms->list_float, *atoms, request.outputs, request.charge_coupling);
+    if (atoms->list_double != nullptr) return run(*atoms->list_double, *atoms, request.outputs, request.charge_coupling);
     throw Error(describe() + ": the request's neighbour input has no list");
   }
 
  private:
   template <typename Real>
-  InferenceResult run(const data::NeighborList<Real>& list, const NeighborInput& atoms, const Outputs& outputs) {
+  InferenceResult run(const data::NeighborList<Real>& list, const NeighborInput& atoms, const Outputs& outputs,
+                      ChargeCoupling* coupling) {
     const std::vector<int> types(atoms.types, atoms.types + atoms.natoms);
     const PackedEnv packed = PackedEnv::from_neighbor_list<Real>(list, types, config_);
     const std::vector<int> centre_types(types.begin(), types.begin() + atoms.nlocal);
-    SeAEvaluator::Evaluation e = path_.evaluate(packed, centre_types, atoms.natoms, outputs.atom_virial);
+    SeAEvaluator::Evaluation e = path_.evaluate(packed, centre_types, atoms.natoms, outputs.atom_virial, coupling);
     InferenceResult out;
     out.energy = e.energy;
     out.forces = std::move(e.forces);
@@ -61,6 +64,7 @@ class SeAInference : public Inference {
     if (outputs.atomic_energy) out.atomic = std::move(e.atomic);
     if (outputs.atom_virial) out.atom_virial = std::move(e.atom_virial);
     if (!counters_.empty()) out.counts = {e.beyond_tables};
+    if (outputs.charges) out.charges = std::move(e.charges);
     return out;
   }
 
@@ -116,6 +120,7 @@ SeAConfig se_e2_a_config(const SettingsRecord& record, const torch::jit::Module&
   c.fitting_neuron = record.integers("fitting_neuron", defaults.fitting_neuron);
   c.fitting_resnet_dt = record.flag("fitting_resnet_dt", defaults.fitting_resnet_dt);
   c.pair_repulsion = pair_repulsion_from(record);
+  c.long_range = long_range_from(record);
   if (!module.hasattr("sel")) throw Error(record.source() + ": the se_e2_a module has no 'sel' attribute");
   const torch::Tensor sel = module.attr("sel").toTensor().to(torch::kCPU).contiguous();
   c.sel.assign(sel.data_ptr<int64_t>(), sel.data_ptr<int64_t>() + sel.numel());
@@ -137,6 +142,7 @@ InferenceEntry se_e2_a_inference_entry() {
     return se_e2_a_record(se_e2_a_config(record, module));
   };
   e.energy_shift = "bias";
+  e.long_range = true;  // charges through the request's coupling (SeAEvaluator::evaluate)
   e.inference = [](const SettingsRecord& record, torch::jit::Module& module) -> std::unique_ptr<Inference> {
     return std::make_unique<SeAInference>(se_e2_a_config(record, module), module);
   };

@@ -133,7 +133,10 @@ std::shared_ptr<ModelSettings> read_se_e2_a(const Section& m, const std::vector<
 
 struct SeAFrame : FrameInput {
   PackedEnv packed;  // the real pairs of the frame, on the model's device
-  int64_t bytes() const override { return packed.bytes(); }
+  LongRangeFrame long_range;  // with model.long_range only: positions and cell
+  int64_t bytes() const override {
+    return packed.bytes() + (long_range.pos.defined() ? int64_t(long_range.pos.nbytes() + long_range.cell.nbytes()) : 0);
+  }
 };
 
 class SeAModel final : public Model {
@@ -148,12 +151,18 @@ class SeAModel final : public Model {
     // With reference energies of isolated atoms (or given), such an atom's energy is its bias.
     c.isolated_energy_is_bias = settings_.e0s.kind != ReferenceEnergies::Kind::kFit;
     c.pair_repulsion = settings_.pair_repulsion;
+    c.long_range = settings_.long_range;
+    if (c.long_range.enabled && static_shapes_)
+      throw Error("model.long_range: the long-range term has batches of their own shapes (a k-vector set per cell), "
+                  "which a captured CUDA graph cannot replay: set training.cuda_graphs: false (or leave it out)");
     module_ = build_se_e2_a(c);
     move_module(module_, device_);
     // Static shapes need the dense matrices of the device-generic path (docs/device.md "Static
-    // shapes"); the hand-written path works on the real pairs only.
+    // shapes"); the hand-written path works on the real pairs only. The long-range term's second
+    // derivatives (a force loss through the charges) are autograd's: the generic path
+    // (docs/long_range.md "Training").
     kind_ = se_e2_a_path_kind(device_);
-    if (static_shapes_ && kind_ == SeAPathKind::kHandWritten) kind_ = SeAPathKind::kGeneric;
+    if ((static_shapes_ && kind_ == SeAPathKind::kHandWritten) || c.long_range.enabled) kind_ = SeAPathKind::kGeneric;
     if (kind_ == SeAPathKind::kHandWritten) {
       if (!device_.is_cpu())
         throw Error("MLIP_SE_E2_A_PATH=hand-written: the hand-written path runs on the CPU only, the model is on " +
@@ -176,6 +185,9 @@ class SeAModel final : public Model {
                        : kind_ == SeAPathKind::kFused ? "device-generic with fused kernels"
                                                       : "hand-written";
     o << "], " << path << " training path";
+    if (settings_.long_range.enabled)
+      o << ", long-range charges (sigma " << settings_.long_range.sigma << " Å, kspace_spacing "
+        << settings_.long_range.kspace_spacing << " Å)";
     return o.str();
   }
 
@@ -186,6 +198,7 @@ class SeAModel final : public Model {
     truncated_ += env.truncated_blocks;
     out->packed = PackedEnv::pack(env, system.types, settings_.config, kind_ != SeAPathKind::kHandWritten);
     if (!device_.is_cpu()) out->packed = out->packed.to(device_);
+    if (settings_.long_range.enabled) out->long_range = long_range_frame(system, frame, device_);
     return out;
   }
 
@@ -217,6 +230,18 @@ class SeAModel final : public Model {
 
   Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames, bool training) override {
     const PackedEnv& batch = batch_of(frames);
+    if (settings_.long_range.enabled) {
+      std::vector<torch::Tensor> pos, cell;
+      std::vector<bool> periodic;
+      for (const FrameInput* f : frames) {
+        const LongRangeFrame& l = static_cast<const SeAFrame*>(f)->long_range;
+        pos.push_back(l.pos), cell.push_back(l.cell), periodic.push_back(l.periodic);
+      }
+      const SeAEvaluator::Output out =
+          generic_->forward_long_range(batch, atoms.types, torch::stack(pos), torch::stack(cell), periodic,
+                                       settings_.long_range.total_charge, training);
+      return {out.energy, out.forces, out.virial};
+    }
     const SeAEvaluator::Output out =
         generic_ ? generic_->forward(batch, atoms.types, training) : hand_written_->forward(batch, atoms.types);
     return {out.energy, out.forces, out.virial};
@@ -410,6 +435,8 @@ AttributeRole se_e2_a_attribute_role(const ModelSettings&, const std::string& na
       for (int64_t id : ids) out += "_" + std::to_string(id);
       return out + "_" + layer;
     };
+    // model.long_range's charge outputs: taken when the pretrained model has them, else as built.
+    role.optional = layer == "wq" || layer == "bq";
   } else if (name == "davg" || name == "dstd" || name == "bias") {
     role.kind = AttributeRole::Kind::kTypeRows;
   } else if (name == "sel") {
@@ -427,6 +454,7 @@ ModelEntry se_e2_a_entry() {
   ModelEntry e;
   e.name = "se_e2_a";
   e.descriptor = true;
+  e.long_range = true;
   e.aliases = {"se_a"};
   e.keys = {"type", "type_map", "descriptor", "fitting_net", "data_stat_nbatch", "data_stat_protect"};
   e.read = read_se_e2_a;
