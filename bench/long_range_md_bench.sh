@@ -12,9 +12,12 @@
 # two run one after the other). With --rounds N the whole set runs N times and a summary gives
 # each row's median cost and ratio (this VM's speed drifts by up to 2x between minutes).
 # --model se_e2_a takes the se_e2_a twins (se_e2_a_long_range.yaml, se_e2_a_short_range.yaml)
-# instead, se_e2_a_compressed the same both compressed (mlip compress), as MD would run them.
+# instead, se_e2_a_compressed the same both compressed (mlip compress), as MD would run them;
+# --model water the water example's equivariant model (examples/water/equivariant.yaml) without
+# and with model.long_range: {sigma: 1.0, kspace_spacing: 2.0}, on its first validation frame
+# (96 atoms, 12.4 Å box) replicated n x n x n.
 #
-# usage: bench/long_range_md_bench.sh [--model equivariant|se_e2_a|se_e2_a_compressed] [--replicas "1 6"]
+# usage: bench/long_range_md_bench.sh [--model equivariant|se_e2_a|se_e2_a_compressed|water] [--replicas "1 6"]
 #                                     [--layouts "1x2 2x1"] [--kspace "auto"] [--steps 20] [--rounds 1]
 #                                     [--precision float32] [--mlip PATH] [--keep DIR]
 set -euo pipefail
@@ -39,26 +42,34 @@ while [ $# -gt 0 ]; do
     --precision) PRECISION="$2"; shift 2 ;;
     --mlip) MLIP="$2"; shift 2 ;;
     --keep) KEEP="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "long_range_md_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 "$MLIP" lammps -h >/dev/null 2>&1 || { echo "long_range_md_bench.sh: $MLIP has no LAMMPS" >&2; exit 1; }
 if [ -n "$KEEP" ]; then WORK="$KEEP"; mkdir -p "$WORK"; else WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT; fi
 EX="$ROOT/examples/ions"
+NAMES="Na Cl"
 case "$MODEL" in
   equivariant) PREFIX="" ;;
   se_e2_a|se_e2_a_compressed) PREFIX="se_e2_a_" ;;
-  *) echo "long_range_md_bench.sh: --model: expected equivariant, se_e2_a or se_e2_a_compressed, got '$MODEL'" >&2
+  water) EX="$ROOT/examples/water"; NAMES="O H" ;;
+  *) echo "long_range_md_bench.sh: --model: expected equivariant, se_e2_a, se_e2_a_compressed or water, got '$MODEL'" >&2
      exit 2 ;;
 esac
 cd "$WORK"
+if [ "$MODEL" = water ]; then  # the twins of the water example's equivariant model
+  cp "$EX/equivariant.yaml" short_range.input.yaml
+  sed -e "s/^  seed: 1\$/  seed: 1\n  long_range: {sigma: 1.0, kspace_spacing: 2.0}/" "$EX/equivariant.yaml" > long_range.input.yaml
+  grep -q "long_range:" long_range.input.yaml || { echo "long_range_md_bench.sh: water: no long_range added" >&2; exit 1; }
+fi
 # The twins as short_range.pt and long_range.pt, whichever model type.
 for m in short_range long_range; do
   [ -f "$m.pt" ] && continue
   sed -e "s/^  numb_steps: .*/  numb_steps: 20/" -e "s/^  save_freq: .*/  save_freq: 20/" \
       -e "s/^  disp_freq: .*/  disp_freq: 20/" -e "s/precision: float32/precision: $PRECISION/g" \
-      -e "s#systems: \[data/#systems: [$EX/data/#" "$EX/$PREFIX$m.yaml" > "$m.yaml"
+      -e "s#systems: \[data/#systems: [$EX/data/#" \
+      "$([ "$MODEL" = water ] && echo "$m.input.yaml" || echo "$EX/$PREFIX$m.yaml")" > "$m.yaml"
   "$MLIP" train "$m.yaml" -o "run-$m" > "$m.train.log"
   "$MLIP" freeze -c "run-$m" -o "$m.pt" > /dev/null
   if [ "$MODEL" = se_e2_a_compressed ]; then
@@ -66,11 +77,11 @@ for m in short_range long_range; do
     "$MLIP" compress -i "$m.exact.pt" -o "$m.pt" -t "$m.yaml" > "$m.compress.log"
   fi
 done
-/usr/bin/python3 - "$ROOT/tests/lammps" "$EX/data/valid" conf.data <<'PYTHON'
+/usr/bin/python3 - "$ROOT/tests/lammps" "$EX/data/valid" conf.data "$NAMES" <<'PYTHON'
 import sys
 sys.path.insert(0, sys.argv[1])
 from lammps_util import water_frame, write_data
-write_data(water_frame(sys.argv[2]), sys.argv[3], ["Na", "Cl"])
+write_data(water_frame(sys.argv[2]), sys.argv[3], sys.argv[4].split())
 PYTHON
 
 echo "# $(date -u +%Y-%m-%d) $(nproc) cores, $MODEL, $PRECISION, $STEPS steps after a warm-up run"
@@ -94,7 +105,7 @@ boundary p p p
 read_data ../conf.data
 replicate $n $n $n
 pair_style mlip ../$model.pt $keywords
-pair_coeff * * Na Cl
+pair_coeff * * $NAMES
 neighbor 1.0 bin
 velocity all create 300.0 4928459 loop geom
 timestep 0.001
