@@ -274,8 +274,8 @@ class EquivariantModel final : public Model {
     if (long_range) {
       by.push_back(b.pos.detach().reshape({nframes, natoms, 3}).requires_grad_(true));
       by.push_back(b.cell.detach().requires_grad_(true));
-      energy = energy + long_range_batch(module_, out.select(1, 1).reshape({nframes, natoms}), by[2], by[3],
-                                         b.periodic, settings_.long_range.total_charge)
+      energy = energy + long_range_batch(module_, settings_.long_range, out.select(1, 1).reshape({nframes, natoms}),
+                                         by[2], by[3], b.periodic)
                             .energy;
     }
     auto grads = torch::autograd::grad({energy.sum()}, by, {}, training, training, true);

@@ -82,6 +82,7 @@ ReciprocalSum::ReciprocalSum(const LongRangeSettings& settings, const double* ce
   const ReciprocalCell reciprocal(settings, cell);
   volume_ = reciprocal.volume;
   const int64_t* reach = reciprocal.reach;
+  for (int a = 0; a < 3; ++a) reach_[a] = reach[a];
   int64_t n[3];
   for (n[0] = 0; n[0] <= reach[0]; ++n[0])
     for (n[1] = -reach[1]; n[1] <= reach[1]; ++n[1])
@@ -90,6 +91,7 @@ ReciprocalSum::ReciprocalSum(const LongRangeSettings& settings, const double* ce
         double k[3], weight, slope;
         if (!reciprocal.term(settings, n, k, weight, slope)) continue;
         k_.insert(k_.end(), k, k + 3);
+        n_.insert(n_.end(), n, n + 3);
         weight_.push_back(weight);
         weight_slope_.push_back(slope);
       }

@@ -46,6 +46,13 @@ class ReciprocalSum {
   int64_t size() const { return int64_t(weight_.size()); }
   /// Å³.
   double volume() const { return volume_; }
+  /// The k-vectors [K * 3] (1/Å), their integer vectors n [K * 3] (k = 2π n cell⁻ᵀ; n_0 >= 0),
+  /// weights [K] (eV Å, reciprocal_weight()'s) and weight slopes [K]; the largest |n_a| [3].
+  const std::vector<double>& k_vectors() const { return k_; }
+  const std::vector<int64_t>& integer_vectors() const { return n_; }
+  const std::vector<double>& weights() const { return weight_; }
+  const std::vector<double>& weight_slopes() const { return weight_slope_; }
+  const int64_t* reach() const { return reach_; }
 
   /// Adds these atoms' terms to the structure factor `s` [2K] (S(k)'s real parts, then its
   /// imaginary parts; resized to 2K and zeroed when empty).
@@ -68,6 +75,8 @@ class ReciprocalSum {
  private:
   LongRangeSettings settings_;
   std::vector<double> k_;       // [K * 3] 1/Å
+  std::vector<int64_t> n_;      // [K * 3]
+  int64_t reach_[3] = {0, 0, 0};
   std::vector<double> weight_;  // [K] (4π k_e / V) w(k) exp(-σ²k²/2) / k², eV Å
   std::vector<double> weight_slope_;  // [K] d weight / d|k| divided by |k|
   double volume_ = 0;

@@ -1,11 +1,13 @@
 #include "models/long_range/long_range.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 #include "data/system.h"
 #include "error.h"
 #include "models/deploy_source.h"
+#include "models/long_range/reciprocal_energy.h"
 
 namespace mlip::models {
 
@@ -128,17 +130,23 @@ std::string long_range_source(const LongRangeSettings& settings, const std::stri
   return o.str();
 }
 
-LongRangeBatch long_range_batch(torch::jit::Module& module, const torch::Tensor& raw_charges, const torch::Tensor& pos,
-                                const torch::Tensor& cell, const std::vector<bool>& periodic, double total_charge) {
+LongRangeBatch long_range_batch(torch::jit::Module& module, const LongRangeSettings& settings,
+                                const torch::Tensor& raw_charges, const torch::Tensor& pos, const torch::Tensor& cell,
+                                const std::vector<bool>& periodic) {
   const int64_t frames = raw_charges.size(0);
   if (int64_t(periodic.size()) != frames)
     throw Error("long-range energy: " + std::to_string(periodic.size()) + " periodicity flags for " +
                 std::to_string(frames) + " frames");
   std::vector<torch::Tensor> energy, charges;
   for (int64_t f = 0; f < frames; ++f) {
-    const auto q = module.run_method("long_range_charges", raw_charges[f].to(torch::kFloat64), total_charge).toTensor();
-    energy.push_back(
-        module.run_method("long_range_energy", q, pos[f], cell[f], bool(periodic[size_t(f)])).toTensor().sum());
+    // long_range_charges' shift, without the interpreter.
+    const torch::Tensor raw = raw_charges[f].to(torch::kFloat64);
+    const torch::Tensor q = raw - (raw.sum() - settings.total_charge) / double(std::max<int64_t>(raw.size(0), 1));
+    if (periodic[size_t(f)] && q.device().is_cpu())
+      energy.push_back(reciprocal_energy(settings, q, pos[f], cell[f]));  // fused on the host
+    else
+      energy.push_back(
+          module.run_method("long_range_energy", q, pos[f], cell[f], bool(periodic[size_t(f)])).toTensor().sum());
     charges.push_back(q);
   }
   if (frames == 0) return {torch::zeros({0}, cell.options()), torch::zeros_like(raw_charges, cell.options())};

@@ -82,15 +82,17 @@ struct LongRangeFrame {
 LongRangeFrame long_range_frame(const data::System& system, const data::Frame& frame, torch::Device device);
 
 /// The long-range part of a training batch of B frames of N atoms (docs/long_range.md
-/// "Training"), by the methods long_range_source put into `module`.
+/// "Training"): on the host, a periodic frame's energy is reciprocal_energy's fused operation; a
+/// frame without a cell, or on another device, is the methods long_range_source put into `module`.
 struct LongRangeBatch {
   torch::Tensor energy;   ///< [B] float64, eV: E_long of each frame, a graph back to its inputs
-  torch::Tensor charges;  ///< [B, N] e, float64: the charges shifted to the total
+  torch::Tensor charges;  ///< [B, N] e, float64: the charges shifted to settings.total_charge
 };
 /// From the raw charges [B, N] (any float dtype), positions [B, N, 3] (Å) and cells [B, 3, 3]
-/// (float64, Å; read for the frames `periodic` [B] says are): differentiable in all three.
-LongRangeBatch long_range_batch(torch::jit::Module& module, const torch::Tensor& raw_charges, const torch::Tensor& pos,
-                                const torch::Tensor& cell, const std::vector<bool>& periodic, double total_charge);
+/// (float64, Å; read for the frames `periodic` [B] says are): differentiable in all three, twice.
+LongRangeBatch long_range_batch(torch::jit::Module& module, const LongRangeSettings& settings,
+                                const torch::Tensor& raw_charges, const torch::Tensor& pos, const torch::Tensor& cell,
+                                const std::vector<bool>& periodic);
 
 /// The forces and virial of the long-range energy's direct dependence on the positions and the
 /// cells, from its gradients by them (undefined: zero): forces = -grad_pos [B, N, 3] and

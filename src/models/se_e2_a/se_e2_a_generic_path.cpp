@@ -87,8 +87,8 @@ SeAEvaluator::Output SeAGenericPath::forward_dense(const std::vector<torch::Tens
 
 SeAEvaluator::Output SeAGenericPath::forward_long_range(const PackedEnv& batch, const std::vector<int>& types,
                                                        const torch::Tensor& pos, const torch::Tensor& cell,
-                                                       const std::vector<bool>& periodic, double total_charge,
-                                                       bool training) {
+                                                       const std::vector<bool>& periodic,
+                                                       const LongRangeSettings& settings, bool training) {
   if (fused_) throw Error("SeAGenericPath: the long-range term runs without the fused kernels");
   const std::vector<torch::Tensor> d = dense_with_types(batch, types);
   const int64_t nb = batch.nframes, n = batch.natoms;
@@ -101,7 +101,7 @@ SeAEvaluator::Output SeAGenericPath::forward_long_range(const PackedEnv& batch, 
       module_.get_method("atomic_energy")({leaves[0], d[4], c10::List<torch::Tensor>(type_atoms)}).toTensor();
   const torch::Tensor atomic = out.select(2, 0);
   const torch::Tensor energy = atomic.to(torch::kFloat64).sum(1) +
-                               long_range_batch(module_, out.select(2, 1), leaves[1], leaves[2], periodic, total_charge)
+                               long_range_batch(module_, settings, out.select(2, 1), leaves[1], leaves[2], periodic)
                                    .energy;
   auto grads = torch::autograd::grad({energy.sum()}, leaves, {}, training, training, true);
   if (!grads[0].defined()) grads[0] = torch::zeros_like(leaves[0]);
@@ -117,7 +117,13 @@ SeAEvaluator::Output SeAGenericPath::forward_long_range(const PackedEnv& batch, 
 void SeAGenericPath::backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
                               const torch::Tensor& grad_virial) {
   if (fused_) return fused_->backward(grad_energy, grad_forces, grad_virial);
-  backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial);
+  // Into the weights only (not the rows', positions' or cells' leaves: nothing reads their grads,
+  // and the long-range term's derivatives by positions and cell twice would be the slow ones).
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : module_.parameters())
+    if (p.requires_grad()) weights.push_back(p);
+  if (!weights.empty())
+    backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial, weights);
   last_ = SeAEvaluator::Output{};
 }
 

@@ -50,12 +50,13 @@ class SeAGenericPath {
   /// With model.long_range (docs/long_range.md "Training"): forward() with the electrostatic
   /// energy of the charges the fitting nets read out. pos [B, N, 3] and cell [B, 3, 3] float64 on
   /// the module's device (a cell read only where `periodic` [B] says so), the charges shifted to
-  /// `total_charge` (e) in each frame. The energy's gradient by the rows (through the charges too)
+  /// `settings.total_charge` (e) in each frame. The energy's gradient by the rows (through the charges too)
   /// gives the pairs' forces and virial as without the term; its direct gradient by the positions
   /// and the cell is added after (long_range_direct_forces). Never the fused kernels.
   SeAEvaluator::Output forward_long_range(const PackedEnv& batch, const std::vector<int>& types,
                                           const torch::Tensor& pos, const torch::Tensor& cell,
-                                          const std::vector<bool>& periodic, double total_charge, bool training = true);
+                                          const std::vector<bool>& periodic, const LongRangeSettings& settings,
+                                          bool training = true);
 
   /// After forward(..., true): adds d loss / d parameter to every parameter's grad, given
   /// d loss / d energy [B], d loss / d forces [B, N, 3] and d loss / d virial [B, 3, 3] (any

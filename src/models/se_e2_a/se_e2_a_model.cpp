@@ -239,7 +239,7 @@ class SeAModel final : public Model {
       }
       const SeAEvaluator::Output out =
           generic_->forward_long_range(batch, atoms.types, torch::stack(pos), torch::stack(cell), periodic,
-                                       settings_.long_range.total_charge, training);
+                                       settings_.long_range, training);
       return {out.energy, out.forces, out.virial};
     }
     const SeAEvaluator::Output out =
