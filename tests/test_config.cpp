@@ -533,8 +533,22 @@ TEST(TrainConfigErrors, MisspelledKeysSuggestTheNearestKnownKey) {
             "input.yaml: learnig_rate: unknown key; did you mean 'learning_rate'?");
   EXPECT_EQ(parse_error(edit(kMinimal, "fitting_net: {}", "fitting_net: {nueron: [10]}")),
             "input.yaml: model.fitting_net.nueron: unknown key; did you mean 'neuron'?");
-  EXPECT_EQ(parse_error("loss: {start_pref_q: 1}\n" + std::string(kMinimal)),
-            "input.yaml: loss.start_pref_q: unknown key; did you mean 'start_pref_e'?");
+  EXPECT_EQ(parse_error("loss: {start_pref_x: 1}\n" + std::string(kMinimal)),
+            "input.yaml: loss.start_pref_x: unknown key; did you mean 'start_pref_e'?");
+}
+
+// A charge loss (docs/long_range.md "Charge labels") needs a model with charges.
+TEST(TrainConfigErrors, AChargeLossNeedsAModelWithCharges) {
+  EXPECT_EQ(parse_error("loss: {limit_pref_q: 0.5}\n" + std::string(kMinimal)),
+            "input.yaml: loss.limit_pref_q: expected 0 for a model without charges (the charge loss trains the "
+            "charges of model.long_range, which this model has not), got 0.5");
+  EXPECT_EQ(parse_error("loss: {start_pref_q: -1}\n" + std::string(kMinimal)),
+            "input.yaml: loss.start_pref_q: expected a non-negative number, got -1");
+  const TrainConfig c = parse(edit(kMinimal, "fitting_net: {}", "fitting_net: {}\n  long_range: {sigma: 1.0}") +
+                              "loss: {start_pref_q: 2, limit_pref_q: 0.5}\n");
+  EXPECT_EQ(c.start_pref_q, 2.0);
+  EXPECT_EQ(c.limit_pref_q, 0.5);
+  EXPECT_EQ(parse(kMinimal).start_pref_q, 0.0);
 }
 
 TEST(TrainConfigErrors, UnknownKeyWithoutANearOneListsTheKnownKeys) {
@@ -644,7 +658,7 @@ TEST(TrainConfigErrors, MappingWhereAScalarIsExpectedAndViceVersa) {
             "input.yaml: model.fitting_net: expected a mapping, got ener");
   EXPECT_EQ(parse_error(edit(kMinimal, "fitting_net: {}", "fitting_net: {}\nloss: [ener]")),
             "input.yaml: loss: expected a mapping with keys type, start_pref_e, limit_pref_e, "
-            "start_pref_f, limit_pref_f, start_pref_v, limit_pref_v, got a list [ener]");
+            "start_pref_f, limit_pref_f, start_pref_v, limit_pref_v, start_pref_q, limit_pref_q, got a list [ener]");
   EXPECT_EQ(parse_error(edit(kMinimal, "type_map: [O, H]", "type_map: {O: 0, H: 1}")),
             "input.yaml: model.type_map: expected a non-empty list of strings, got a mapping "
             "{O: 0, H: 1}");

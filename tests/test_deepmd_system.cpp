@@ -724,3 +724,53 @@ TEST(DeepmdSystem, LabelsUnderTheirOwnKeys) {
   EXPECT_TRUE(contains(error_of([&] { read_deepmd_system(named, {"O", "H"}, stress); }),
                        "stress_key 'REF_stress': DeePMD systems keep virials"));
 }
+
+// Per-atom charge labels (docs/long_range.md "Charge labels"): charge.npy [nframes, natoms] of
+// every set, in memory and streamed alike; under charges_key; a wrong shape, a set without them
+// and a non-finite charge are named errors.
+TEST(DeepmdSystem, ChargeLabelsAreReadFromEverySet) {
+  TempDir tmp;
+  const std::string dir = tmp / "sys";
+  write_text(dir + "/type.raw", "0 1 1\n");
+  write_set(dir, "set.000", 2, 3, 0);
+  write_set(dir, "set.001", 1, 3, 50);
+  write_npy(dir + "/set.000/charge.npy", {2, 3}, seq(6, -0.8));
+  write_npy(dir + "/set.001/charge.npy", {1, 3}, seq(3, 0.3));
+  const System s = read_deepmd_system(dir, {"O", "H"});
+  EXPECT_TRUE(s.has_charge);
+  std::vector<double> expected = seq(6, -0.8);
+  for (double q : seq(3, 0.3)) expected.push_back(q);
+  EXPECT_EQ(s.charge, expected);
+  EXPECT_EQ(s.frame(2).charge, seq(3, 0.3));
+  std::vector<std::string> type_map = {"O", "H"};
+  const auto streamed = load_systems({dir}, type_map, "", mlip::data::Loading::kStreamed);
+  ASSERT_EQ(streamed.size(), 1u);
+  EXPECT_TRUE(streamed[0].has_charge);
+  for (int64_t f = 0; f < 3; ++f) EXPECT_EQ(streamed[0].frame(f).charge, s.frame(f).charge) << "frame " << f;
+
+  // Under another name: only with charges_key, which then must be there.
+  fs::rename(dir + "/set.000/charge.npy", dir + "/set.000/q_hirshfeld.npy");
+  fs::rename(dir + "/set.001/charge.npy", dir + "/set.001/q_hirshfeld.npy");
+  EXPECT_FALSE(read_deepmd_system(dir, {"O", "H"}).has_charge);
+  mlip::data::LabelKeys keys;
+  keys.charges = "q_hirshfeld";
+  EXPECT_EQ(read_deepmd_system(dir, {"O", "H"}, keys).charge, expected);
+  keys.charges = "q_bader";
+  std::string msg = error_of([&] { read_deepmd_system(dir, {"O", "H"}, keys); });
+  EXPECT_TRUE(contains(msg, dir + "/set.000: charges_key 'q_bader': no q_bader.npy here")) << msg;
+
+  // In one set only; of the wrong shape; not finite.
+  fs::rename(dir + "/set.000/q_hirshfeld.npy", dir + "/set.000/charge.npy");
+  msg = error_of([&] { read_deepmd_system(dir, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, dir + "/set.001/charge.npy: not found, but set.000 has charge.npy")) << msg;
+  write_npy(dir + "/set.001/charge.npy", {1, 2}, seq(2, 0.3));
+  msg = error_of([&] { read_deepmd_system(dir, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, dir + "/set.001/charge.npy: expected shape [1, 3] (nframes 1 from coord.npy x natoms, "
+                            "natoms 3 from type.raw), got [1, 2]"))
+      << msg;
+  std::vector<double> bad = seq(3, 0.3);
+  bad[1] = std::nan("");
+  write_npy(dir + "/set.001/charge.npy", {1, 3}, bad);
+  msg = error_of([&] { read_deepmd_system(dir, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, "frame 2, atom 1: charge is NaN, expected a finite number")) << msg;
+}

@@ -89,7 +89,7 @@ Prediction reference(torch::jit::Module& m, const Sample& s, torch::Dtype dtype,
                       g[1];
   const auto virial = -d.detach().to(torch::kFloat64).t().matmul(g[0].to(torch::kFloat64)) -
                       pos.detach().t().matmul(g[1]) - cell.detach().t().matmul(g[2]);
-  return {total.unsqueeze(0), forces.to(dtype).unsqueeze(0), virial.to(dtype).unsqueeze(0)};
+  return {total.unsqueeze(0), forces.to(dtype).unsqueeze(0), virial.to(dtype).unsqueeze(0), q.unsqueeze(0)};
 }
 
 template <typename T>
@@ -98,8 +98,9 @@ using Dtypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(EquivariantLongRange, Dtypes);
 
 // The training path (cached geometry, charges from the energy function, E_long per frame) equals
-// autograd through the saved model's methods: energy, forces, virial and the gradient of a loss
-// of all three by every parameter, the charge readout's included; and the frozen forward gives
+// autograd through the saved model's methods: energy, forces, virial, charges and the gradient of
+// a loss of all four (charge labels' term included) by every parameter, the charge readout's
+// included; and the frozen forward gives
 // the same energy, forces and virial.
 TYPED_TEST(EquivariantLongRange, TheTrainingPathEqualsAutogradAndTheForward) {
   const bool is_double = std::is_same_v<TypeParam, double>;
@@ -118,21 +119,26 @@ TYPED_TEST(EquivariantLongRange, TheTrainingPathEqualsAutogradAndTheForward) {
     const auto grad_energy = at::randn({1}, gen, torch::kFloat64);
     const auto grad_forces = at::randn({1, f.atoms.natoms, 3}, gen, torch::kFloat64);
     const auto grad_virial = at::randn({1, 3, 3}, gen, torch::kFloat64);
+    const auto grad_charges = at::randn({1, f.atoms.natoms}, gen, torch::kFloat64);
 
     const auto input = model->prepare_frame(f.sys, f.data);
     zero_grads(module);
     const Prediction fast = model->predict(f.atoms, {input.get()}, true);
-    model->backward(grad_energy, grad_forces, grad_virial);
+    model->backward(grad_energy, grad_forces, grad_virial, grad_charges);
     const auto fast_grads = parameter_grads(module);
 
     zero_grads(module);
     const Prediction ref = reference(module, f, dtype, s.config.r_max, total_charge);
-    mlip::models::backward_through_graph(ref, grad_energy, grad_forces, grad_virial);
+    mlip::models::backward_through_graph(ref, grad_energy, grad_forces, grad_virial, grad_charges);
     const auto ref_grads = parameter_grads(module);
 
     EXPECT_LT(relative(fast.energy, ref.energy), tol) << "energy";
     EXPECT_LT(relative(fast.forces, ref.forces), tol) << "forces";
     EXPECT_LT(relative(fast.virial, ref.virial), tol) << "virial";
+    ASSERT_TRUE(fast.charges.defined());
+    EXPECT_EQ(fast.charges.scalar_type(), torch::kFloat64);
+    EXPECT_LT(relative(fast.charges, ref.charges), tol) << "charges";
+    EXPECT_NEAR(fast.charges.sum().item<double>(), total_charge, 1e-9) << "the charges sum to the total charge";
     size_t k = 0;
     for (const auto& p : module.named_parameters()) {
       EXPECT_LT(relative(fast_grads[k], ref_grads[k]), tol) << "d loss / d " << p.name;

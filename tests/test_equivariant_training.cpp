@@ -66,7 +66,7 @@ Prediction reference(torch::jit::Module& m, const mlip::models::PairList& pairs,
   const auto grad = torch::autograd::grad({e.sum()}, {d}, {}, true, true)[0];
   const auto forces =
       torch::zeros({natoms, 3}, grad.options()).index_add(0, pairs.centre, grad).index_add(0, pairs.neighbor, -grad);
-  return {e.to(torch::kFloat64).sum().unsqueeze(0), forces.unsqueeze(0), (-d.detach().t().matmul(grad)).unsqueeze(0)};
+  return {e.to(torch::kFloat64).sum().unsqueeze(0), forces.unsqueeze(0), (-d.detach().t().matmul(grad)).unsqueeze(0), {}};
 }
 
 /// A batch's prediction and d loss / d parameter for every parameter, loss = <grad_energy, E> +
@@ -83,7 +83,7 @@ Trained predict_and_backward(mlip::models::Model& model, const mlip::models::Sys
   zero_grads(model.module());
   Trained out;
   out.prediction = model.predict(atoms, batch, true);
-  model.backward(grad_energy, grad_forces, grad_virial);
+  model.backward(grad_energy, grad_forces, grad_virial, {});
   out.grads = parameter_grads(model.module());
   return out;
 }
@@ -185,7 +185,7 @@ TYPED_TEST(EquivariantTrainingPath, EqualsAutogradThroughThePairVectors) {
     const auto input = model->prepare_frame(sys, frame);
     zero_grads(module);
     const Prediction fast = model->predict(atoms, {input.get()}, true);
-    model->backward(grad_energy, grad_forces, grad_virial);
+    model->backward(grad_energy, grad_forces, grad_virial, {});
     const auto fast_grads = parameter_grads(module);
 
     const auto pairs = mlip::models::pair_list(mlip::data::build_neighbor_list<double>(
@@ -193,7 +193,7 @@ TYPED_TEST(EquivariantTrainingPath, EqualsAutogradThroughThePairVectors) {
     ASSERT_GT(pairs.npairs(), 0);
     zero_grads(module);
     const Prediction ref = reference(module, pairs, atoms.atype, dtype, atoms.natoms);
-    mlip::models::backward_through_graph(ref, grad_energy, grad_forces, grad_virial);
+    mlip::models::backward_through_graph(ref, grad_energy, grad_forces, grad_virial, {});
     const auto ref_grads = parameter_grads(module);
 
     EXPECT_LT(std::abs(fast.energy.item<double>() - ref.energy.item<double>()) / std::abs(ref.energy.item<double>()),
@@ -238,7 +238,7 @@ TYPED_TEST(EquivariantTrainingPath, ABatchEqualsItsFramesOneByOne) {
 
     zero_grads(module);
     const Prediction together = model->predict(atoms, batch, true);
-    model->backward(grad_energy, grad_forces, grad_virial);
+    model->backward(grad_energy, grad_forces, grad_virial, {});
     const auto together_grads = parameter_grads(module);
     ASSERT_EQ(together.energy.sizes(), (std::vector<int64_t>{nframes}));
     ASSERT_EQ(together.forces.sizes(), (std::vector<int64_t>{nframes, natoms, 3}));
@@ -248,7 +248,7 @@ TYPED_TEST(EquivariantTrainingPath, ABatchEqualsItsFramesOneByOne) {
     std::vector<Prediction> alone;
     for (int64_t f = 0; f < nframes; ++f) {
       alone.push_back(model->predict(atoms, {batch[f]}, true));
-      model->backward(grad_energy.slice(0, f, f + 1), grad_forces.slice(0, f, f + 1), grad_virial.slice(0, f, f + 1));
+      model->backward(grad_energy.slice(0, f, f + 1), grad_forces.slice(0, f, f + 1), grad_virial.slice(0, f, f + 1), {});
     }
     const auto alone_grads = parameter_grads(module);  // accumulated over the frames
     for (int64_t f = 0; f < nframes; ++f) {

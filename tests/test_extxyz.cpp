@@ -469,3 +469,70 @@ TEST(Extxyz, ConfigTypesWithSpacesAndQuotesRoundTrip) {
     EXPECT_EQ(back[0].config_type, name) << mlip::test::read_file(tmp / "out.xyz");
   }
 }
+
+namespace {
+
+/// A water frame with a per-atom charge column `column` (R:1), atoms in the order H O H: charges
+/// 0.41 + shift, -0.82, 0.42 + shift.
+std::string charged_frame(double shift, const std::string& column = "REF_charges") {
+  std::string s = "3\n" + std::string(kLattice) + "Properties=species:S:1:pos:R:3:forces:R:3:" + column +
+                  ":R:1 energy=" + std::to_string(-14.0 - shift) + " pbc=\"T T T\"\n";
+  s += "H 0.76 0.5 -0.47 0.2 -0.1 0.05 " + std::to_string(0.41 + shift) + "\n";
+  s += "O 0.0 0.5 0.12 0.1 -0.1 0.05 -0.82\n";
+  s += "H -0.76 0.5 -0.47 0.3 -0.1 0.05 " + std::to_string(0.42 + shift) + "\n";
+  return s;
+}
+
+}  // namespace
+
+// Per-atom charge labels (docs/long_range.md "Charge labels"): a REF_charges (or charges) column,
+// or the one charges_key names; the charges follow their atoms when atoms are sorted by type, in
+// memory and streamed; a system has them when every frame does.
+TEST(Extxyz, ChargeLabelsFollowTheirAtoms) {
+  TempDir tmp;
+  const std::string path = tmp / "q.xyz";
+  write_text(path, charged_frame(0) + charged_frame(0.01));
+  for (const std::vector<std::string>& type_map : {std::vector<std::string>{"O", "H"}, {"H", "O"}}) {
+    SCOPED_TRACE(type_map[0]);
+    const bool o_first = type_map[0] == "O";
+    const std::vector<double> first = o_first ? std::vector<double>{-0.82, 0.41, 0.42} : std::vector<double>{0.41, 0.42, -0.82};
+    std::vector<System> systems = read_extxyz(path, type_map);
+    ASSERT_EQ(systems.size(), 1u);
+    EXPECT_TRUE(systems[0].has_charge);
+    ASSERT_EQ(systems[0].charge.size(), 6u);
+    for (size_t a = 0; a < 3; ++a) EXPECT_DOUBLE_EQ(systems[0].charge[a], first[a]) << a;
+    std::vector<std::string> names = type_map;
+    const auto streamed = load_systems({path}, names, "", mlip::data::Loading::kStreamed);
+    ASSERT_EQ(streamed.size(), 1u);
+    EXPECT_TRUE(streamed[0].has_charge);
+    for (int64_t f = 0; f < 2; ++f) {
+      const auto q = streamed[0].frame(f).charge;
+      ASSERT_EQ(q.size(), 3u);
+      for (size_t a = 0; a < 3; ++a) EXPECT_DOUBLE_EQ(q[a], systems[0].charge[size_t(f) * 3 + a]) << f << " " << a;
+    }
+  }
+  // `charges` is read too; another name only under charges_key.
+  write_text(path, charged_frame(0, "charges"));
+  EXPECT_TRUE(read_extxyz(path, {"O", "H"})[0].has_charge);
+  write_text(path, charged_frame(0, "hirshfeld"));
+  EXPECT_FALSE(read_extxyz(path, {"O", "H"})[0].has_charge);
+  mlip::data::LabelKeys keys;
+  keys.charges = "hirshfeld";
+  EXPECT_DOUBLE_EQ(read_extxyz(path, {"O", "H"}, keys)[0].charge[0], -0.82);
+  // A frame without them: the system has none; but a named key must be in every frame.
+  write_text(path, charged_frame(0, "hirshfeld") + water_frame(1));
+  const auto mixed = read_extxyz(path, {"O", "H"});
+  EXPECT_FALSE(mixed[0].has_charge);
+  EXPECT_TRUE(mixed[0].charge.empty());
+  std::string msg = error_of([&] { read_extxyz(path, {"O", "H"}, keys); });
+  EXPECT_TRUE(contains(msg, "no charges: expected a column 'hirshfeld' (charges_key) of type R and count 1 in "
+                            "Properties; the columns are species, pos, forces"))
+      << msg;
+  // A column of the wrong shape, a value that is no number.
+  write_text(path, "1\nProperties=species:S:1:pos:R:3:REF_charges:R:3 energy=-1\nO 0 0 0 1 2 3\n");
+  msg = error_of([&] { read_extxyz(path, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, "expected the charges column 'REF_charges' of type R and count 1")) << msg;
+  write_text(path, "1\nProperties=species:S:1:pos:R:3:REF_charges:R:1 energy=-1\nO 0 0 0 minus\n");
+  msg = error_of([&] { read_extxyz(path, {"O", "H"}); });
+  EXPECT_TRUE(contains(msg, "atom 0: column 'REF_charges': expected a number, got 'minus'")) << msg;
+}

@@ -13,6 +13,7 @@
 #include "data/deepmd_system.h"
 #include "data/hdf5_system.h"
 #include "data/load.h"
+#include "data/npy.h"
 #include "test_util.h"
 
 #ifdef MLIP_HAVE_HDF5
@@ -159,6 +160,8 @@ class Writer {
       floats(g + "/energy.npy", {hsize_t(count)}, rows(s.energy, 1), single);
       floats(g + "/force.npy", {hsize_t(count), n3}, rows(s.force, n3), single);
       if (!s.virial.empty()) floats(g + "/virial.npy", {hsize_t(count), 9}, rows(s.virial, 9), single);
+      if (!s.charge.empty())
+        floats(g + "/charge.npy", {hsize_t(count), hsize_t(s.natoms())}, rows(s.charge, size_t(s.natoms())), single);
       first += count;
     }
   }
@@ -182,6 +185,7 @@ void expect_same_frames(const System& hdf5, const System& npy, bool single) {
   EXPECT_EQ(hdf5.pbc, npy.pbc);
   EXPECT_EQ(hdf5.has_box(), npy.has_box());
   EXPECT_EQ(hdf5.has_virial, !npy.virial.empty());
+  EXPECT_EQ(hdf5.has_charge, !npy.charge.empty());
   auto rounded = [&](std::vector<double> v) {
     if (single)
       for (double& x : v) x = double(float(x));
@@ -195,12 +199,14 @@ void expect_same_frames(const System& hdf5, const System& npy, bool single) {
     EXPECT_EQ(a.energy, rounded(b.energy)) << "frame " << f;
     EXPECT_EQ(a.force, rounded(b.force)) << "frame " << f;
     EXPECT_EQ(a.virial, rounded(b.virial)) << "frame " << f;
+    EXPECT_EQ(a.charge, rounded(b.charge)) << "frame " << f;
   }
 }
 
 TEST(Hdf5System, ReadsLikeItsNpyTwin) {
   TempDir tmp;
-  // A periodic system with virials (the shared DFT water when present) and a cluster (nopbc).
+  // A periodic system with virials (the shared DFT water when present) and a cluster (nopbc)
+  // with charge labels.
   std::vector<System> twins;
   const std::string water = mlip::test::shared_water_dir();
   if (!water.empty()) {
@@ -209,6 +215,9 @@ TEST(Hdf5System, ReadsLikeItsNpyTwin) {
     std::cout << "[ note ] ../shared/data/water not found: the periodic twin is a synthetic system\n";
   }
   mlip::test::write_system(tmp / "cluster", 3, 6, 7, 4);
+  std::vector<double> charges;
+  for (int k = 0; k < 7 * 9; ++k) charges.push_back(0.1 * (k % 9) - 0.4 + 0.003 * k);
+  mlip::data::write_npy(tmp / "cluster/set.000/charge.npy", {7, 9}, charges);
   twins.push_back(mlip::data::read_deepmd_system(tmp / "cluster", {"O", "H"}));
   for (bool single : {false, true}) {
     const std::string path = tmp / (single ? "f32.hdf5" : "f64.hdf5");

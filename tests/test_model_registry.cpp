@@ -86,11 +86,12 @@ class PairModel final : public models::Model {
       fs.push_back(torch::zeros({atoms.natoms, 3}, grad.options()).index_add(0, g.i, grad).index_add(0, g.j, -grad));
       vs.push_back(-x.detach().t().matmul(grad));
     }
-    last_ = {torch::stack(es), torch::stack(fs), torch::stack(vs)};
+    last_ = {torch::stack(es), torch::stack(fs), torch::stack(vs), {}};
     return last_;
   }
-  void backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv) override {
-    models::backward_through_graph(last_, ge, gf, gv);
+  void backward(const torch::Tensor& ge, const torch::Tensor& gf, const torch::Tensor& gv,
+                const torch::Tensor& gq) override {
+    models::backward_through_graph(last_, ge, gf, gv, gq);
   }
 
   static inline int statistics_calls = 0;

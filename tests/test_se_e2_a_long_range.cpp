@@ -60,18 +60,20 @@ c10::impl::GenericDict run_forward(torch::jit::Module& m, const mlip::test::Fram
   return m.forward({in}).toGenericDict();
 }
 
-/// The loss the tests differentiate: a fixed random combination of energy, forces and virial.
+/// The loss the tests differentiate: a fixed random combination of energy, forces, virial and
+/// charges (what charge labels add to the loss).
 struct Loss {
-  torch::Tensor ge, gf, gv;
+  torch::Tensor ge, gf, gv, gq;
   explicit Loss(int64_t natoms) {
     auto gen = at::detail::createCPUGenerator(17);
     ge = at::randn({1}, gen, torch::kFloat64);
     gf = at::randn({1, natoms, 3}, gen, torch::kFloat64);
     gv = at::randn({1, 3, 3}, gen, torch::kFloat64);
+    gq = at::randn({1, natoms}, gen, torch::kFloat64);
   }
   double of(const Prediction& p) const {
     return (p.energy * ge).sum().item<double>() + (p.forces.to(torch::kFloat64) * gf).sum().item<double>() +
-           (p.virial.to(torch::kFloat64) * gv).sum().item<double>();
+           (p.virial.to(torch::kFloat64) * gv).sum().item<double>() + (p.charges * gq).sum().item<double>();
   }
 };
 
@@ -107,6 +109,8 @@ TYPED_TEST(SeALongRange, TheTrainingPathEqualsTheForward) {
       ASSERT_EQ(charges.sizes(), (std::vector<int64_t>{f.atoms.natoms, 1}));
       EXPECT_NEAR(charges.sum().item<double>(), total_charge, is_double ? 1e-12 : 1e-5);
       EXPECT_GT(charges.abs().max().item<double>(), 1e-2) << "charges not all zero";
+      ASSERT_TRUE(fast.charges.defined());
+      EXPECT_LT(relative(fast.charges, charges.reshape({1, -1})), tol) << "the training path's charges";
       const auto atomic = out.at("atomic_energy").toTensor().to(torch::kFloat64).sum();
       EXPECT_LT(relative(atomic.reshape({1}), fast.energy), tol) << "the atomic energies sum to the energy";
     }
@@ -126,7 +130,7 @@ TEST(SeALongRange, ParameterGradientsAreDerivativesOfTheLoss) {
     const auto input = model->prepare_frame(f.sys, f.data);
     mlip::test::zero_grads(module);
     model->predict(f.atoms, {input.get()}, true);
-    model->backward(loss.ge, loss.gf, loss.gv);
+    model->backward(loss.ge, loss.gf, loss.gv, loss.gq);
     const std::vector<std::string> names = {"emb_0_0_w0", "emb_1_1_b1", "fit_0_w1", "fit_1_wout", "fit_0_wq",
                                             "fit_1_bq"};
     for (const std::string& name : names) {

@@ -77,11 +77,11 @@ struct Trained {
     const auto out = model->predict(atoms, batch, true);
     const mlip::models::Prediction leaves{out.energy.detach().requires_grad_(true),
                                           out.forces.detach().requires_grad_(true),
-                                          out.virial.detach().requires_grad_(true)};
+                                          out.virial.detach().requires_grad_(true), {}};
     const auto loss = mlip::train::batch_loss(leaves, labels, prefactors, atoms.natoms);
     const auto g =
         torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
-    model->backward(g[0], g[1], g[2]);
+    model->backward(g[0], g[1], g[2], {});
     mlip::train::adam_step(*adam, ema.get(), true);
     return loss.sums;
   }
@@ -394,7 +394,7 @@ TEST(StaticStep, AModelWithoutStaticShapesIsAnError) {
   mlip::train::BatchLabels labels{torch::zeros({1}, torch::kFloat64),
                                   torch::zeros({1, atoms.natoms, 3}, torch::kFloat64),
                                   {},
-                                  torch::ones({1}, torch::kFloat64)};
+                                  torch::ones({1}, torch::kFloat64), {}};
   const std::string message = mlip::test::error_of([&] { step.run(atoms, {input.get()}, labels, 1.0, 1.0, 0.0, 1); });
   EXPECT_NE(message.find("gives no static shapes"), std::string::npos) << message;
 }

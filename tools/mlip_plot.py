@@ -89,8 +89,8 @@ def lcurve(path, output):
         fail(f"{path}: no rows yet (the header only): nothing to draw")
     column = {n: data[:, k] for k, n in enumerate(names)}
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    labels = {"e": "energy (eV/atom)", "f": "forces (eV/Å)", "v": "virial (eV/atom)"}
-    colours = {"e": "tab:blue", "f": "tab:orange", "v": "tab:green"}
+    labels = {"e": "energy (eV/atom)", "f": "forces (eV/Å)", "v": "virial (eV/atom)", "q": "charges (e)"}
+    colours = {"e": "tab:blue", "f": "tab:orange", "v": "tab:green", "q": "tab:red"}
     drawn, left_out = 0, []
     for quantity, label in labels.items():
         for split, style in (("trn", "-"), ("val", "--")):

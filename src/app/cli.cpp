@@ -87,9 +87,11 @@ const char* kNeighborStatUsage =
     "  --forces-key <key>        ... the forces (default forces, DeePMD: force)\n"
     "  --stress-key <key>        ... the stress, eV/Å³, ASE's sign (default stress)\n"
     "  --virial-key <key>        ... the virial, eV (default virial)\n"
+    "  --charges-key <key>       ... the per-atom charges, e (default REF_charges or charges;\n"
+    "                            DeePMD: charge)\n"
     "  -h, --help                show this help\n";
 
-/// --energy-key, --forces-key, --stress-key, --virial-key (docs/data.md "Label keys"): where the
+/// --energy-key, --forces-key, --stress-key, --virial-key, --charges-key (docs/data.md "Label keys"): where the
 /// files keep each label, into `keys`.
 void add_label_key_options(CommandLine& line, data::LabelKeys& keys) {
   const auto key_name = [](const std::string& key) {
@@ -101,6 +103,7 @@ void add_label_key_options(CommandLine& line, data::LabelKeys& keys) {
   line.add_value("--forces-key", keys.forces, key_name);
   line.add_value("--stress-key", keys.stress, key_name);
   line.add_value("--virial-key", keys.virial, key_name);
+  line.add_value("--charges-key", keys.charges, key_name);
 }
 
 /// A value check (CommandLine::ValueCheck): "" when `value` is one of `choices`, else
@@ -243,6 +246,8 @@ const char* kTestUsage =
     "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
     "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
     "  --virial-key <key>       ... the virial, eV (default virial)\n"
+    "  --charges-key <key>      ... the per-atom charges, e (default REF_charges or charges;\n"
+    "                           DeePMD: charge)\n"
     "  -h, --help               show this help\n";
 
 const char* kModelDeviUsage =
@@ -268,6 +273,8 @@ const char* kModelDeviUsage =
     "  --forces-key <key>       ... the forces (default forces, DeePMD: force)\n"
     "  --stress-key <key>       ... the stress, eV/Å³, ASE's sign (default stress)\n"
     "  --virial-key <key>       ... the virial, eV (default virial)\n"
+    "  --charges-key <key>      ... the per-atom charges, e (default REF_charges or charges;\n"
+    "                           DeePMD: charge)\n"
     "  -h, --help               show this help\n";
 
 const char* kPlotUsage =

@@ -18,19 +18,20 @@ std::string join_names(const std::vector<std::string>& names) {
   return s + "]";
 }
 
-/// The energy, force and virial file names of a DeePMD set under `keys` ({"energy.npy",
-/// "force.npy", "virial.npy"} by default); a stress_key is an error naming `where`.
-std::array<std::string, 3> deepmd_label_files(const LabelKeys& keys, const std::string& where) {
+/// The energy, force, virial and charge file names of a DeePMD set under `keys` ({"energy.npy",
+/// "force.npy", "virial.npy", "charge.npy"} by default); a stress_key is an error naming `where`.
+std::array<std::string, 4> deepmd_label_files(const LabelKeys& keys, const std::string& where) {
   if (!keys.stress.empty())
     throw Error(where + ": stress_key '" + keys.stress + "': DeePMD systems keep virials (virial.npy, eV), not "
                 "stresses; use virial_key for a virial under another name");
   return {(keys.energy.empty() ? "energy" : keys.energy) + ".npy", (keys.forces.empty() ? "force" : keys.forces) + ".npy",
-          (keys.virial.empty() ? "virial" : keys.virial) + ".npy"};
+          (keys.virial.empty() ? "virial" : keys.virial) + ".npy", (keys.charges.empty() ? "charge" : keys.charges) + ".npy"};
 }
 
-/// A label named by a key (energy_key, forces_key, virial_key) that the first set lacks is an
-/// error naming that set (first_set) and the key.
-void check_named_labels(const LabelKeys& keys, const std::string& first_set, bool energy, bool forces, bool virial) {
+/// A label named by a key (energy_key, forces_key, virial_key, charges_key) that the first set
+/// lacks is an error naming that set (first_set) and the key.
+void check_named_labels(const LabelKeys& keys, const std::string& first_set, bool energy, bool forces, bool virial,
+                        bool charges) {
   auto missing = [&](const std::string& key, const std::string& name) {
     throw Error(first_set + ": " + key + " '" + name + "': no " + name + ".npy here (the label named by " + key +
                 " must be in every set)");
@@ -38,6 +39,7 @@ void check_named_labels(const LabelKeys& keys, const std::string& first_set, boo
   if (!keys.energy.empty() && !energy) missing("energy_key", keys.energy);
   if (!keys.forces.empty() && !forces) missing("forces_key", keys.forces);
   if (!keys.virial.empty() && !virial) missing("virial_key", keys.virial);
+  if (!keys.charges.empty() && !charges) missing("charges_key", keys.charges);
 }
 
 /// Sets sys.type_map and sys.types from the raw type ids of type.raw and, when the system names
@@ -193,7 +195,10 @@ int64_t open_set(DeepmdStorage& storage, DeepmdLayout& layout, size_t set, const
   label(SetArray::energy, layout.has_energy, "");
   label(SetArray::force, layout.has_force, "3*natoms, " + natoms_note);
   label(SetArray::virial, layout.has_virial, "9");
-  if (first) check_named_labels(keys, storage.where(set_path), layout.has_energy, layout.has_force, layout.has_virial);
+  label(SetArray::charge, layout.has_charge, "natoms, " + natoms_note);
+  if (first)
+    check_named_labels(keys, storage.where(set_path), layout.has_energy, layout.has_force, layout.has_virial,
+                       layout.has_charge);
   return nframes;
 }
 
@@ -206,6 +211,7 @@ std::string DeepmdLayout::array_name(SetArray which) const {
     case SetArray::energy: return label_files[0];
     case SetArray::force: return label_files[1];
     case SetArray::virial: return label_files[2];
+    case SetArray::charge: return label_files[3];
   }
   return "";
 }
@@ -217,6 +223,7 @@ int64_t DeepmdLayout::values_per_frame(SetArray which) const {
     case SetArray::box:
     case SetArray::virial: return 9;
     case SetArray::energy: return 1;
+    case SetArray::charge: return natoms;
   }
   return 0;
 }
@@ -241,6 +248,7 @@ Frame DeepmdLayout::read_frame(const std::function<std::vector<double>(SetArray,
   if (has_energy) out.energy = read(SetArray::energy, values_per_frame(SetArray::energy));
   if (has_force) out.force = read(SetArray::force, values_per_frame(SetArray::force));
   if (has_virial) out.virial = read(SetArray::virial, values_per_frame(SetArray::virial));
+  if (has_charge) out.charge = read(SetArray::charge, values_per_frame(SetArray::charge));
   return out;
 }
 
@@ -269,6 +277,7 @@ DeepmdLayout open_deepmd_layout(DeepmdStorage& storage, const std::vector<std::s
   }
   sys.has_cell = layout.has_box;
   sys.has_energy = layout.has_energy, sys.has_force = layout.has_force, sys.has_virial = layout.has_virial;
+  sys.has_charge = layout.has_charge;
   return layout;
 }
 

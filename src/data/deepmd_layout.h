@@ -14,11 +14,12 @@ namespace mlip::data {
 
 /// The arrays of one set.* of a DeePMD system (docs/data.md), in the order they are read:
 /// coord [nframes, 3N] Å, box [nframes, 9] Å (rows are the cell vectors; none with nopbc), and
-/// the optional labels energy [nframes] eV, force [nframes, 3N] eV/Å, virial [nframes, 9] eV.
-enum class SetArray { coord = 0, box, energy, force, virial };
+/// the optional labels energy [nframes] eV, force [nframes, 3N] eV/Å, virial [nframes, 9] eV,
+/// charge [nframes, N] e.
+enum class SetArray { coord = 0, box, energy, force, virial, charge };
 
 /// Number of SetArray values.
-constexpr size_t kSetArrays = 5;
+constexpr size_t kSetArrays = 6;
 
 /// Where a DeePMD system is stored, as the walk over its layout (open_deepmd_layout) sees it: a
 /// folder holding type.raw and set.*/ folders of .npy files (deepmd_system.cpp), or an HDF5
@@ -57,9 +58,9 @@ class DeepmdStorage {
 struct DeepmdLayout {
   int64_t natoms = 0;
   bool has_box = true;  ///< false when the system has `nopbc`
-  bool has_energy = false, has_force = false, has_virial = false;
-  /// The energy, force and virial file names (deepmd_label_files).
-  std::array<std::string, 3> label_files;
+  bool has_energy = false, has_force = false, has_virial = false, has_charge = false;
+  /// The energy, force, virial and charge file names (deepmd_label_files).
+  std::array<std::string, 4> label_files;
   /// Each set's folder or group, as a path of the storage.
   std::vector<std::string> set_paths;
   /// Frames in each set.
@@ -68,7 +69,7 @@ struct DeepmdLayout {
   /// The file (or dataset) name of an array in a set: "coord.npy", "box.npy" or a label file.
   std::string array_name(SetArray which) const;
   /// Values per frame of an array: 3 * natoms for coord and force, 9 for box and virial, 1 for
-  /// energy.
+  /// energy, natoms for charge.
   int64_t values_per_frame(SetArray which) const;
   /// Frames in all sets.
   int64_t total_frames() const;
@@ -83,7 +84,7 @@ struct DeepmdLayout {
 /// type_map.raw and nopbc, and every set.* with coord.npy, box.npy (unless nopbc) and the
 /// optional labels named by `keys` (data/label_keys.h), opening each array (DeepmdStorage::
 /// open_array) and checking its shape. Sets sys.name, type_map, types (as read_deepmd_system
-/// describes for type_map), pbc, nframes, has_cell, has_energy, has_force and has_virial; the
+/// describes for type_map), pbc, nframes, has_cell, has_energy, has_force, has_virial and has_charge; the
 /// reader is the caller's. Throws mlip::Error naming the file or dataset and what was wrong.
 DeepmdLayout open_deepmd_layout(DeepmdStorage& storage, const std::vector<std::string>& type_map,
                                 const LabelKeys& keys, System& sys);

@@ -180,6 +180,7 @@ struct XyzFrame {
   int64_t line = 0;  ///< 1-based line number of the count line
   std::vector<std::string> elements;
   std::vector<double> pos, force;
+  std::vector<double> charge;  ///< [natoms] e; empty without a charges column
   bool has_cell = false;
   std::array<double, 9> cell{};
   std::array<bool, 3> pbc{{false, false, false}};
@@ -264,10 +265,11 @@ struct AtomColumns {
   int width = 0;           ///< tokens per atom line
   Column species, pos;
   const Column* force = nullptr;  ///< into `all`; nullptr when the frame has no forces column
+  const Column* charge = nullptr;  ///< into `all`; nullptr when the frame has no charges column
   std::string names;              ///< the column names, for messages: "species, pos, forces"
 
   AtomColumns() = default;
-  AtomColumns(const AtomColumns&) = delete;  // `force` points into `all`
+  AtomColumns(const AtomColumns&) = delete;  // `force` and `charge` point into `all`
   AtomColumns& operator=(const AtomColumns&) = delete;
 };
 
@@ -282,7 +284,8 @@ const Column* find_column(const std::vector<Column>& columns, std::initializer_l
 }
 
 /// Reads the Properties key into `out`: a species:S:1 and a pos:R:3 column are required; the
-/// forces column (keys.forces, else forces or force) is found but checked later (check_forces).
+/// forces column (keys.forces, else forces or force) is found but checked later (check_forces);
+/// the charges column (keys.charges, else REF_charges or charges) must be R:1 where there is one.
 void read_atom_columns(const CommentKeys& kv, const LabelKeys& keys, const std::string& where, AtomColumns& out) {
   out.properties = kv.count("Properties") ? kv.at("Properties").value : "species:S:1:pos:R:3";
   out.all = parse_properties(out.properties, where);
@@ -296,9 +299,19 @@ void read_atom_columns(const CommentKeys& kv, const LabelKeys& keys, const std::
   if (!pos || pos->type != 'R' || pos->count != 3) {
     throw Error(where + ": key 'Properties': expected a pos:R:3 column, got '" + excerpt(out.properties) + "'");
   }
+  out.charge = keys.charges.empty() ? find_column(out.all, {"REF_charges", "charges"})
+                                    : find_column(out.all, {keys.charges.c_str()});
+  if (out.charge && (out.charge->type != 'R' || out.charge->count != 1)) {
+    throw Error(where + ": key 'Properties': expected the charges column '" + out.charge->name +
+                "' of type R and count 1 (one charge per atom, e), got '" + excerpt(out.properties) + "'");
+  }
   out.species = *species;
   out.pos = *pos;
   for (const Column& c : out.all) out.names += (out.names.empty() ? "" : ", ") + c.name;
+  if (!keys.charges.empty() && !out.charge && !keys.labels_optional) {
+    throw Error(where + ": no charges: expected a column '" + keys.charges +
+                "' (charges_key) of type R and count 1 in Properties; the columns are " + out.names);
+  }
 }
 
 /// The frame's energy, eV, from the comment key keys.energy (else energy or free_energy).
@@ -433,8 +446,9 @@ void read_config_type_and_weight(const CommentKeys& kv, const LabelKeys& keys, c
   }
 }
 
-/// Reads the frame's natoms atom lines into fr.elements, fr.pos [natoms * 3] Å and fr.force
-/// [natoms * 3] eV/Å (zero without a forces column). line_no: the last line read, advanced.
+/// Reads the frame's natoms atom lines into fr.elements, fr.pos [natoms * 3] Å, fr.force
+/// [natoms * 3] eV/Å (zero without a forces column) and fr.charge [natoms] e (with a charges
+/// column). line_no: the last line read, advanced.
 void read_atom_lines(std::istream& in, const std::string& path, int64_t& line_no, int64_t natoms, int64_t count_line,
                      const AtomColumns& columns, XyzFrame& fr) {
   // Grown line by line: the count line may be wrong (or absurd) and must not size allocations.
@@ -474,6 +488,14 @@ void read_atom_lines(std::istream& in, const std::string& path, int64_t& line_no
     read3(columns.pos, &fr.pos[3 * a]);
     if (columns.force) read3(*columns.force, &fr.force[3 * a]);
     else std::fill(fr.force.begin() + 3 * a, fr.force.end(), 0.0);
+    if (columns.charge) {
+      const std::string& tok = toks[size_t(columns.charge->offset)];
+      double q = 0;
+      if (!parse_double(tok, q))
+        throw Error(aw + ": atom " + std::to_string(a) + ": column '" + columns.charge->name +
+                    "': expected a number, got '" + excerpt(tok) + "'");
+      fr.charge.push_back(q);
+    }
   }
 }
 
@@ -582,9 +604,9 @@ XyzFrame read_frame_at(const std::string& path, const FileIdentity& identity, co
 class ExtxyzFrameReader : public FrameReader {
  public:
   ExtxyzFrameReader(std::string system, std::string path, FileIdentity identity, std::vector<std::string> names,
-                    std::vector<FramePlace> places, bool virial, LabelKeys keys)
+                    std::vector<FramePlace> places, bool virial, bool charge, LabelKeys keys)
       : system_(std::move(system)), path_(std::move(path)), identity_(identity), names_(std::move(names)),
-        places_(std::move(places)), virial_(virial), keys_(std::move(keys)) {
+        places_(std::move(places)), virial_(virial), charge_(charge), keys_(std::move(keys)) {
     for (size_t i = 0; i < names_.size(); ++i) index_.emplace(names_[i], static_cast<int>(i));
   }
 
@@ -611,6 +633,11 @@ class ExtxyzFrameReader : public FrameReader {
     const size_t n = order.size();
     out.coord.resize(3 * n);
     if (f.has_force) out.force.resize(3 * n);
+    if (charge_) {
+      if (f.charge.size() != n) throw Error("the frame has no charges column (file changed since it was opened?)");
+      out.charge.resize(n);
+      for (size_t a = 0; a < n; ++a) out.charge[a] = f.charge[size_t(order[a])];
+    }
     for (size_t a = 0; a < n; ++a)
       for (size_t d = 0; d < 3; ++d) {
         out.coord[3 * a + d] = f.pos[3 * size_t(order[a]) + d];
@@ -631,6 +658,7 @@ class ExtxyzFrameReader : public FrameReader {
   std::map<std::string, int> index_;
   std::vector<FramePlace> places_;
   bool virial_;
+  bool charge_;  ///< the system has charge labels (every frame has the column)
   LabelKeys keys_;
 };
 
@@ -642,6 +670,7 @@ struct FrameSummary {
   std::array<bool, 3> pbc{};
   bool has_cell = false, has_virial = false;
   bool has_energy = true, has_force = true;
+  bool has_charge = false;
   std::string config_type;
 };
 
@@ -689,6 +718,7 @@ std::vector<FrameSummary> scan_frames(std::istream& in, const std::string& path,
     s.has_cell = f.has_cell;
     s.has_virial = f.has_virial;
     s.has_energy = f.has_energy, s.has_force = f.has_force;
+    s.has_charge = !f.charge.empty();
     s.config_type = f.config_type;
     seen.push_back(std::move(s));
   }
@@ -743,6 +773,7 @@ System new_system(const std::string& path, const std::vector<std::string>& names
   for (size_t t = 0; t < names.size(); ++t) s.types.insert(s.types.end(), size_t(counts[t]), int(t));
   s.has_energy = s.has_force = true;
   s.has_virial = f.has_virial;
+  s.has_charge = true;  // until a frame without charges joins (open_extxyz)
   return s;
 }
 }  // namespace
@@ -783,6 +814,9 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
     }
     s.has_cell = s.has_cell || f.has_cell;
     s.has_energy = s.has_energy && f.has_energy, s.has_force = s.has_force && f.has_force;
+    // Charges are a label of the system when every frame has them (docs/long_range.md "Charge
+    // labels"; a named charges_key is checked on every frame as it is read).
+    s.has_charge = s.has_charge && f.has_charge;
     places[g->second].push_back(f.place);
     ++s.nframes;
   }
@@ -790,7 +824,8 @@ std::vector<System> open_extxyz(const std::string& path, const std::vector<std::
   check_unchanged(path, identity, regular_file_identity(path));
   for (size_t k = 0; k < systems.size(); ++k)
     systems[k].reader = std::make_shared<ExtxyzFrameReader>(systems[k].name, path, identity, names,
-                                                            std::move(places[k]), systems[k].has_virial, keys);
+                                                            std::move(places[k]), systems[k].has_virial,
+                                                            systems[k].has_charge, keys);
   return systems;
 }
 

@@ -22,6 +22,11 @@ struct LabelKeys {
   /// numbers or 6 in Voigt order (xx yy zz yz xz xy); read as the virial W = -σ·V. Extended XYZ
   /// only: a comment key (default `stress`), used where the frame has no virial.
   std::string stress;
+  /// Per-atom charges, e (docs/long_range.md "Charge labels"): Extended XYZ: a column of
+  /// Properties, R:1 (default `REF_charges`, else `charges`); DeePMD npy / HDF5 systems:
+  /// `<name>.npy` of each set, [nframes, natoms] (default `charge`). Optional; named, every frame
+  /// must have it.
+  std::string charges;
   /// Per-frame weight in the loss, >= 0 (MACE's `config_weight`). Extended XYZ only: a comment
   /// key (default `config_weight`); a frame without it has weight 1.
   std::string weight;
@@ -36,7 +41,7 @@ struct LabelKeys {
   std::string stress_name() const { return stress.empty() ? "stress" : stress; }
   std::string weight_name() const { return weight.empty() ? "config_weight" : weight; }
   bool defaults() const {
-    return energy.empty() && forces.empty() && virial.empty() && stress.empty() && weight.empty();
+    return energy.empty() && forces.empty() && virial.empty() && stress.empty() && weight.empty() && charges.empty();
   }
 };
 

@@ -276,6 +276,7 @@ void validate_system(const System& s) {
   check_size(s.energy, nf, "energy", true);
   check_size(s.force, nf * n * 3, "force", true);
   check_size(s.virial, nf * 9, "virial", true);
+  check_size(s.charge, nf * n, "charge", true);
   for (int64_t f = 0; f < nf; ++f) validate_frame(s, f, s.frame(f));
 }
 

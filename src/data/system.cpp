@@ -99,6 +99,10 @@ void validate_frame(const System& s, int64_t index, const Frame& fr) {
   };
   check_atoms(fr.coord, "coordinate");
   check_atoms(fr.force, "force");
+  for (size_t a = 0; a < fr.charge.size(); ++a)
+    if (!std::isfinite(fr.charge[a]))
+      throw Error(frame + ", atom " + std::to_string(a) + ": charge is " + nan_or_inf(fr.charge[a]) +
+                  ", expected a finite number");
   if (!fr.energy.empty() && !std::isfinite(fr.energy[0])) {
     throw Error(frame + ": energy is " + nan_or_inf(fr.energy[0]) + ", expected a finite number");
   }
@@ -152,12 +156,14 @@ Frame System::frame(int64_t f) const {
     slice(energy, 1, out.energy);
     slice(force, n3, out.force);
     slice(virial, 9, out.virial);
+    slice(charge, size_t(natoms()), out.charge);
     if (!weight.empty()) out.weight = weight[size_t(f)];
     return out;  // checked when the system was loaded
   }
   if (!reader) throw Error(name + ": has neither frames in memory nor a reader");
   out = reader->read(f);
-  if (out.coord.size() != size_t(natoms()) * 3 || (!out.force.empty() && out.force.size() != out.coord.size()))
+  if (out.coord.size() != size_t(natoms()) * 3 || (!out.force.empty() && out.force.size() != out.coord.size()) ||
+      (!out.charge.empty() && out.charge.size() != size_t(natoms())))
     throw Error(name + ": frame " + std::to_string(f) + (reader->where(f).empty() ? "" : " (" + reader->where(f) + ")") +
                 ": read " + std::to_string(out.coord.size() / 3) + " atoms, expected " + std::to_string(natoms()) +
                 " (file changed since it was opened?)");
@@ -171,6 +177,11 @@ Frame System::frame(int64_t f) const {
     };
     permute(out.coord);
     permute(out.force);
+    if (!out.charge.empty()) {
+      std::vector<double> p(out.charge.size());
+      for (size_t a = 0; a < atom_order.size(); ++a) p[a] = out.charge[size_t(atom_order[a])];
+      out.charge.swap(p);
+    }
   }
   try {
     validate_frame(*this, f, out);
@@ -184,7 +195,7 @@ Frame System::frame(int64_t f) const {
 
 void System::load_all() {
   if (in_memory() || nframes == 0) return;
-  std::vector<double> c, b, e, fo, v, w;
+  std::vector<double> c, b, e, fo, v, q, w;
   bool weighted = false;
   for (int64_t f = 0; f < nframes; ++f) {
     Frame fr = frame(f);
@@ -195,8 +206,9 @@ void System::load_all() {
     e.insert(e.end(), fr.energy.begin(), fr.energy.end());
     fo.insert(fo.end(), fr.force.begin(), fr.force.end());
     v.insert(v.end(), fr.virial.begin(), fr.virial.end());
+    q.insert(q.end(), fr.charge.begin(), fr.charge.end());
   }
-  coord.swap(c), box.swap(b), energy.swap(e), force.swap(fo), virial.swap(v);
+  coord.swap(c), box.swap(b), energy.swap(e), force.swap(fo), virial.swap(v), charge.swap(q);
   if (weighted) weight.swap(w);
   atom_order.clear();
 }

@@ -22,6 +22,8 @@ struct Frame {
   std::vector<double> force;
   /// [9] virial, eV (XX XY XZ YX ...); empty when not labelled.
   std::vector<double> virial;
+  /// [natoms] per-atom charges, e (docs/long_range.md "Charge labels"); empty when not labelled.
+  std::vector<double> charge;
   /// The frame's weight in the loss (extended XYZ: the key LabelKeys::weight_name(), MACE's
   /// `config_weight`), dimensionless, >= 0; 1 when the file gives none.
   double weight = 1.0;
@@ -70,6 +72,8 @@ struct System {
   int64_t nframes = 0;
   /// Which labels every frame has (known from the files' headers, in memory or not).
   bool has_cell = false, has_energy = false, has_force = false, has_virial = false;
+  /// Whether every frame has per-atom charge labels (Frame::charge).
+  bool has_charge = false;
   /// The kind of configuration its frames are (extended XYZ: the frames' `config_type` key, as
   /// MACE groups its data; frames of different types are different systems); "Default"
   /// elsewhere. "IsolatedAtom" marks isolated atoms, the reference energies (docs/data.md).
@@ -85,6 +89,8 @@ struct System {
   std::vector<double> force;
   /// In memory only: [nframes, 9] virials, eV (empty when not labelled).
   std::vector<double> virial;
+  /// In memory only: [nframes, natoms] charges, e (empty when not labelled).
+  std::vector<double> charge;
   /// In memory only: [nframes] frame weights (empty: every weight is 1).
   std::vector<double> weight;
 

@@ -43,17 +43,19 @@ struct Stat {
 
 struct Metrics {
   Stat e, e_atom, f, v, v_atom;
+  Stat q;  ///< per-atom charges, e (charge labels and a model with charges)
   int64_t frames = 0;
   /// Pools another set's errors into these (MAE and RMSE weighted by element counts).
   Metrics& operator+=(const Metrics& o) {
-    for (auto [to, from] : {std::pair{&e, &o.e}, {&e_atom, &o.e_atom}, {&f, &o.f}, {&v, &o.v}, {&v_atom, &o.v_atom}})
+    for (auto [to, from] : {std::pair{&e, &o.e}, {&e_atom, &o.e_atom}, {&f, &o.f}, {&v, &o.v}, {&v_atom, &o.v_atom},
+                              {&q, &o.q}})
       to->abs += from->abs, to->sq += from->sq, to->n += from->n;
     frames += o.frames;
     return *this;
   }
 };
 
-void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
+void print_metrics(const Metrics& m, bool energy, bool force, bool virial, bool charge) {
   if (energy) {
     std::printf("Energy MAE         : %e eV\n", m.e.mae());
     std::printf("Energy RMSE        : %e eV\n", m.e.rmse());
@@ -70,6 +72,10 @@ void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
     std::printf("Virial MAE/Natoms  : %e eV\n", m.v_atom.mae());
     std::printf("Virial RMSE/Natoms : %e eV\n", m.v_atom.rmse());
   }
+  if (charge) {
+    std::printf("Charge MAE         : %e e\n", m.q.mae());
+    std::printf("Charge RMSE        : %e e\n", m.q.rmse());
+  }
 }
 
 /// The files `mlip test` writes besides its report: the detail files (-d) and the predictions as
@@ -78,7 +84,9 @@ void print_metrics(const Metrics& m, bool energy, bool force, bool virial) {
 /// FIFO or a character device is written into as a stream (docs/robustness.md "Special files").
 class TestOutputs {
  public:
-  explicit TestOutputs(const TestOptions& options) : options_(options) {
+  /// labelled_charges: some system has charge labels (.q.out then has a data_q column).
+  TestOutputs(const TestOptions& options, bool labelled_charges)
+      : options_(options), labelled_charges_(labelled_charges) {
     using Mode = OutputFile::Mode;
     constexpr SpecialTarget kStream = SpecialTarget::kStream;
     if (!options.detail.empty()) {
@@ -142,17 +150,24 @@ class TestOutputs {
     return o.str();
   }
 
-  /// .q.out (each atom's charge and element), made with the first frame that has charges, and,
-  /// for frames without a cell, .dipole.out: Σ q_i r_i (docs/long_range.md "mlip test").
+  /// .q.out (each atom's charge and element; with charge labels in the test set, the label
+  /// first, nan where a frame has none), made with the first frame that has charges, and, for
+  /// frames without a cell, .dipole.out: Σ q_i r_i (docs/long_range.md "mlip test").
   void write_charges(const data::System& sys, const data::Frame& frame, const double* charges) {
     const int64_t n = sys.natoms();
     if (!charge_) {
       charge_ = std::make_unique<OutputFile>(options_.detail + ".q.out", OutputFile::Mode::kReplace,
                                              "the charge detail file", SpecialTarget::kStream);
-      charge_->write("# pred_q (e) element\n");
+      charge_->write(labelled_charges_ ? "# data_q pred_q (e) element\n" : "# pred_q (e) element\n");
     }
     charge_->write(text([&](std::ostream& o) {
-      for (int64_t a = 0; a < n; ++a) o << charges[a] << " " << sys.type_map[size_t(sys.types[size_t(a)])] << "\n";
+      for (int64_t a = 0; a < n; ++a) {
+        if (labelled_charges_) {
+          if (frame.charge.empty()) o << "nan ";
+          else o << frame.charge[size_t(a)] << " ";
+        }
+        o << charges[a] << " " << sys.type_map[size_t(sys.types[size_t(a)])] << "\n";
+      }
     }, 10));
     if (frame.cell() != nullptr) return;
     if (!dipole_) {
@@ -183,10 +198,14 @@ class TestOutputs {
 
   const TestOptions& options_;
   std::unique_ptr<OutputFile> energy_, energy_per_atom_, force_, virial_, elements_, xyz_, charge_, dipole_;
+  bool labelled_charges_ = false;
 };
 
-/// A frame's errors into `m`: energy (and per atom), forces, virial (and per atom), where labelled.
+/// A frame's errors into `m`: energy (and per atom), forces, virial (and per atom), charges,
+/// where labelled (and, for charges, predicted).
 void add_errors(const data::Frame& frame, int64_t natoms, const models::InferenceResult& out, Metrics& m) {
+  if (!frame.charge.empty() && out.charges.size() == frame.charge.size())
+    for (size_t a = 0; a < frame.charge.size(); ++a) m.q.add(out.charges[a] - frame.charge[a]);
   if (!frame.energy.empty()) {
     const double de = out.energy - frame.energy[0];
     m.e.add(de);
@@ -229,17 +248,17 @@ Metrics test_system(const std::string& path, const data::System& sys, const Test
 /// The report's blocks after the systems': per config type (when there is more than the
 /// default one) and the weighted average over all systems.
 void print_summary(const std::map<std::string, Metrics>& by_type, const std::map<std::string, int64_t>& systems_of_type,
-                   const Metrics& total, size_t systems, bool any_e, bool any_f, bool any_v) {
+                   const Metrics& total, size_t systems, bool any_e, bool any_f, bool any_v, bool any_q) {
   if (by_type.size() > 1 || by_type.count("Default") == 0)
     for (const auto& [type, m] : by_type) {
       std::printf("# ----------config type %s-----------\n", type.c_str());
       std::printf("# number of systems : %ld, frames : %ld\n", long(systems_of_type.at(type)), long(m.frames));
-      print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0);
+      print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0, m.q.n > 0);
       std::printf("# -----------------------------------------------\n");
     }
   std::printf("# ----------weighted average of errors-----------\n");
   std::printf("# number of systems : %zu\n", systems);
-  print_metrics(total, any_e, any_f, any_v);
+  print_metrics(total, any_e, any_f, any_v, any_q);
   std::printf("# -----------------------------------------------\n");
 }
 
@@ -257,7 +276,9 @@ int run_test(const TestOptions& options) {
   auto systems = data::load_systems(options.systems, type_map, "", data::Loading::kStreamed, options.keys);
   if (type_map.size() != stored_type_names(extra).size())
     throw Error("test: the systems have types the model does not know (model type_map: " + extra["type_names"] + ")");
-  TestOutputs outputs(options);
+  bool labelled_charges = false;
+  for (const auto& sys : systems) labelled_charges = labelled_charges || sys.has_charge;
+  TestOutputs outputs(options, labelled_charges);
   // The model's own TorchScript forward, as plain PyTorch would call it (docs/deploy.md).
   models::TorchScriptInference inference(model, torch::kCPU, dtype, rcut);
   // Over systems: MAE weighted by element count, RMSE = sqrt(sum rmse^2 n / sum n); the same per
@@ -265,21 +286,21 @@ int run_test(const TestOptions& options) {
   Metrics total;
   std::map<std::string, Metrics> by_type;
   std::map<std::string, int64_t> systems_of_type;
-  bool any_e = false, any_f = false, any_v = false;
+  bool any_e = false, any_f = false, any_v = false, any_q = false;
   for (const auto& sys : systems) {
     const Metrics m = test_system(path, sys, options, rcut, inference, outputs);
     std::printf("# ---------------output of mlip test---------------\n");
     std::printf("# testing system : %s\n", sys.name.c_str());
     std::printf("# number of test data : %ld\n", long(m.frames));
-    print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0);
+    print_metrics(m, m.e.n > 0, m.f.n > 0, m.v.n > 0, m.q.n > 0);
     std::printf("# -----------------------------------------------\n");
-    any_e |= m.e.n > 0, any_f |= m.f.n > 0, any_v |= m.v.n > 0;
+    any_e |= m.e.n > 0, any_f |= m.f.n > 0, any_v |= m.v.n > 0, any_q |= m.q.n > 0;
     total += m;  // element-count weighting of MAE and RMSE^2 is the same as pooling the elements
     by_type[sys.config_type] += m;
     ++systems_of_type[sys.config_type];
   }
   outputs.commit();
-  print_summary(by_type, systems_of_type, total, systems.size(), any_e, any_f, any_v);
+  print_summary(by_type, systems_of_type, total, systems.size(), any_e, any_f, any_v, any_q);
   return 0;
 }
 

@@ -16,10 +16,13 @@ Prediction Model::predict_packed(const SystemAtoms&, const std::vector<torch::Te
 
 void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad_energy,
                             const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
-                            const std::vector<torch::Tensor>& inputs) {
+                            const torch::Tensor& grad_charges, const std::vector<torch::Tensor>& inputs) {
   std::vector<torch::Tensor> roots, grads;
   const std::pair<const torch::Tensor*, const torch::Tensor*> parts[] = {
-      {&outputs.energy, &grad_energy}, {&outputs.forces, &grad_forces}, {&outputs.virial, &grad_virial}};
+      {&outputs.energy, &grad_energy},
+      {&outputs.forces, &grad_forces},
+      {&outputs.virial, &grad_virial},
+      {&outputs.charges, &grad_charges}};
   for (const auto& [output, grad] : parts)
     if (grad->defined() && output->defined() && output->requires_grad()) {
       roots.push_back(*output);

@@ -92,6 +92,9 @@ struct Prediction {
   torch::Tensor energy;  ///< [B] float64, eV
   torch::Tensor forces;  ///< [B, N, 3] model dtype, eV/Å
   torch::Tensor virial;  ///< [B, 3, 3] model dtype, eV
+  /// [B, N] float64, e: each atom's charge (model.long_range: the charges its E_long is of,
+  /// docs/long_range.md "Charge labels"); undefined for a model without charges.
+  torch::Tensor charges;
 };
 
 /// Frames for the statistics: a sample of the frames of `system` (read by the trainer; the
@@ -163,10 +166,11 @@ class Model {
   virtual Prediction predict(const SystemAtoms& atoms, const std::vector<const FrameInput*>& frames,
                              bool training) = 0;
   /// After predict(..., true): adds d loss / d parameter to every parameter's .grad(), given
-  /// d loss / d energy [B] (float64), d loss / d forces [B, N, 3] and d loss / d virial
-  /// [B, 3, 3] (undefined: zero).
+  /// d loss / d energy [B] (float64), d loss / d forces [B, N, 3], d loss / d virial [B, 3, 3]
+  /// and d loss / d charges [B, N] (float64; only for a prediction with charges) (undefined:
+  /// zero).
   virtual void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
-                        const torch::Tensor& grad_virial) = 0;
+                        const torch::Tensor& grad_virial, const torch::Tensor& grad_charges) = 0;
 
   /// With ModelContext::static_shapes, the sizes that fix every tensor shape of a training step
   /// on this batch (for the equivariant model: frames, atoms, padded edges, padded pairs):
@@ -186,12 +190,12 @@ class Model {
 };
 
 /// Model::backward for models whose prediction carries an autograd graph: runs autograd's
-/// backward from `outputs` (energy, forces, virial) with the given gradients, skipping pairs
+/// backward from `outputs` (energy, forces, virial, charges) with the given gradients, skipping pairs
 /// where either is undefined or the output has no graph; gradients are cast to the outputs'
 /// dtypes. The .grad() of `inputs` (empty: of every leaf of the graph) accumulate; naming the
 /// parameters skips the gradients of leaves that are not (per-frame inputs).
 void backward_through_graph(const Prediction& outputs, const torch::Tensor& grad_energy,
                             const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
-                            const std::vector<torch::Tensor>& inputs = {});
+                            const torch::Tensor& grad_charges, const std::vector<torch::Tensor>& inputs = {});
 
 }  // namespace mlip::models

@@ -147,6 +147,14 @@ void read_loss(const Section& l, TrainConfig& c) {
   c.limit_pref_f = l.number("limit_pref_f", c.limit_pref_f, Bound::kNonNegative);
   c.start_pref_v = l.number("start_pref_v", c.start_pref_v, Bound::kNonNegative);
   c.limit_pref_v = l.number("limit_pref_v", c.limit_pref_v, Bound::kNonNegative);
+  c.start_pref_q = l.number("start_pref_q", c.start_pref_q, Bound::kNonNegative);
+  c.limit_pref_q = l.number("limit_pref_q", c.limit_pref_q, Bound::kNonNegative);
+  // Charge labels train the charges of model.long_range (docs/long_range.md "Charge labels").
+  if ((c.start_pref_q > 0 || c.limit_pref_q > 0) && !c.model->long_range.enabled) {
+    const std::string key = c.start_pref_q > 0 ? "start_pref_q" : "limit_pref_q";
+    expected(l.path_of(key), "0 for a model without charges (the charge loss trains the charges of "
+                             "model.long_range, which this model has not)", l.get(key));
+  }
 }
 
 /// training_data / validation_data (the latter also reads numb_btch and single_rank).
@@ -192,6 +200,7 @@ DataConfig read_data(const Section& s, const std::string& input_dir, bool valida
   d.keys.stress = key("stress_key");
   d.keys.virial = key("virial_key");
   d.keys.weight = key("weight_key");
+  d.keys.charges = key("charges_key");
   if (validation) {
     d.numb_btch = s.integer("numb_btch", d.numb_btch);
     d.single_rank = s.flag("single_rank", d.single_rank);
@@ -211,7 +220,8 @@ void read_training(const Section& t, const std::string& input_dir, TrainConfig& 
   if (!t.has(steps_key)) fail(t.path_of("numb_steps"), "required key is missing");
 
   const std::vector<std::string> data_keys = {"systems",    "batch_size",  "auto_prob", "sys_probs",
-                                              "energy_key", "forces_key", "stress_key", "virial_key", "weight_key"};
+                                              "energy_key", "forces_key", "stress_key", "virial_key", "weight_key",
+                                              "charges_key"};
   c.training_data =
       read_data(t.section("training_data", data_keys, {"auto_prob_style"}), input_dir, false);
   if (t.has_value("validation_data")) {
@@ -299,7 +309,8 @@ void read_config(const YAML::Node& root, const std::string& input_dir, TrainConf
                                     "warmup_steps", "warmup_start_factor", "scale_by_worker"}),
       c);
   read_loss(top.section("loss", {"type", "start_pref_e", "limit_pref_e", "start_pref_f",
-                                 "limit_pref_f", "start_pref_v", "limit_pref_v"}),
+                                 "limit_pref_f", "start_pref_v", "limit_pref_v", "start_pref_q",
+                                 "limit_pref_q"}),
             c);
   read_training(top.section("training",
                             {"training_data", "validation_data", "numb_steps", "seed", "disp_file",

@@ -63,6 +63,8 @@ struct TrainConfig {
   double start_pref_e = 0.02, limit_pref_e = 1.0;
   double start_pref_f = 1000.0, limit_pref_f = 1.0;
   double start_pref_v = 0.0, limit_pref_v = 0.0;
+  /// The charge labels' prefactors (docs/long_range.md "Charge labels"); 0: not trained on.
+  double start_pref_q = 0.0, limit_pref_q = 0.0;
   // training
   DataConfig training_data;
   /// training.config_type_weights (MACE's): the loss weight of the frames of each config_type

@@ -71,9 +71,10 @@ std::shared_ptr<const PreparedFrame> FrameStore::make(const Key& key) {
   if (!frame.energy.empty()) out->energy = to_tensor(frame.energy);
   if (!frame.force.empty()) out->force = to_tensor(frame.force).reshape({system.natoms(), 3});
   if (!frame.virial.empty()) out->virial = to_tensor(frame.virial);
+  if (!frame.charge.empty()) out->charge = to_tensor(frame.charge);
   out->weight = frame.weight;
   out->bytes = out->input->bytes() + models::tensor_bytes(out->energy) + models::tensor_bytes(out->force) +
-               models::tensor_bytes(out->virial);
+               models::tensor_bytes(out->virial) + models::tensor_bytes(out->charge);
   return out;
 }
 

@@ -28,6 +28,7 @@ struct PreparedFrame {
   torch::Tensor energy;  ///< [1] float64, eV
   torch::Tensor force;   ///< [N, 3] float64, eV/Å; undefined when the system has no force labels
   torch::Tensor virial;  ///< [9] float64, eV; undefined when the system has no virial labels
+  torch::Tensor charge;  ///< [N] float64, e; undefined when the system has no charge labels
   double weight = 1.0;   ///< the frame's loss weight (data::Frame::weight)
   int64_t bytes = 0;     ///< memory held by all of the above
 };

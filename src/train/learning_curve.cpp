@@ -37,6 +37,7 @@ std::string LearningCurve::header(Columns columns) {
   std::string header = "# step";
   header += has_val ? " rmse_val rmse_trn rmse_e_val rmse_e_trn rmse_f_val rmse_f_trn" : " rmse_trn rmse_e_trn rmse_f_trn";
   if (columns.virial) header += has_val ? " rmse_v_val rmse_v_trn" : " rmse_v_trn";
+  if (columns.charge) header += has_val ? " rmse_q_val rmse_q_trn" : " rmse_q_trn";
   return header + " lr\n";
 }
 
@@ -59,6 +60,10 @@ void LearningCurve::write_line(int64_t step, double learning_rate, const CurveEr
   if (columns_.virial) {
     if (validation) column(validation->virial);
     column(training.virial);
+  }
+  if (columns_.charge) {
+    if (validation) column(validation->charge);
+    column(training.charge);
   }
   std::snprintf(line, sizeof(line), "   %10.3e\n", learning_rate);
   text += line;

@@ -17,6 +17,7 @@ struct CurveErrors {
   double energy = 0;  ///< eV per atom
   double force = 0;   ///< eV/Å, over force components
   double virial = 0;  ///< eV per atom, over the 9 components
+  double charge = 0;  ///< e, over atoms (charge labels)
 };
 
 /// lcurve.out, the learning curve (docs/training.md "Output"): a header line starting with '#',
@@ -28,6 +29,7 @@ class LearningCurve {
   struct Columns {
     bool validation = false;  ///< rmse_*_val columns (there is validation data)
     bool virial = false;      ///< rmse_v columns (some training system has virial labels)
+    bool charge = false;      ///< rmse_q columns (the loss has charge labels)
   };
 
   /// Opens the curve at `path` for appending. Without `continue_after_step` (a fresh run), or when

@@ -21,7 +21,7 @@ namespace mlip::train {
 struct StaticStep::Slot {
   std::vector<torch::Tensor> inputs;  ///< Model::pack's tensors, owned
   BatchLabels labels;                 ///< owned copies
-  torch::Tensor sums;                 ///< [4] float64, the step's error sums (written by the step)
+  torch::Tensor sums;                 ///< [kErrorSums] float64, the step's error sums (written by the step)
   int64_t runs = 0;                   ///< steps run on this slot so far
 #ifdef MLIP_HAVE_CUDA
   /// The captured parts: [0] the whole step (one rank) or the gradients, [1] the update.
@@ -97,6 +97,8 @@ StaticStep::Slot& StaticStep::slot_for(const models::SystemAtoms& atoms,
   if (key.empty())
     throw Error("static training step: model " + model_.settings().type +
                 " gives no static shapes (it must be built with ModelContext::static_shapes)");
+  if (labels.charges.defined())
+    throw Error("static training step: charge labels (a model with charges trains without static steps)");
   key.push_back(labels.forces.defined() ? 1 : 0);
   key.push_back(labels.virial.defined() ? 1 : 0);
   const std::vector<torch::Tensor> packed = model_.pack(atoms, frames);
@@ -110,8 +112,8 @@ StaticStep::Slot& StaticStep::slot_for(const models::SystemAtoms& atoms,
   if (it == slots_.end()) {
     auto slot = std::make_unique<Slot>();
     for (const auto& t : packed) slot->inputs.push_back(owned(t));
-    slot->labels = {owned(labels.energy), owned(labels.forces), owned(labels.virial), owned(labels.weights)};
-    slot->sums = torch::zeros({4}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    slot->labels = {owned(labels.energy), owned(labels.forces), owned(labels.virial), owned(labels.weights), {}};
+    slot->sums = torch::zeros({kErrorSums}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
     return *slots_.emplace(std::move(key), std::move(slot)).first->second;
   }
   Slot& slot = *it->second;
@@ -134,12 +136,12 @@ void StaticStep::gradients(Slot& slot, const models::SystemAtoms& atoms) {
   // The loss on leaf copies of the prediction; the model's backward carries its gradient to
   // the parameters (as Trainer::evaluate).
   const models::Prediction leaves{out.energy.detach().requires_grad_(true), out.forces.detach().requires_grad_(true),
-                                  out.virial.detach().requires_grad_(true)};
+                                  out.virial.detach().requires_grad_(true), {}};
   const int64_t adam_scalars = scalars_.size(0) - 3;
   const BatchLoss loss = batch_loss(leaves, slot.labels, scalars_.narrow(0, adam_scalars, 3), atoms.natoms);
   const auto g =
       torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
-  model_.backward(g[0], g[1], g[2]);
+  model_.backward(g[0], g[1], g[2], {});
   // The gradients end in the tensors they started in, whatever the backward did: what is read
   // after this part (the all-reduce, the captured update) reads those.
   for (size_t k = 0; k < parameters_.size(); ++k) {

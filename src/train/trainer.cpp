@@ -69,6 +69,9 @@ struct SystemData {
   int64_t nframes = 0, batch = 1;
   models::SystemAtoms atoms;
   bool has_force = false, has_virial = false;
+  /// Charge labels that the loss uses (the system has them and loss.start_pref_q or
+  /// limit_pref_q is positive).
+  bool has_charge = false;
   std::string config_type = "Default";
   double weight = 1.0;  ///< training.config_type_weights of its config_type
 };
@@ -77,18 +80,18 @@ struct SystemData {
 /// stay on the model's device (reading them back every step would make the host wait for the
 /// device); the counts are known on the host.
 struct ErrorSums {
-  /// [4] float64: the loss terms summed over frames (weighted by the prefactors), the sum of
-  /// dE^2 / N^2, the sum of dF^2 over components, the sum of mean_9(dW^2) / N^2. Undefined
-  /// until something is added.
+  /// [kErrorSums] float64: the loss terms summed over frames (weighted by the prefactors), the
+  /// sum of dE^2 / N^2, the sum of dF^2 over components, the sum of mean_9(dW^2) / N^2, the sum
+  /// of dq^2 over atoms. Undefined until something is added.
   torch::Tensor sums;
-  int64_t frames = 0, force_components = 0, virial_frames = 0;
+  int64_t frames = 0, force_components = 0, virial_frames = 0, charge_atoms = 0;
 
   void add(const torch::Tensor& values) { sums = sums.defined() ? sums + values : values; }
   /// The sums as host numbers (one device-to-host copy).
   std::vector<double> host() const {
-    if (!sums.defined()) return {0, 0, 0, 0};
+    if (!sums.defined()) return std::vector<double>(kErrorSums, 0.0);
     const auto h = sums.to(torch::kCPU).contiguous();
-    return std::vector<double>(h.data_ptr<double>(), h.data_ptr<double>() + 4);
+    return std::vector<double>(h.data_ptr<double>(), h.data_ptr<double>() + kErrorSums);
   }
 };
 
@@ -100,11 +103,12 @@ CurveErrors rmse(const ErrorSums& s) {
   r.energy = std::sqrt(h[1] / double(std::max<int64_t>(s.frames, 1)));
   r.force = std::sqrt(h[2] / double(std::max<int64_t>(s.force_components, 1)));
   r.virial = std::sqrt(h[3] / double(std::max<int64_t>(s.virial_frames, 1)));
+  r.charge = std::sqrt(h[4] / double(std::max<int64_t>(s.charge_atoms, 1)));
   return r;
 }
 
 struct Prefactors {
-  double e, f, v;
+  double e, f, v, q;
 };
 
 /// While alive, SIGINT (Ctrl-C) and SIGTERM (torchrun's agent stopping its workers, Slurm at the
@@ -327,6 +331,9 @@ class Trainer {
   LaggedFlag stop_flag_;
   int64_t validation_reduces_ = 0;
   bool has_virial_ = false;
+  bool has_charge_ = false;  // some training system has charge labels the loss uses
+  /// Whether the loss has a charge term (loss.start_pref_q or limit_pref_q positive).
+  bool charge_loss() const { return config_.start_pref_q > 0 || config_.limit_pref_q > 0; }
   // Timings of the loop, for the communication line.
   double sync_seconds_ = 0, sync_wait_seconds_ = 0, step_seconds_ = 0;
   int64_t reduces_before_ = 0;
@@ -391,16 +398,19 @@ ErrorSums Trainer::validate(const Prefactors& pref) {
     if (!mine.empty()) evaluate(valid_set_, vb.system, mine, pref, false, val);
   }
   if (w > 1 && !vc.single_rank) {
-    auto t = torch::cat({val.sums.defined() ? val.sums : torch::zeros({4}, torch::dtype(torch::kFloat64).device(device_)),
-                         torch::tensor({double(val.frames), double(val.force_components), double(val.virial_frames)},
-                                       torch::kFloat64)
-                             .to(device_)});
+    auto t = torch::cat(
+        {val.sums.defined() ? val.sums : torch::zeros({kErrorSums}, torch::dtype(torch::kFloat64).device(device_)),
+         torch::tensor({double(val.frames), double(val.force_components), double(val.virial_frames),
+                        double(val.charge_atoms)},
+                       torch::kFloat64)
+             .to(device_)});
     comm_->all_reduce_sum(t);
     ++validation_reduces_;
-    val.sums = t.narrow(0, 0, 4);
-    const auto counts = t.narrow(0, 4, 3).to(torch::kCPU).contiguous();
+    val.sums = t.narrow(0, 0, kErrorSums);
+    const auto counts = t.narrow(0, kErrorSums, 4).to(torch::kCPU).contiguous();
     const double* a = counts.data_ptr<double>();
     val.frames = int64_t(a[0]), val.force_components = int64_t(a[1]), val.virial_frames = int64_t(a[2]);
+    val.charge_atoms = int64_t(a[3]);
   }
   return val;
 }
@@ -621,6 +631,7 @@ std::vector<SystemData> Trainer::prepare(const std::vector<data::System>& system
     if (!sys.has_energy) throw Error(sys.name + ": " + key + " needs energy labels (energy.npy), found none");
     d.has_force = sys.has_force;
     d.has_virial = sys.has_virial;
+    d.has_charge = sys.has_charge && charge_loss();
     d.config_type = sys.config_type;
     const auto w = config_.config_type_weights.find(sys.config_type);
     if (w != config_.config_type_weights.end()) d.weight = w->second;
@@ -633,6 +644,12 @@ void Trainer::prepare_sets() {
   train_ = prepare(train_raw_, config_.training_data, "training");
   if (config_.validation_data) valid_ = prepare(valid_raw_, *config_.validation_data, "validation");
   for (auto& d : train_) has_virial_ = has_virial_ || d.has_virial;
+  for (auto& d : train_) has_charge_ = has_charge_ || d.has_charge;
+  if (charge_loss() && !has_charge_)
+    throw Error(std::string("loss.") + (config_.start_pref_q > 0 ? "start_pref_q" : "limit_pref_q") +
+                ": the charge loss needs charge labels, but no training system has them (expected charge.npy in "
+                "each set of a DeePMD system, or a REF_charges or charges column in extended XYZ, or the name "
+                "given by charges_key; docs/long_range.md \"Charge labels\")");
   FrameStoreOptions options;
   options.budget_bytes = cache_budget_bytes();
   options.workers = data_workers();
@@ -714,24 +731,26 @@ Prefactors Trainer::prefactors(int64_t step) const {
   const double ratio = config_.learning_rate.at(step) / (config_.learning_rate.start_lr * config_.learning_rate.scale);
   auto p = [&](double start, double limit) { return limit + (start - limit) * ratio; };
   return {p(config_.start_pref_e, config_.limit_pref_e), p(config_.start_pref_f, config_.limit_pref_f),
-          p(config_.start_pref_v, config_.limit_pref_v)};
+          p(config_.start_pref_v, config_.limit_pref_v), p(config_.start_pref_q, config_.limit_pref_q)};
 }
 
 BatchLabels Trainer::labels_of(int set, size_t system,
                                const std::vector<std::shared_ptr<const PreparedFrame>>& frames) const {
   const SystemData& d = (set == train_set_ ? train_ : valid_)[system];
-  std::vector<torch::Tensor> energies, forces, virials;
+  std::vector<torch::Tensor> energies, forces, virials, charges;
   std::vector<double> weights;  // each frame's: its config type's times its own (docs/training.md "Weights")
   for (const auto& f : frames) {
     weights.push_back(d.weight * f->weight);
     energies.push_back(f->energy);
     if (d.has_force) forces.push_back(f->force);
     if (d.has_virial) virials.push_back(f->virial);
+    if (d.has_charge) charges.push_back(f->charge);
   }
   BatchLabels labels;
   labels.energy = torch::cat(energies);
   if (d.has_force) labels.forces = torch::stack(forces);
   if (d.has_virial) labels.virial = torch::stack(virials);
+  if (d.has_charge) labels.charges = torch::stack(charges);
   labels.weights = models::to_device_without_waiting(torch::tensor(weights, torch::kFloat64), device_);
   return labels;
 }
@@ -750,18 +769,22 @@ void Trainer::evaluate(int set, size_t system, const std::vector<int64_t>& frame
   const models::Prediction out = model_->predict(d.atoms, inputs, training);
   // The loss of docs/training.md "Loss" on leaf copies of the predictions: autograd gives
   // d loss / d prediction, and the model's backward carries it to the parameters.
-  const models::Prediction leaves{out.energy.detach().requires_grad_(training),
-                                  out.forces.detach().requires_grad_(training),
-                                  out.virial.detach().requires_grad_(training)};
-  const BatchLoss loss = batch_loss(leaves, labels, pref.e, pref.f, pref.v, d.atoms.natoms);
+  models::Prediction leaves;
+  leaves.energy = out.energy.detach().requires_grad_(training);
+  leaves.forces = out.forces.detach().requires_grad_(training);
+  leaves.virial = out.virial.detach().requires_grad_(training);
+  if (d.has_charge && out.charges.defined()) leaves.charges = out.charges.detach().requires_grad_(training);
+  const BatchLoss loss = batch_loss(leaves, labels, pref.e, pref.f, pref.v, pref.q, d.atoms.natoms);
   sums.add(loss.sums);
   sums.frames += int64_t(frames.size());
   if (d.has_force) sums.force_components += labels.forces.numel();
   if (d.has_virial) sums.virial_frames += int64_t(frames.size());
+  if (d.has_charge) sums.charge_atoms += labels.charges.numel();
   if (training) {
-    const auto g =
-        torch::autograd::grad({loss.loss}, {leaves.energy, leaves.forces, leaves.virial}, {}, false, false, true);
-    model_->backward(g[0], g[1], g[2]);
+    std::vector<torch::Tensor> by = {leaves.energy, leaves.forces, leaves.virial};
+    if (d.has_charge) by.push_back(leaves.charges);
+    const auto g = torch::autograd::grad({loss.loss}, by, {}, false, false, true);
+    model_->backward(g[0], g[1], g[2], d.has_charge ? g[3] : torch::Tensor());
   }
 }
 
@@ -914,6 +937,7 @@ void Trainer::open_lcurve() {
   LearningCurve::Columns columns;
   columns.validation = !valid_.empty();
   columns.virial = has_virial_;
+  columns.charge = has_charge_;
   std::optional<int64_t> continue_after_step;
   if (!options_.restart.empty()) continue_after_step = start_step_;
   lcurve_ = std::make_unique<LearningCurve>(path, columns, continue_after_step);
@@ -1086,13 +1110,13 @@ bool Trainer::all_reduce_step(torch::Tensor& sums, bool stop) {
   ddp_->sync(extras);
   sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   if (wait_before >= 0) sync_wait_seconds_ += comm_->all_reduce_arrival_wait_seconds() - wait_before;
-  sums.copy_(extras.narrow(0, 0, 4));
-  return stop_flag_.exchange(extras.narrow(0, 4, 1));
+  sums.copy_(extras.narrow(0, 0, kErrorSums));
+  return stop_flag_.exchange(extras.narrow(0, kErrorSums, 1));
 }
 
 void Trainer::count_all_ranks(ErrorSums& trn) const {
   const int world = comm_->size();
-  trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world;
+  trn.frames *= world, trn.force_components *= world, trn.virial_frames *= world, trn.charge_atoms *= world;
 }
 
 void Trainer::report_step(int64_t step, double lr, const Prefactors& pref, const ErrorSums& trn,

@@ -234,11 +234,11 @@ class EquivariantModel final : public Model {
     return predict_batch(batch_from(packed), atoms.natoms, training);
   }
 
-  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
-                const torch::Tensor& grad_virial) override {
+  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
+                const torch::Tensor& grad_charges) override {
     std::vector<torch::Tensor> parameters;
     for (const auto& p : module_.parameters()) parameters.push_back(p);
-    backward_through_graph(last_, grad_energy, grad_forces, grad_virial, parameters);
+    backward_through_graph(last_, grad_energy, grad_forces, grad_virial, grad_charges, parameters);
     last_ = Prediction{};
   }
 
@@ -271,12 +271,14 @@ class EquivariantModel final : public Model {
     std::vector<torch::Tensor> by = {basis, y};
     const auto out = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
     torch::Tensor energy = (long_range ? out.select(1, 0) : out).to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
+    torch::Tensor charges;
     if (long_range) {
       by.push_back(b.pos.detach().reshape({nframes, natoms, 3}).requires_grad_(true));
       by.push_back(b.cell.detach().requires_grad_(true));
-      energy = energy + long_range_batch(module_, settings_.long_range, out.select(1, 1).reshape({nframes, natoms}),
-                                         by[2], by[3], b.periodic)
-                            .energy;
+      const LongRangeBatch term = long_range_batch(
+          module_, settings_.long_range, out.select(1, 1).reshape({nframes, natoms}), by[2], by[3], b.periodic);
+      energy = energy + term.energy;
+      charges = term.charges;
     }
     auto grads = torch::autograd::grad({energy.sum()}, by, {}, training, training, true);
     for (int k = 0; k < 2; ++k)
@@ -291,6 +293,7 @@ class EquivariantModel final : public Model {
     p.energy = energy;
     p.forces = forces.view({nframes, natoms, 3});
     p.virial = virial;
+    p.charges = charges;
     if (long_range) {
       const auto [direct_forces, direct_virial] =
           long_range_direct_forces(by[2], by[3], grads[2], grads[3], forces.scalar_type());

@@ -99,6 +99,8 @@ class SeAEvaluator {
     torch::Tensor atomic;  ///< [B, N] model dtype, eV
     torch::Tensor forces;  ///< [B, N, 3] model dtype, eV/Å
     torch::Tensor virial;  ///< [B, 3, 3] model dtype, eV
+    /// [B, N] float64, e: with model.long_range (the generic path), the charges; else undefined.
+    torch::Tensor charges;
   };
 
   /// Energies, forces and virials of a batch (frames of one system: types [N] per frame).

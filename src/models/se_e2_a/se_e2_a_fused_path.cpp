@@ -157,7 +157,8 @@ void SeAFusedPath::backward(const torch::Tensor& grad_energy, const torch::Tenso
     inputs.push_back(call.value);
     if (call.slope.requires_grad()) inputs.push_back(call.slope);
   }
-  backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial, inputs);
+  backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial, {},
+                         inputs);
   // The nets' parameters from d loss / dG and d loss / d(dG/ds), by the fused adjoint.
   const int64_t m = config_.neuron.back();
   for (const NetCall& call : calls_) {

@@ -100,22 +100,21 @@ SeAEvaluator::Output SeAGenericPath::forward_long_range(const PackedEnv& batch, 
   const torch::Tensor out =
       module_.get_method("atomic_energy")({leaves[0], d[4], c10::List<torch::Tensor>(type_atoms)}).toTensor();
   const torch::Tensor atomic = out.select(2, 0);
-  const torch::Tensor energy = atomic.to(torch::kFloat64).sum(1) +
-                               long_range_batch(module_, settings, out.select(2, 1), leaves[1], leaves[2], periodic)
-                                   .energy;
+  const LongRangeBatch term = long_range_batch(module_, settings, out.select(2, 1), leaves[1], leaves[2], periodic);
+  const torch::Tensor energy = atomic.to(torch::kFloat64).sum(1) + term.energy;
   auto grads = torch::autograd::grad({energy.sum()}, leaves, {}, training, training, true);
   if (!grads[0].defined()) grads[0] = torch::zeros_like(leaves[0]);
   const auto pairs = module_.get_method("pair_forces")({grads[0], d[1], d[2], d[3]}).toTuple();
   const auto [direct_forces, direct_virial] =
       long_range_direct_forces(leaves[1], leaves[2], grads[1], grads[2], atomic.scalar_type());
   SeAEvaluator::Output result{energy, atomic, pairs->elements()[0].toTensor() + direct_forces,
-                              pairs->elements()[1].toTensor() + direct_virial};
+                              pairs->elements()[1].toTensor() + direct_virial, term.charges};
   last_ = training ? result : SeAEvaluator::Output{};
   return result;
 }
 
 void SeAGenericPath::backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
-                              const torch::Tensor& grad_virial) {
+                              const torch::Tensor& grad_virial, const torch::Tensor& grad_charges) {
   if (fused_) return fused_->backward(grad_energy, grad_forces, grad_virial);
   // Into the weights only (not the rows', positions' or cells' leaves: nothing reads their grads,
   // and the long-range term's derivatives by positions and cell twice would be the slow ones).
@@ -123,7 +122,8 @@ void SeAGenericPath::backward(const torch::Tensor& grad_energy, const torch::Ten
   for (const auto& p : module_.parameters())
     if (p.requires_grad()) weights.push_back(p);
   if (!weights.empty())
-    backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial, weights);
+    backward_through_graph({last_.energy, last_.forces, last_.virial, last_.charges}, grad_energy, grad_forces,
+                           grad_virial, grad_charges, weights);
   last_ = SeAEvaluator::Output{};
 }
 

@@ -61,7 +61,9 @@ class SeAGenericPath {
   /// After forward(..., true): adds d loss / d parameter to every parameter's grad, given
   /// d loss / d energy [B], d loss / d forces [B, N, 3] and d loss / d virial [B, 3, 3] (any
   /// floating dtype; undefined counts as zero).
-  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial);
+  /// grad_charges: d loss / d charges [B, N] of forward_long_range's charges (undefined: zero).
+  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
+                const torch::Tensor& grad_charges = {});
 
  private:
   SeAConfig config_;

@@ -240,7 +240,7 @@ class SeAModel final : public Model {
       const SeAEvaluator::Output out =
           generic_->forward_long_range(batch, atoms.types, torch::stack(pos), torch::stack(cell), periodic,
                                        settings_.long_range, training);
-      return {out.energy, out.forces, out.virial};
+      return {out.energy, out.forces, out.virial, out.charges};
     }
     const SeAEvaluator::Output out =
         generic_ ? generic_->forward(batch, atoms.types, training) : hand_written_->forward(batch, atoms.types);
@@ -270,9 +270,10 @@ class SeAModel final : public Model {
     return {out.energy, out.forces, out.virial};
   }
 
-  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces,
-                const torch::Tensor& grad_virial) override {
-    if (generic_) generic_->backward(grad_energy, grad_forces, grad_virial);
+  void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
+                const torch::Tensor& grad_charges) override {
+    // Charges come from the generic path only (model.long_range trains there).
+    if (generic_) generic_->backward(grad_energy, grad_forces, grad_virial, grad_charges);
     else hand_written_->backward(grad_energy, grad_forces, grad_virial);
   }
 
