@@ -141,6 +141,54 @@ TEST_F(ReciprocalEnergyTest, ALossOfForcesAndVirialDifferentiatesAsThroughTheOpe
   }
 }
 
+// The batch operation of training (reciprocal_batch) against autograd through the operations: for
+// two frames of a charged cell, from raw charges, the energies, the shifted charges, the seeds
+// ∂E/∂q̃, the fixed-charge forces and virials; and the gradient by the raw charges of a loss of all
+// five (what a training step asks of it). A second order is refused by name.
+TEST_F(ReciprocalEnergyTest, TheBatchTermsAreTheOperationsDerivatives) {
+  LongRangeSettings settings = settings_;
+  settings.total_charge = 0.7;
+  const int64_t N = sample_.pos.size(0);
+  torch::manual_seed(11);
+  const torch::Tensor pos = torch::stack({sample_.pos, sample_.pos + 0.3 * torch::rand({N, 3}, torch::kFloat64)});
+  const torch::Tensor cell = torch::stack({sample_.cell, sample_.cell});
+  const torch::Tensor raw = (torch::rand({2, N}, torch::kFloat64) - 0.5).requires_grad_(true);
+  const ReciprocalBatchTerms fused = reciprocal_batch(settings, raw, pos, cell);
+  std::vector<torch::Tensor> energy, charges, seeds, forces, virial;
+  for (int64_t f = 0; f < 2; ++f) {
+    const torch::Tensor p = pos[f].clone().requires_grad_(true), c = cell[f].clone().requires_grad_(true);
+    const torch::Tensor q = raw[f] - (raw[f].sum() - 0.7) / double(N);
+    const torch::Tensor e = reference(q, p, c);
+    const auto first = torch::autograd::grad({e}, {raw, p, c}, {}, true, true);
+    energy.push_back(e), charges.push_back(q), seeds.push_back(first[0][f]), forces.push_back(-first[1]);
+    virial.push_back(-(torch::matmul(p.detach().t(), first[1]) + torch::matmul(c.detach().t(), first[2])));
+  }
+  const std::vector<std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>> pairs = {
+      {"energy", {fused.energy, torch::stack(energy)}},   {"charges", {fused.charges, torch::stack(charges)}},
+      {"seeds", {fused.seeds, torch::stack(seeds)}},      {"forces", {fused.forces, torch::stack(forces)}},
+      {"virial", {fused.virial, torch::stack(virial)}}};
+  torch::Tensor loss_fused = torch::zeros({}, torch::kFloat64), loss_reference = torch::zeros({}, torch::kFloat64);
+  for (const auto& [name, values] : pairs) {
+    EXPECT_LT(relative_difference(values.first, values.second.detach()), 1e-10) << name;
+    const torch::Tensor weight = torch::randn(values.first.sizes(), torch::kFloat64);
+    loss_fused = loss_fused + (weight * values.first).sum();
+    loss_reference = loss_reference + (weight * values.second).sum();
+  }
+  EXPECT_NEAR(fused.charges.sum(1)[1].item<double>(), 0.7, 1e-12);
+  const torch::Tensor by_fused = torch::autograd::grad({loss_fused}, {raw}, {}, true)[0];
+  const torch::Tensor by_reference = torch::autograd::grad({loss_reference}, {raw})[0];
+  EXPECT_LT(relative_difference(by_fused, by_reference), 1e-9);
+  const std::string message = test::error_of([&] {
+    const auto g = torch::autograd::grad({loss_fused}, {raw}, {}, true, true);
+    (void)g;
+  });
+  EXPECT_TRUE(test::contains(message, "reciprocal_batch: derivatives of the first order by the charges; a second "
+                                      "was asked for"))
+      << message;
+  EXPECT_TRUE(test::contains(test::error_of([&] { reciprocal_batch(settings, raw.to(torch::kFloat32), pos, cell); }),
+                             "reciprocal_energy: raw charges: expected a float64 tensor"));
+}
+
 TEST_F(ReciprocalEnergyTest, AThirdDerivativeIsRefusedByName) {
   const auto q = sample_.q.clone().requires_grad_(true);
   const auto e = reciprocal_energy(settings_, q, sample_.pos, sample_.cell);

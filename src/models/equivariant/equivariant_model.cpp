@@ -18,6 +18,7 @@
 #include "models/finite_cast.h"
 #include "models/kernels/device_kernels.h"
 #include "models/kernels/host_tensor.h"
+#include "models/long_range/reciprocal_energy.h"
 #include "models/energy_bias.h"
 #include "models/equivariant/edge_forces.h"
 #include "models/equivariant/edge_geometry.h"
@@ -271,6 +272,7 @@ class EquivariantModel final : public Model {
     std::vector<torch::Tensor> by = {basis, y};
     const auto out = training_->energy(params, avg, basis, b.pair, y, b.i, b.j, b.atype, b.edges);
     torch::Tensor energy = (long_range ? out.select(1, 0) : out).to(torch::kFloat64).reshape({nframes, natoms}).sum(1);
+    if (long_range && long_range_fused(b.periodic, b.pos)) return predict_fused(b, basis, y, out, energy, natoms, training);
     torch::Tensor charges;
     if (long_range) {
       by.push_back(b.pos.detach().reshape({nframes, natoms, 3}).requires_grad_(true));
@@ -300,6 +302,35 @@ class EquivariantModel final : public Model {
       p.forces = p.forces + direct_forces;
       p.virial = p.virial + direct_virial;
     }
+    if (training) last_ = p;
+    return p;
+  }
+
+  /// predict_batch's end for a batch whose long-range term runs fused (docs/long_range.md "The k-sum
+  /// in training"): E_long, the seeds ∂E_long/∂q̃ and the fixed-charge forces and virial from one
+  /// operation; one gradient of E_short + Σ seeds·q̃ by the basis and harmonics gives the rest of the
+  /// forces (the charges' dependence on the pairs). basis, y: the leaves the energy function took;
+  /// `out`: its [atoms, 2]; `short_energy`: [B] float64.
+  Prediction predict_fused(const FrameBatch& b, const torch::Tensor& basis, const torch::Tensor& y,
+                           const torch::Tensor& out, const torch::Tensor& short_energy, int64_t natoms, bool training) {
+    const int64_t nframes = short_energy.size(0);
+    const torch::Tensor raw = out.select(1, 1).reshape({nframes, natoms});
+    const ReciprocalBatchTerms term =
+        reciprocal_batch(settings_.long_range, raw.to(torch::kFloat64), b.pos.reshape({nframes, natoms, 3}), b.cell);
+    const torch::Tensor total_short = short_energy.sum();
+    auto grads = torch::autograd::grad({total_short, raw}, {basis, y},
+                                       {torch::ones_like(total_short), term.seeds.to(raw.scalar_type())}, training,
+                                       training, true);
+    for (int k = 0; k < 2; ++k)
+      if (!grads[size_t(k)].defined()) grads[size_t(k)] = torch::zeros_like(k == 0 ? basis : y);
+    const EdgeGeometryTables tables{b.basis_jacobian, b.y_jacobian, b.pair_edge, b.i,      b.j,
+                                    b.d,              b.edge_frame, nframes,     natoms};
+    const auto [forces, virial] = edge_forces(grads[0], grads[1], tables);
+    Prediction p;
+    p.energy = short_energy + term.energy;
+    p.forces = forces.view({nframes, natoms, 3}) + term.forces.to(forces.scalar_type());
+    p.virial = virial + term.virial.to(virial.scalar_type());
+    p.charges = term.charges;
     if (training) last_ = p;
     return p;
   }

@@ -153,6 +153,13 @@ LongRangeBatch long_range_batch(torch::jit::Module& module, const LongRangeSetti
   return {torch::stack(energy), torch::stack(charges)};
 }
 
+bool long_range_fused(const std::vector<bool>& periodic, const torch::Tensor& on) {
+  if (periodic.empty() || !on.device().is_cpu()) return false;
+  for (bool p : periodic)
+    if (!p) return false;
+  return true;
+}
+
 std::pair<torch::Tensor, torch::Tensor> long_range_direct_forces(const torch::Tensor& pos, const torch::Tensor& cell,
                                                                  const torch::Tensor& grad_pos,
                                                                  const torch::Tensor& grad_cell, torch::Dtype dtype) {

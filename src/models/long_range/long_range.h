@@ -94,6 +94,11 @@ LongRangeBatch long_range_batch(torch::jit::Module& module, const LongRangeSetti
                                 const torch::Tensor& raw_charges, const torch::Tensor& pos, const torch::Tensor& cell,
                                 const std::vector<bool>& periodic);
 
+/// Whether a training batch's long-range term runs as one fused operation (reciprocal_batch,
+/// docs/long_range.md "The k-sum in training"): every frame periodic and `on` (a tensor of the
+/// batch) on the host. Else long_range_batch.
+bool long_range_fused(const std::vector<bool>& periodic, const torch::Tensor& on);
+
 /// The forces and virial of the long-range energy's direct dependence on the positions and the
 /// cells, from its gradients by them (undefined: zero): forces = -grad_pos [B, N, 3] and
 /// virial = -(posᵀ grad_pos + cellᵀ grad_cell) [B, 3, 3] (docs/long_range.md "Forces and virial"),

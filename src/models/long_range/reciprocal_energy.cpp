@@ -129,15 +129,29 @@ KSumTables tables_of(const LongRangeSettings& settings, const torch::Tensor& pos
   return t;
 }
 
-/// Σ_i x_i (cos, sin)(k·r_i) per k-vector: [2, K] (the structure factor of the values x [N]).
+/// Σ_i x_i (cos, sin)(k·r_i) per k-vector: [2, K] (the structure factor of the values x [N],
+/// contiguous float64).
 torch::Tensor structure_factor(const KSumTables& t, const torch::Tensor& x) {
-  return torch::stack({torch::matmul(x, t.cos_kr), torch::matmul(x, t.sin_kr)});
+  const int64_t N = t.cos_kr.size(0), K = t.size();
+  torch::Tensor s = torch::zeros({2, K}, host_double());
+  double* re = s.data_ptr<double>();
+  double* im = re + K;
+  const double* xx = x.data_ptr<double>();
+  const double* co = t.cos_kr.data_ptr<double>();
+  const double* si = t.sin_kr.data_ptr<double>();
+  for (int64_t i = 0; i < N; ++i) {
+    const double w = xx[i];
+    const double* ci = co + i * K;
+    const double* sn = si + i * K;
+    for (int64_t k = 0; k < K; ++k) re[k] += w * ci[k], im[k] += w * sn[k];
+  }
+  return s;
 }
 
 /// The sweeps over atoms and k-vectors as two matrix products (BLAS):
 /// out [N, C] = cos_kr [N, K] · u [K, C] + sin_kr [N, K] · v [K, C].
 torch::Tensor sweep(const KSumTables& t, const torch::Tensor& u, const torch::Tensor& v) {
-  return torch::addmm(torch::matmul(t.cos_kr, u), t.sin_kr, v);
+  return torch::mm(t.cos_kr, u).addmm_(t.sin_kr, v);
 }
 
 /// cell⁻¹ [9] row-major of a host cell [3, 3].
@@ -153,12 +167,14 @@ LongRangeSettings settings_from(AutogradContext* ctx) {
   s.enabled = true;
   s.sigma = ctx->saved_data["sigma"].toDouble();
   s.kspace_spacing = ctx->saved_data["kspace_spacing"].toDouble();
+  s.total_charge = ctx->saved_data["total_charge"].toDouble();
   return s;
 }
 
 void save_settings(AutogradContext* ctx, const LongRangeSettings& s) {
   ctx->saved_data["sigma"] = s.sigma;
   ctx->saved_data["kspace_spacing"] = s.kspace_spacing;
+  ctx->saved_data["total_charge"] = s.total_charge;
 }
 
 /// The derivatives' vector-Jacobian products by the operations: given the first derivatives'
@@ -180,6 +196,120 @@ variable_list second_by_operations(const LongRangeSettings& settings, const torc
   return torch::autograd::grad({loss}, leaves, {}, false, false, true);
 }
 
+/// One frame's first derivatives at its charges q [N] (docs/long_range.md "The k-sum in training"),
+/// written to phi [N] (the potentials ∂E/∂q), grad_pos [N, 3] (∂E/∂pos) and virial [9] (the
+/// fixed-charge virial W, row-major). Plain loops but for the sweep (BLAS): a training step's
+/// frames are small, and every tensor operation costs its dispatch.
+void first_derivatives(const LongRangeSettings& settings, const KSumTables& t, const double* q, double* phi,
+                       double* grad_pos, double* virial) {
+  const int64_t K = t.size(), N = t.cos_kr.size(0);
+  const double self = self_coefficient(settings), background = background_coefficient(settings) / t.volume;
+  double charge = 0;
+  for (int64_t i = 0; i < N; ++i) charge += q[i];
+  const double* k = t.k.data_ptr<double>();
+  const double* g = t.weight.data_ptr<double>();
+  const double* sl = t.slope.data_ptr<double>();
+  const double* re = t.s.data_ptr<double>();
+  const double* im = re + K;
+  // φ_i = 2 Σ_k g (cos S_re + sin S_im) - 2 self q_i - 2 (bg/V) Q;
+  // ∂E/∂r_i = 2 q_i Σ_k g (cos S_im - sin S_re) k.
+  torch::Tensor u = torch::empty({K, 4}, host_double()), v = torch::empty({K, 4}, host_double());
+  double* uu = u.data_ptr<double>();
+  double* vv = v.data_ptr<double>();
+  for (int64_t j = 0; j < K; ++j) {
+    const double g_re = g[j] * re[j], g_im = g[j] * im[j];
+    uu[4 * j] = g_re, vv[4 * j] = g_im;
+    for (int c = 0; c < 3; ++c) uu[4 * j + 1 + c] = g_im * k[c * K + j], vv[4 * j + 1 + c] = -g_re * k[c * K + j];
+  }
+  const torch::Tensor swept = sweep(t, u, v);  // [N, 4]
+  const double* r = swept.data_ptr<double>();
+  for (int64_t i = 0; i < N; ++i) {
+    phi[i] = 2 * r[4 * i] - 2 * self * q[i] - 2 * background * charge;
+    for (int c = 0; c < 3; ++c) grad_pos[3 * i + c] = 2 * q[i] * r[4 * i + 1 + c];
+  }
+  // The fixed-charge virial W (docs/long_range.md "Forces and virial").
+  for (int a = 0; a < 9; ++a) virial[a] = 0;
+  double diagonal = -background * charge * charge;
+  for (int64_t j = 0; j < K; ++j) {
+    const double s2 = re[j] * re[j] + im[j] * im[j];
+    diagonal += g[j] * s2;
+    const double kk[3] = {k[j], k[K + j], k[2 * K + j]};
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) virial[3 * a + b] += sl[j] * s2 * kk[a] * kk[b];
+  }
+  for (int a = 0; a < 3; ++a) virial[4 * a] += diagonal;
+}
+
+/// ∂/∂q_i of Σ_j a_j φ_j + Σ_j b_j·∂E/∂r_j + m:W (docs/long_range.md "The k-sum in training"),
+/// written to out [N]: q, a [N], b [N, 3], m [9] row-major.
+void charge_gradient(const LongRangeSettings& settings, const KSumTables& t, const double* q, const double* a,
+                     const double* b, const double* mm, double* out) {
+  const int64_t K = t.size(), N = t.cos_kr.size(0);
+  const double self = self_coefficient(settings), background = background_coefficient(settings) / t.volume;
+  const double* k = t.k.data_ptr<double>();
+  const double* g = t.weight.data_ptr<double>();
+  const double* sl = t.slope.data_ptr<double>();
+  const double* re = t.s.data_ptr<double>();
+  const double* im = re + K;
+  // Per k: A = Σ_j a_j e^{ik·r_j} (row 0) and Σ_j q_j b_jc e^{ik·r_j} (rows 1-3), whose sum with
+  // k_c is P = Σ_j q_j (b_j·k) e^{ik·r_j}.
+  torch::Tensor rows = torch::empty({4, N}, host_double());
+  double* rw = rows.data_ptr<double>();
+  double a_sum = 0, charge = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    rw[i] = a[i];
+    for (int c = 0; c < 3; ++c) rw[(1 + c) * N + i] = q[i] * b[3 * i + c];
+    a_sum += a[i], charge += q[i];
+  }
+  const torch::Tensor by_cos = torch::mm(rows, t.cos_kr);  // [4, K]
+  const torch::Tensor by_sin = torch::mm(rows, t.sin_kr);
+  const double* bc = by_cos.data_ptr<double>();
+  const double* bs = by_sin.data_ptr<double>();
+  // ∂/∂q_i = 2 Σ_k [cos(k·r_i) (X_k + β_ik g S_im) + sin(k·r_i) (Y_k − β_ik g S_re)] + constants,
+  // β_ik = b_i·k, X = g (A_re − P_im) + u S_re, Y = g (A_im + P_re) + u S_im, u = slope kᵀmk + g tr m.
+  const double trace = mm[0] + mm[4] + mm[8];
+  torch::Tensor u = torch::empty({K, 4}, host_double()), v = torch::empty({K, 4}, host_double());
+  double* uu = u.data_ptr<double>();
+  double* vv = v.data_ptr<double>();
+  for (int64_t j = 0; j < K; ++j) {
+    const double kk[3] = {k[j], k[K + j], k[2 * K + j]};
+    double kmk = 0, p_re = 0, p_im = 0;
+    for (int c = 0; c < 3; ++c) {
+      p_re += kk[c] * bc[(1 + c) * K + j], p_im += kk[c] * bs[(1 + c) * K + j];
+      for (int d = 0; d < 3; ++d) kmk += kk[c] * mm[3 * c + d] * kk[d];
+    }
+    const double weight = sl[j] * kmk + g[j] * trace;
+    uu[4 * j] = g[j] * (bc[j] - p_im) + weight * re[j];
+    vv[4 * j] = g[j] * (bs[j] + p_re) + weight * im[j];
+    for (int c = 0; c < 3; ++c) uu[4 * j + 1 + c] = g[j] * im[j] * kk[c], vv[4 * j + 1 + c] = -g[j] * re[j] * kk[c];
+  }
+  const torch::Tensor swept = sweep(t, u, v);  // [N, 4]: Σ_k of the X, Y part, then of the β part by b_ic
+  const double* r = swept.data_ptr<double>();
+  const double constant = -2 * background * a_sum - 2 * background * charge * trace;
+  for (int64_t i = 0; i < N; ++i) {
+    double x = 2 * r[4 * i] - 2 * self * a[i] + constant;
+    for (int c = 0; c < 3; ++c) x += 2 * b[3 * i + c] * r[4 * i + 1 + c];
+    out[i] = x;
+  }
+}
+
+/// The energy of one frame's sum from its tables (the structure factor t.s filled), q [N].
+double energy_of(const LongRangeSettings& settings, const KSumTables& t, const double* q) {
+  const int64_t K = t.size(), N = t.cos_kr.size(0);
+  const double* g = t.weight.data_ptr<double>();
+  const double* re = t.s.data_ptr<double>();
+  const double* im = re + K;
+  double e = 0, charge = 0, square = 0;
+  for (int64_t j = 0; j < K; ++j) e += g[j] * (re[j] * re[j] + im[j] * im[j]);
+  for (int64_t i = 0; i < N; ++i) charge += q[i], square += q[i] * q[i];
+  return e - self_coefficient(settings) * square - background_coefficient(settings) / t.volume * charge * charge;
+}
+
+/// A contiguous float64 host copy of `x` (undefined: `count` zeros), for the loops above.
+torch::Tensor dense(const torch::Tensor& x, int64_t count) {
+  return x.defined() ? x.to(torch::kFloat64).contiguous() : torch::zeros({count}, host_double());
+}
+
 /// The first derivatives ∂E/∂q [N] (the potentials φ), ∂E/∂pos [N, 3] and ∂E/∂cell [3, 3], with their
 /// derivatives by q fused (docs/long_range.md "The k-sum in training").
 class ReciprocalGradients : public torch::autograd::Function<ReciprocalGradients> {
@@ -187,43 +317,16 @@ class ReciprocalGradients : public torch::autograd::Function<ReciprocalGradients
   static variable_list forward(AutogradContext* ctx, const LongRangeSettings* settings, const KSumTables* tables,
                                const torch::Tensor& q, const torch::Tensor& pos, const torch::Tensor& cell) {
     const KSumTables& t = *tables;
-    const int64_t K = t.size();
-    const double self = self_coefficient(*settings), background = background_coefficient(*settings) / t.volume;
-    const double charge = q.sum().item<double>();
-    const double* k = t.k.data_ptr<double>();
-    const double* g = t.weight.data_ptr<double>();
-    const double* sl = t.slope.data_ptr<double>();
-    const double* re = t.s.data_ptr<double>();
-    const double* im = re + K;
-    // φ_i = 2 Σ_k g (cos S_re + sin S_im) - 2 self q_i - 2 (bg/V) Q;
-    // ∂E/∂r_i = 2 q_i Σ_k g (cos S_im - sin S_re) k.
-    torch::Tensor u = torch::empty({K, 4}, host_double()), v = torch::empty({K, 4}, host_double());
-    double* uu = u.data_ptr<double>();
-    double* vv = v.data_ptr<double>();
-    for (int64_t j = 0; j < K; ++j) {
-      const double g_re = g[j] * re[j], g_im = g[j] * im[j];
-      uu[4 * j] = g_re, vv[4 * j] = g_im;
-      for (int c = 0; c < 3; ++c) uu[4 * j + 1 + c] = g_im * k[c * K + j], vv[4 * j + 1 + c] = -g_re * k[c * K + j];
-    }
-    const torch::Tensor r = 2 * sweep(t, u, v);
-    const torch::Tensor phi = r.select(1, 0) - 2 * self * q - 2 * background * charge;
-    const torch::Tensor grad_pos = q.unsqueeze(1) * r.narrow(1, 1, 3);
-    // The fixed-charge virial W (docs/long_range.md "Forces and virial"), then
-    // ∂E/∂cell = -cell⁻ᵀ (W + posᵀ ∂E/∂pos) (a strain moves positions and cell together).
+    const int64_t N = q.size(0);
+    torch::Tensor phi = torch::empty({N}, host_double()), grad_pos = torch::empty({N, 3}, host_double());
     std::array<double, 9> w{};
-    double diagonal = -background * charge * charge;
-    for (int64_t j = 0; j < K; ++j) {
-      const double s2 = re[j] * re[j] + im[j] * im[j];
-      diagonal += g[j] * s2;
-      const double kk[3] = {k[j], k[K + j], k[2 * K + j]};
-      for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) w[size_t(3 * a + b)] += sl[j] * s2 * kk[a] * kk[b];
-    }
-    for (int a = 0; a < 3; ++a) w[size_t(4 * a)] += diagonal;
+    first_derivatives(*settings, t, q.data_ptr<double>(), phi.data_ptr<double>(), grad_pos.data_ptr<double>(),
+                      w.data());
+    // ∂E/∂cell = -cell⁻ᵀ (W + posᵀ ∂E/∂pos) (a strain moves positions and cell together).
     const torch::Tensor inverse = torch::from_blob(inverse_of(*settings, cell).data(), {3, 3}, host_double()).clone();
     const torch::Tensor grad_cell =
-        -torch::matmul(inverse.transpose(0, 1),
-                       torch::from_blob(w.data(), {3, 3}, host_double()) + torch::matmul(pos.transpose(0, 1), grad_pos));
+        -torch::matmul(inverse.transpose(0, 1), torch::from_blob(w.data(), {3, 3}, host_double()) +
+                                                    torch::matmul(pos.transpose(0, 1), grad_pos));
     save_settings(ctx, *settings);
     ctx->saved_data["tables"] = t.list();
     ctx->saved_data["volume"] = t.volume;
@@ -248,62 +351,108 @@ class ReciprocalGradients : public torch::autograd::Function<ReciprocalGradients
         if (ctx->needs_input_grad(size_t(a))) out[size_t(2 + a)] = by_ops[size_t(a)];
       return out;
     }
-    if (ctx->needs_input_grad(0)) out[2] = charge_gradient(settings, t, ctx->saved_data["inverse"].toTensor(), q, pos, incoming);
-    return out;
-  }
-
- private:
-  /// ∂/∂q_i of Σ_j a_j φ_j + Σ_j b_j·∂E/∂r_j + c:∂E/∂cell (docs/long_range.md "The k-sum in training").
-  static torch::Tensor charge_gradient(const LongRangeSettings& settings, const KSumTables& t,
-                                       const torch::Tensor& inverse, const torch::Tensor& q, const torch::Tensor& pos,
-                                       const variable_list& incoming) {
-    const int64_t N = q.size(0), K = t.size();
-    const double self = self_coefficient(settings), background = background_coefficient(settings) / t.volume;
-    const torch::Tensor a = incoming[0].defined() ? incoming[0] : torch::zeros({N}, host_double());
-    torch::Tensor b = incoming[1].defined() ? incoming[1] : torch::zeros({N, 3}, host_double());
-    // c:∂E/∂cell = -m:(W + posᵀ ∂E/∂pos) with m = cell⁻¹ c: a gradient -m for W and -pos m more for ∂E/∂pos.
+    if (!ctx->needs_input_grad(0)) return out;
+    const int64_t N = q.size(0);
+    const torch::Tensor a = dense(incoming[0], N);
+    torch::Tensor b = incoming[1].defined() ? incoming[1].to(torch::kFloat64) : torch::zeros({N, 3}, host_double());
+    // c:∂E/∂cell = m:(W + posᵀ ∂E/∂pos) with m = -cell⁻¹ c: m for W, and pos m more for ∂E/∂pos.
     torch::Tensor m = torch::zeros({3, 3}, host_double());
     if (incoming[2].defined()) {
-      m = -torch::matmul(inverse, incoming[2]);
+      m = -torch::matmul(ctx->saved_data["inverse"].toTensor(), incoming[2]);
       b = b + torch::matmul(pos, m);
     }
-    b = b.contiguous();
-    const torch::Tensor m_host = m.contiguous();
-    const double* mm = m_host.data_ptr<double>();
-    const double* k = t.k.data_ptr<double>();
-    const double* g = t.weight.data_ptr<double>();
-    const double* sl = t.slope.data_ptr<double>();
-    const double* re = t.s.data_ptr<double>();
-    const double* im = re + K;
-    // Per k: A = Σ_j a_j e^{ik·r_j} (row 0) and Σ_j q_j b_jc e^{ik·r_j} (rows 1-3), whose sum with
-    // k_c is P = Σ_j q_j (b_j·k) e^{ik·r_j}.
-    const torch::Tensor rows = torch::cat({a.unsqueeze(0), (q.unsqueeze(1) * b).transpose(0, 1)}).contiguous();
-    const torch::Tensor by_cos = torch::matmul(rows, t.cos_kr).contiguous();  // [4, K]
-    const torch::Tensor by_sin = torch::matmul(rows, t.sin_kr).contiguous();
-    const double* bc = by_cos.data_ptr<double>();
-    const double* bs = by_sin.data_ptr<double>();
-    // ∂/∂q_i = 2 Σ_k [cos(k·r_i) (X_k + β_ik g S_im) + sin(k·r_i) (Y_k − β_ik g S_re)] + constants,
-    // β_ik = b_i·k, X = g (A_re − P_im) + u S_re, Y = g (A_im + P_re) + u S_im, u = slope kᵀmk + g tr m.
-    const double trace = mm[0] + mm[4] + mm[8];
-    torch::Tensor u = torch::empty({K, 4}, host_double()), v = torch::empty({K, 4}, host_double());
-    double* uu = u.data_ptr<double>();
-    double* vv = v.data_ptr<double>();
-    for (int64_t j = 0; j < K; ++j) {
-      const double kk[3] = {k[j], k[K + j], k[2 * K + j]};
-      double kmk = 0, p_re = 0, p_im = 0;
-      for (int c = 0; c < 3; ++c) {
-        p_re += kk[c] * bc[(1 + c) * K + j], p_im += kk[c] * bs[(1 + c) * K + j];
-        for (int d = 0; d < 3; ++d) kmk += kk[c] * mm[3 * c + d] * kk[d];
-      }
-      const double weight = sl[j] * kmk + g[j] * trace;
-      uu[4 * j] = g[j] * (bc[j] - p_im) + weight * re[j];
-      vv[4 * j] = g[j] * (bs[j] + p_re) + weight * im[j];
-      for (int c = 0; c < 3; ++c) uu[4 * j + 1 + c] = g[j] * im[j] * kk[c], vv[4 * j + 1 + c] = -g[j] * re[j] * kk[c];
+    b = b.contiguous(), m = m.contiguous();
+    torch::Tensor by_q = torch::empty({N}, host_double());
+    charge_gradient(settings, t, q.data_ptr<double>(), a.data_ptr<double>(), b.data_ptr<double>(),
+                    m.data_ptr<double>(), by_q.data_ptr<double>());
+    out[2] = by_q;
+    return out;
+  }
+};
+
+/// The long-range term of a batch of periodic host frames from the raw charges (docs/long_range.md
+/// "The k-sum in training"): energies, charges, the seeds ∂E/∂q̃, the fixed-charge forces and virials,
+/// each frame by its fused sum; differentiable in the raw charges (what a training loss asks for).
+class ReciprocalBatch : public torch::autograd::Function<ReciprocalBatch> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const LongRangeSettings* settings, const torch::Tensor& raw,
+                               const torch::Tensor& pos, const torch::Tensor& cell) {
+    const int64_t B = raw.size(0), N = raw.size(1);
+    torch::Tensor energy = torch::empty({B}, host_double()), charges = torch::empty({B, N}, host_double());
+    torch::Tensor seeds = torch::empty({B, N}, host_double()), phi = torch::empty({B, N}, host_double());
+    torch::Tensor forces = torch::empty({B, N, 3}, host_double()), virial = torch::empty({B, 3, 3}, host_double());
+    const double* raw_q = raw.data_ptr<double>();
+    double* q_all = charges.data_ptr<double>();
+    double* seed_all = seeds.data_ptr<double>();
+    double* phi_all = phi.data_ptr<double>();
+    double* force_all = forces.data_ptr<double>();
+    std::vector<torch::Tensor> tables;
+    std::vector<double> volumes;
+    for (int64_t f = 0; f < B; ++f) {
+      // The shift to the total charge: q = q̃ - (Σ q̃ - Q) / N.
+      double* q = q_all + f * N;
+      double sum = 0;
+      for (int64_t i = 0; i < N; ++i) sum += raw_q[f * N + i];
+      const double shift = N > 0 ? (sum - settings->total_charge) / double(N) : 0.0;
+      for (int64_t i = 0; i < N; ++i) q[i] = raw_q[f * N + i] - shift;
+      KSumTables t = tables_of(*settings, pos[f], cell[f]);
+      t.s = structure_factor(t, charges[f]);
+      energy.data_ptr<double>()[f] = energy_of(*settings, t, q);
+      double* p = phi_all + f * N;
+      double* F = force_all + f * N * 3;
+      first_derivatives(*settings, t, q, p, F, virial.data_ptr<double>() + 9 * f);
+      double mean = 0;
+      for (int64_t i = 0; i < N; ++i) mean += p[i] / double(N);
+      for (int64_t i = 0; i < N; ++i) seed_all[f * N + i] = p[i] - mean;
+      for (int64_t x = 0; x < 3 * N; ++x) F[x] = -F[x];  // forces = -∂E/∂pos
+      for (const torch::Tensor& x : t.list()) tables.push_back(x);
+      volumes.push_back(t.volume);
     }
-    const torch::Tensor r = 2 * sweep(t, u, v);  // [N, 4]: Σ_k of the X, Y part, then of the β part by b_ic
-    const double a_sum = a.sum().item<double>(), charge = q.sum().item<double>();
-    return r.select(1, 0) + (b * r.narrow(1, 1, 3)).sum(1) - 2 * self * a - 2 * background * a_sum -
-           2 * background * charge * trace;
+    save_settings(ctx, *settings);
+    ctx->saved_data["tables"] = tables;
+    ctx->saved_data["volumes"] = volumes;
+    ctx->saved_data["phi"] = phi;
+    // Not the output itself: an output kept in its own node's data would keep the node alive.
+    ctx->saved_data["charges"] = charges.detach();
+    return {energy, charges, seeds, forces, virial};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (torch::GradMode::is_enabled())
+      throw Error("reciprocal_batch: derivatives of the first order by the charges; a second was asked for");
+    const LongRangeSettings settings = settings_from(ctx);
+    const auto tables = ctx->saved_data["tables"].toTensorVector();
+    const auto volumes = ctx->saved_data["volumes"].toDoubleVector();
+    const torch::Tensor phi = ctx->saved_data["phi"].toTensor(), charges = ctx->saved_data["charges"].toTensor();
+    const int64_t B = charges.size(0), N = charges.size(1);
+    // The incoming gradients: energy [B], charges [B, N], seeds [B, N], forces [B, N, 3], virial [B, 3, 3].
+    const torch::Tensor g_energy = dense(grads[0], B), g_charges = dense(grads[1], B * N),
+                        g_seeds = dense(grads[2], B * N), g_forces = dense(grads[3], B * N * 3),
+                        g_virial = dense(grads[4], B * 9);
+    torch::Tensor by_raw = torch::empty({B, N}, host_double());
+    std::vector<double> a(static_cast<size_t>(N)), b(static_cast<size_t>(3 * N)), m(9);
+    for (int64_t f = 0; f < B; ++f) {
+      const KSumTables t = KSumTables::from(
+          std::vector<torch::Tensor>(tables.begin() + 7 * f, tables.begin() + 7 * (f + 1)), volumes[size_t(f)]);
+      // Σ g_seed·(φ - mean φ) = Σ (g_seed - mean g_seed)·φ; forces = -∂E/∂pos; the virial is W.
+      const double* gs = g_seeds.data_ptr<double>() + f * N;
+      double mean = 0;
+      for (int64_t i = 0; i < N; ++i) mean += gs[i] / double(N);
+      for (int64_t i = 0; i < N; ++i) a[size_t(i)] = gs[i] - mean;
+      const double* gf = g_forces.data_ptr<double>() + f * N * 3;
+      for (int64_t x = 0; x < 3 * N; ++x) b[size_t(x)] = -gf[x];
+      for (int x = 0; x < 9; ++x) m[size_t(x)] = g_virial.data_ptr<double>()[9 * f + x];
+      double* out = by_raw.data_ptr<double>() + f * N;
+      charge_gradient(settings, t, charges.data_ptr<double>() + f * N, a.data(), b.data(), m.data(), out);
+      // The energy's own term, the charges' gradient, then through the shift (the mean taken off).
+      const double ge = g_energy.data_ptr<double>()[f];
+      const double* p = phi.data_ptr<double>() + f * N;
+      const double* gq = g_charges.data_ptr<double>() + f * N;
+      double total = 0;
+      for (int64_t i = 0; i < N; ++i) out[i] += ge * p[i] + gq[i], total += out[i];
+      for (int64_t i = 0; i < N; ++i) out[i] -= total / double(N);
+    }
+    return {torch::Tensor(), by_raw, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -315,11 +464,7 @@ class ReciprocalEnergy : public torch::autograd::Function<ReciprocalEnergy> {
                                const torch::Tensor& pos, const torch::Tensor& cell) {
     KSumTables t = tables_of(*settings, pos, cell);
     t.s = structure_factor(t, q);
-    const torch::Tensor squares = t.s * t.s;
-    const double charge = q.sum().item<double>(), square = (q * q).sum().item<double>();
-    const double energy = (t.weight * (squares[0] + squares[1])).sum().item<double>() -
-                          self_coefficient(*settings) * square -
-                          background_coefficient(*settings) / t.volume * charge * charge;
+    const double energy = energy_of(*settings, t, q.data_ptr<double>());
     save_settings(ctx, *settings);
     ctx->saved_data["tables"] = t.list();
     ctx->saved_data["volume"] = t.volume;
@@ -328,15 +473,29 @@ class ReciprocalEnergy : public torch::autograd::Function<ReciprocalEnergy> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const LongRangeSettings settings = settings_from(ctx);
-    const KSumTables t = KSumTables::from(ctx->saved_data["tables"].toTensorVector(), ctx->saved_data["volume"].toDouble());
-    const auto saved = ctx->get_saved_variables();
-    auto first = ReciprocalGradients::apply(&settings, &t, saved[0], saved[1], saved[2]);
+    // A training step differentiates E twice: once for the forces (keeping the graph), once more
+    // as the loss's energy term. The first call's derivatives (unscaled) are kept for the second:
+    // the same functions of the same inputs (docs/long_range.md "The k-sum in training").
+    variable_list first;
+    if (ctx->saved_data.count("first")) {
+      first = ctx->saved_data["first"].toTensorVector();
+    } else {
+      const LongRangeSettings settings = settings_from(ctx);
+      const KSumTables t =
+          KSumTables::from(ctx->saved_data["tables"].toTensorVector(), ctx->saved_data["volume"].toDouble());
+      const auto saved = ctx->get_saved_variables();
+      first = ReciprocalGradients::apply(&settings, &t, saved[0], saved[1], saved[2]);
+      // Kept only with their graph (a call that creates one), so that any later call may reuse them.
+      if (torch::GradMode::is_enabled()) ctx->saved_data["first"] = first;
+    }
     const torch::Tensor& scale = grads[0];
-    // A training step's gradient of the energies' sum seeds 1: no product to record then.
-    if (scale.requires_grad() || scale.item<double>() != 1.0)
-      for (auto& x : first) x = scale * x;
-    return {torch::Tensor(), first[0], first[1], first[2]};
+    // Only what is asked for (needs_input_grad counts the tensor inputs: q 0, pos 1, cell 2). A
+    // training step's gradient of the energies' sum seeds 1: no product to record then.
+    const bool unit = !scale.requires_grad() && scale.item<double>() == 1.0;
+    variable_list out = {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    for (size_t a = 0; a < 3; ++a)
+      if (ctx->needs_input_grad(a)) out[a + 1] = unit ? first[a] : scale * first[a];
+    return out;
   }
 };
 
@@ -356,6 +515,18 @@ torch::Tensor reciprocal_energy(const LongRangeSettings& settings, const torch::
   check_input(pos, "pos", {q.size(0), 3});
   check_input(cell, "cell", {3, 3});
   return ReciprocalEnergy::apply(&settings, q.contiguous(), pos.contiguous(), cell.contiguous());
+}
+
+ReciprocalBatchTerms reciprocal_batch(const LongRangeSettings& settings, const torch::Tensor& raw_charges,
+                                      const torch::Tensor& pos, const torch::Tensor& cell) {
+  const int64_t B = raw_charges.defined() && raw_charges.dim() == 2 ? raw_charges.size(0) : -1;
+  const int64_t N = B >= 0 ? raw_charges.size(1) : -1;
+  check_input(raw_charges, "raw charges", {B, N});
+  check_input(pos, "pos", {B, N, 3});
+  check_input(cell, "cell", {B, 3, 3});
+  const auto out = ReciprocalBatch::apply(&settings, raw_charges.contiguous(), pos.detach().contiguous(),
+                                          cell.detach().contiguous());
+  return {out[0], out[1], out[2], out[3], out[4]};
 }
 
 torch::Tensor reciprocal_energy_by_operations(const LongRangeSettings& settings, const torch::Tensor& n_int,

@@ -138,12 +138,12 @@ SeAEvaluator::Output SeAFusedPath::forward(const std::vector<torch::Tensor>& den
   const torch::Tensor forces =
       gd.sum(2).reshape({nb * n, 3}).index_add(0, j.reshape({-1}), -gd.reshape({-1, 3})).reshape({nb, n, 3});
   const torch::Tensor virial = -torch::matmul(vec.reshape({nb, -1, 3}).transpose(1, 2), gd.reshape({nb, -1, 3}));
-  SeAEvaluator::Output out{energy, atomic, forces, virial};
+  SeAEvaluator::Output out{energy, atomic, forces, virial, {}};
   if (training) {
     last_ = out;
   } else {
     calls_.clear();
-    out = SeAEvaluator::Output{energy.detach(), atomic.detach(), forces.detach(), virial.detach()};
+    out = SeAEvaluator::Output{energy.detach(), atomic.detach(), forces.detach(), virial.detach(), {}};
   }
   return out;
 }
@@ -157,7 +157,7 @@ void SeAFusedPath::backward(const torch::Tensor& grad_energy, const torch::Tenso
     inputs.push_back(call.value);
     if (call.slope.requires_grad()) inputs.push_back(call.slope);
   }
-  backward_through_graph({last_.energy, last_.forces, last_.virial}, grad_energy, grad_forces, grad_virial, {},
+  backward_through_graph({last_.energy, last_.forces, last_.virial, {}}, grad_energy, grad_forces, grad_virial, {},
                          inputs);
   // The nets' parameters from d loss / dG and d loss / d(dG/ds), by the fused adjoint.
   const int64_t m = config_.neuron.back();

@@ -4,6 +4,7 @@
 
 #include "error.h"
 #include "models/long_range/long_range.h"
+#include "models/long_range/reciprocal_energy.h"
 #include "models/model.h"
 #include "models/se_e2_a/se_e2_a_fused_path.h"
 
@@ -80,7 +81,7 @@ SeAEvaluator::Output SeAGenericPath::forward_dense(const std::vector<torch::Tens
   if (d.size() > 5) args.emplace_back(c10::List<torch::Tensor>(std::vector<torch::Tensor>(d.begin() + 5, d.end())));
   auto out = module_.get_method("energy_force_env")(args).toTuple();
   SeAEvaluator::Output result{out->elements()[0].toTensor(), out->elements()[1].toTensor(),
-                              out->elements()[2].toTensor(), out->elements()[3].toTensor()};
+                              out->elements()[2].toTensor(), out->elements()[3].toTensor(), {}};
   last_ = training ? result : SeAEvaluator::Output{};
   return result;
 }
@@ -100,6 +101,27 @@ SeAEvaluator::Output SeAGenericPath::forward_long_range(const PackedEnv& batch, 
   const torch::Tensor out =
       module_.get_method("atomic_energy")({leaves[0], d[4], c10::List<torch::Tensor>(type_atoms)}).toTensor();
   const torch::Tensor atomic = out.select(2, 0);
+  if (long_range_fused(periodic, pos)) {
+    // One fused operation (docs/long_range.md "The k-sum in training"): E_long, the seeds
+    // ∂E_long/∂q̃ and the fixed-charge forces and virial; the rows' gradient of E_short + Σ seeds·q̃
+    // gives the pairs' forces (the charges' dependence on positions included).
+    const torch::Tensor raw = out.select(2, 1);
+    const ReciprocalBatchTerms fused =
+        reciprocal_batch(settings, raw.to(torch::kFloat64), pos.reshape({nb, n, 3}).to(torch::kFloat64),
+                         cell.to(torch::kFloat64));
+    const torch::Tensor total_short = atomic.to(torch::kFloat64).sum();
+    auto grads = torch::autograd::grad({total_short, raw}, {leaves[0]},
+                                       {torch::ones_like(total_short), fused.seeds.to(raw.scalar_type())}, training,
+                                       training, true);
+    if (!grads[0].defined()) grads[0] = torch::zeros_like(leaves[0]);
+    const auto pairs = module_.get_method("pair_forces")({grads[0], d[1], d[2], d[3]}).toTuple();
+    SeAEvaluator::Output result{atomic.to(torch::kFloat64).sum(1) + fused.energy, atomic,
+                                pairs->elements()[0].toTensor() + fused.forces.to(atomic.scalar_type()),
+                                pairs->elements()[1].toTensor() + fused.virial.to(atomic.scalar_type()),
+                                fused.charges};
+    last_ = training ? result : SeAEvaluator::Output{};
+    return result;
+  }
   const LongRangeBatch term = long_range_batch(module_, settings, out.select(2, 1), leaves[1], leaves[2], periodic);
   const torch::Tensor energy = atomic.to(torch::kFloat64).sum(1) + term.energy;
   auto grads = torch::autograd::grad({energy.sum()}, leaves, {}, training, training, true);

@@ -244,7 +244,7 @@ class SeAModel final : public Model {
     }
     const SeAEvaluator::Output out =
         generic_ ? generic_->forward(batch, atoms.types, training) : hand_written_->forward(batch, atoms.types);
-    return {out.energy, out.forces, out.virial};
+    return {out.energy, out.forces, out.virial, {}};
   }
 
   std::vector<int64_t> shape_key(const SystemAtoms& atoms,
@@ -267,7 +267,7 @@ class SeAModel final : public Model {
                             bool training) override {
     if (!static_shapes_) return Model::predict_packed(atoms, packed, training);
     const SeAEvaluator::Output out = generic_->forward_dense(packed, training);
-    return {out.energy, out.forces, out.virial};
+    return {out.energy, out.forces, out.virial, {}};
   }
 
   void backward(const torch::Tensor& grad_energy, const torch::Tensor& grad_forces, const torch::Tensor& grad_virial,
